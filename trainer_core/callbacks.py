@@ -1,0 +1,60 @@
+"""How the core reports to its caller. Plain dicts out, a stop request in; no web, no database.
+
+Importing this module is cheap (no torch), so the worker can subclass ``TrainingCallback`` freely.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+# "cancel": stop between micro-steps, keep nothing. "preempt": stop at the next optimizer-step
+# boundary, save a checkpoint, and report status "preempted" so the job can be resumed.
+StopRequest = Literal["cancel", "preempt"]
+StopCheck = Callable[[], StopRequest | None]
+Status = Literal["completed", "cancelled", "preempted"]
+
+
+class TrainingCancelled(Exception):
+    """Raised inside a backend when the caller asked to cancel; caught by ``train``."""
+
+
+class TrainingCallback:
+    """Receives everything the core reports. Override what you need; the default does nothing.
+
+    on_start:      {"total_steps", "steps_per_epoch", "micro_batches_per_epoch", "num_train_samples",
+                    "num_eval_samples", "effective_batch_size", "start_epoch", "start_step"}
+    on_progress:   {"epoch", "step", "total_steps", "micro_step", "learning_rate"}; "step" counts
+                   optimizer steps since the start of the job (resumes included).
+    on_epoch_end:  one metrics record (see ``trainer_core.metrics.EPOCH_FIELDS``).
+    on_checkpoint: {"path", "epoch", "step"} after a checkpoint is complete on disk.
+    """
+
+    def on_start(self, info: dict[str, Any]) -> None:
+        pass
+
+    def on_progress(self, progress: dict[str, Any]) -> None:
+        pass
+
+    def on_epoch_end(self, record: dict[str, Any]) -> None:
+        pass
+
+    def on_checkpoint(self, info: dict[str, Any]) -> None:
+        pass
+
+
+NULL_CALLBACK = TrainingCallback()
+
+
+def never_stop() -> StopRequest | None:
+    return None
+
+
+@dataclass
+class TrainResult:
+    status: Status
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    output_dir: Path | None = None
