@@ -1,0 +1,106 @@
+"""The Hugging Face ``Trainer`` with ``TrainingArguments(gradient_accumulation_steps=K)``.
+
+The Trainer keeps its loop (windows of K micro-batches with a partial last one, clipping, optimizer
+and scheduler steps, resume), but two of its loss rules break exactness and are replaced here:
+- it passes ``num_items_in_batch`` only to models that "accept loss kwargs", and then trusts the
+  model to normalise — BERT classification accepts ``**kwargs`` and ignores it, so with K = 4 the
+  loss is 4x too large;
+- otherwise it divides each micro-batch mean by K, which weights tokens unequally.
+``compute_loss`` returns Σ item losses / N_window (our shared math) and ``loss_is_scaled_for_ga``
+tells the Trainer not to divide again. The Trainer's Accelerator has K = 1, so its backward does
+not divide either.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from typing import Any
+
+import torch
+from transformers import (
+    PrinterCallback,
+    Trainer,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
+
+from trainer_core.accumulation import micro_step_loss
+from trainer_core.session import RunSession
+
+
+class _ExactTrainer(Trainer):
+    loss_is_scaled_for_ga = True
+    session: RunSession
+
+    def get_train_dataloader(self) -> Any:
+        return self.session.ctx.loader
+
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> Any:
+        loss, summed = micro_step_loss(model, inputs, self.session.ctx.causal)
+        self.session.after_micro_step(inputs, summed)
+        return loss
+
+
+class _SessionHooks(TrainerCallback):
+    def __init__(self, session: RunSession) -> None:
+        self.session = session
+
+    def on_epoch_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        # The Trainer's resume wraps the loader in a skip-loader without set_epoch: plan here too.
+        epoch = math.floor(state.epoch + 1e-9) if state.epoch else 0
+        self.session.ctx.loader.set_epoch(epoch)
+        self.session.begin_epoch(epoch)
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        self.session.after_optimizer_step()
+
+    def on_epoch_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        self.session.end_epoch()
+
+
+class TrainerLoop:
+    def run(self, session: RunSession) -> None:
+        ctx = session.ctx
+        spec = ctx.spec
+        with tempfile.TemporaryDirectory(prefix="gradacc-trainer-") as scratch:
+            args = TrainingArguments(
+                output_dir=scratch,
+                per_device_train_batch_size=spec.per_device_train_batch_size,
+                gradient_accumulation_steps=spec.gradient_accumulation_steps,
+                num_train_epochs=spec.num_train_epochs,
+                max_grad_norm=spec.max_grad_norm,
+                seed=spec.seed,
+                use_cpu=ctx.device.type == "cpu",
+                eval_strategy="no",
+                save_strategy="no",
+                logging_strategy="no",
+                report_to="none",
+                disable_tqdm=True,
+                remove_unused_columns=False,
+                dataloader_pin_memory=False,
+            )
+            trainer = _ExactTrainer(
+                model=ctx.model,
+                args=args,
+                optimizers=(ctx.optimizer, ctx.scheduler),
+                callbacks=[_SessionHooks(session)],
+            )
+            trainer.session = session
+            trainer.remove_callback(PrinterCallback)  # the session reports; no stray prints
+            resume = str(ctx.checkpoint_dir) if ctx.start_global_step > 0 else None
+            trainer.train(resume_from_checkpoint=resume)

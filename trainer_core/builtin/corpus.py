@@ -1,0 +1,78 @@
+"""Built-in data sets, generated deterministically: no download, same rows on every machine.
+
+``sentiment``: short reviews whose label is the majority polarity of their sentiment words, so a
+tiny model learns it over a few epochs. ``tiny-stories``: sentences from a small grammar, for
+causal language modelling. Both have variable-length rows and a validation split.
+"""
+
+from __future__ import annotations
+
+import random
+
+POSITIVE = (
+    "great wonderful excellent amazing lovely good brilliant enjoyable superb delightful "
+    "charming moving clever fun beautiful"
+).split()
+NEGATIVE = (
+    "terrible awful boring bad horrible dull poor disappointing weak dreadful clumsy "
+    "tedious silly ugly messy"
+).split()
+FILLER = (
+    "the movie film plot acting was and but really quite story characters music ending very "
+    "a it i thought overall this scenes cast script director with of in at"
+).split()
+
+NAMES = "anna ben cara dan eva finn gus hana ivo jade".split()
+VERBS = "saw found liked painted carried watched chased kept".split()
+ADJECTIVES = "red small old shiny quiet happy green tall".split()
+NOUNS = "cat ball boat kite dog book hat apple".split()
+PLACES = "park river garden house hill market school forest".split()
+PREPOSITIONS = "near in behind under beside".split()
+
+SPLIT_SIZES = {"train": 2000, "validation": 400}
+
+
+def _review(rng: random.Random) -> tuple[str, int]:
+    n_sentiment = rng.choice((1, 1, 3, 3, 5))
+    label = rng.randint(0, 1)
+    n_major = n_sentiment // 2 + 1 + rng.randint(0, n_sentiment // 2)
+    n_major = min(n_major, n_sentiment)
+    major, minor = (POSITIVE, NEGATIVE) if label == 1 else (NEGATIVE, POSITIVE)
+    words = [rng.choice(major) for _ in range(n_major)]
+    words += [rng.choice(minor) for _ in range(n_sentiment - n_major)]
+    words += [rng.choice(FILLER) for _ in range(rng.randint(3, 36))]
+    rng.shuffle(words)
+    return " ".join(words), label
+
+
+def _story(rng: random.Random) -> str:
+    sentences = []
+    for _ in range(rng.randint(1, 4)):
+        sentences.append(
+            f"{rng.choice(NAMES)} {rng.choice(VERBS)} the {rng.choice(ADJECTIVES)} "
+            f"{rng.choice(NOUNS)} {rng.choice(PREPOSITIONS)} the {rng.choice(PLACES)} ."
+        )
+    return " ".join(sentences)
+
+
+def sentiment(split: str) -> dict[str, list[object]]:
+    rng = random.Random(f"sentiment-{split}")
+    rows = [_review(rng) for _ in range(SPLIT_SIZES[split])]
+    return {"text": [text for text, _ in rows], "label": [label for _, label in rows]}
+
+
+def tiny_stories(split: str) -> dict[str, list[object]]:
+    rng = random.Random(f"tiny-stories-{split}")
+    return {"text": [_story(rng) for _ in range(SPLIT_SIZES[split])]}
+
+
+BUILDERS = {"builtin:sentiment": sentiment, "builtin:tiny-stories": tiny_stories}
+
+
+def all_texts() -> list[str]:
+    """Every text of every built-in data set: the corpus the built-in tokenizers are trained on."""
+    texts: list[str] = []
+    for build in BUILDERS.values():
+        for split in SPLIT_SIZES:
+            texts += [str(text) for text in build(split)["text"]]
+    return texts

@@ -1,0 +1,49 @@
+"""Regenerate the shipped tokenizers from the built-in corpus: ``python -m trainer_core.builtin.make_assets``."""
+
+from __future__ import annotations
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from trainer_core.builtin.corpus import all_texts
+from trainer_core.builtin.models import ASSETS
+
+
+def wordpiece() -> Tokenizer:
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(all_texts(), trainers.WordPieceTrainer(vocab_size=400, special_tokens=special))
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    # Without a post-processor the tokenizer adds no [CLS]/[SEP] (FACTS.md).
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    tok.decoder = decoders.WordPiece()
+    return tok
+
+
+def byte_bpe() -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=384,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(all_texts(), trainer)
+    return tok
+
+
+def main() -> None:
+    ASSETS.mkdir(exist_ok=True)
+    wordpiece().save(str(ASSETS / "tiny-bert-tokenizer.json"))
+    byte_bpe().save(str(ASSETS / "tiny-gpt2-tokenizer.json"))
+    print(f"wrote tokenizers to {ASSETS}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Built-in tiny models: configs with no dropout and tokenizers shipped in ``assets/``.
+
+The tokenizers were trained on the built-in corpus by ``python -m trainer_core.builtin.make_assets``
+and are committed, so a run needs no network and gives the same ids on every machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import (
+    BertConfig,
+    GPT2Config,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+ASSETS = Path(__file__).parent / "assets"
+MAX_POSITIONS = 512
+
+
+def builtin_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    if name == "builtin:tiny-bert":
+        return PreTrainedTokenizerFast(
+            tokenizer_file=str(ASSETS / "tiny-bert-tokenizer.json"),
+            unk_token="[UNK]",
+            pad_token="[PAD]",
+            cls_token="[CLS]",
+            sep_token="[SEP]",
+            mask_token="[MASK]",
+            model_max_length=MAX_POSITIONS,
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_file=str(ASSETS / "tiny-gpt2-tokenizer.json"),
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        pad_token="<|endoftext|>",  # GPT-2 has no pad token; padded positions are masked anyway
+        model_max_length=MAX_POSITIONS,
+    )
+
+
+def builtin_config(name: str, tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
+    """Configs of well under 1M parameters, with every dropout at zero (runs compare bit for bit)."""
+    if name == "builtin:tiny-bert":
+        return BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=MAX_POSITIONS,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            classifier_dropout=0.0,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    return GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=MAX_POSITIONS,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        summary_first_dropout=0.0,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )

@@ -1,0 +1,60 @@
+"""Evaluation after each epoch: loss per item, plus accuracy and macro-F1 or perplexity."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from trainer_core.accumulation import MicroBatch, collate, summed_loss
+from trainer_core.data import TokenizedSplit
+
+
+def macro_f1(predictions: list[int], labels: list[int], num_classes: int) -> float:
+    scores = []
+    for c in range(num_classes):
+        tp = sum(1 for p, y in zip(predictions, labels, strict=True) if p == c and y == c)
+        fp = sum(1 for p, y in zip(predictions, labels, strict=True) if p == c and y != c)
+        fn = sum(1 for p, y in zip(predictions, labels, strict=True) if p != c and y == c)
+        scores.append(2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0)
+    return sum(scores) / num_classes
+
+
+@torch.inference_mode()
+def evaluate(
+    model: torch.nn.Module,
+    split: TokenizedSplit,
+    *,
+    batch_size: int,
+    pad_id: int,
+    device: torch.device,
+    num_classes: int | None,
+) -> dict[str, float]:
+    was_training = model.training
+    model.eval()
+    causal = split.labels is None
+    loss_sum = torch.zeros((), device=device)
+    predictions: list[torch.Tensor] = []
+    rows = list(range(len(split)))
+    for start in range(0, len(rows), batch_size):
+        chunk = MicroBatch(rows[start : start + batch_size], 0, 1, True)
+        batch: dict[str, Any] = collate(split.input_ids, split.labels, chunk, pad_id)
+        ids = batch["input_ids"].to(device)
+        mask = batch["attention_mask"].to(device)
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        loss_sum += summed_loss(logits, batch["labels"].to(device), causal)
+        if not causal:
+            predictions.append(logits.argmax(-1).cpu())
+    model.train(was_training)
+    eval_loss = loss_sum.item() / sum(split.items)  # host sync: once per evaluation
+    if causal:
+        return {"eval_loss": eval_loss, "eval_perplexity": math.exp(min(eval_loss, 700.0))}
+    assert split.labels is not None and num_classes is not None
+    predicted = torch.cat(predictions).tolist()
+    accuracy = sum(p == y for p, y in zip(predicted, split.labels, strict=True)) / len(split)
+    return {
+        "eval_loss": eval_loss,
+        "eval_accuracy": accuracy,
+        "eval_f1": macro_f1(predicted, split.labels, num_classes),
+    }
