@@ -1,0 +1,1 @@
+"""The HTTP API (FastAPI). Never imports torch or transformers, directly or indirectly."""

@@ -1,0 +1,42 @@
+"""The FastAPI app: ``uvicorn api.main:app`` (or ``gradacc serve``). Docs at /docs."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from fastapi import FastAPI
+
+from api.errors import install_error_handlers
+from api.routes import health, jobs
+from gradacc.db import get_sessionmaker
+from gradacc.settings import Settings, get_settings
+from worker.celery_app import create_celery_app
+
+DESCRIPTION = """Submit a training job (the training core's job spec), poll its status, progress,
+per-epoch metrics and events, or cancel it. Errors always look like
+`{"error": {"code": ..., "message": ..., "param": ...}}`."""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    app = FastAPI(title="gradacc", version="0.1.0", description=DESCRIPTION)
+    app.state.settings = settings
+    app.state.sessionmaker = get_sessionmaker(settings)
+    app.state.celery = create_celery_app(settings)
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(jobs.router, prefix="/v1")
+    return app
+
+
+@lru_cache(maxsize=1)
+def default_app() -> FastAPI:
+    return create_app()
+
+
+def __getattr__(name: str) -> Any:
+    # ``uvicorn api.main:app`` looks the app up by name: build it from the settings on first use.
+    if name == "app":
+        return default_app()
+    raise AttributeError(name)

@@ -1,0 +1,1 @@
+"""Thin routes: validate, call a service, return."""

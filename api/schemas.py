@@ -1,0 +1,120 @@
+"""Request and response schemas (Pydantic v2). The ORM models live in ``gradacc.models``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from gradacc.models import EpochMetric, Job, JobEvent
+from trainer_core.spec import JobSpec
+
+# The request body of POST /v1/jobs is the training core's spec itself, defined once.
+JobCreate = JobSpec
+
+
+def unix(moment: datetime | None) -> int | None:
+    return None if moment is None else int(moment.timestamp())
+
+
+class Progress(BaseModel):
+    epoch: int = Field(description="Epochs finished (or the current one while it runs)")
+    step: int = Field(description="Optimizer steps done")
+    total_steps: int | None = Field(description="Optimizer steps in the whole job, once known")
+
+
+class JobErrorInfo(BaseModel):
+    code: str
+    message: str
+
+
+class JobRead(BaseModel):
+    object: Literal["job"] = "job"
+    id: str
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    spec: dict[str, Any]
+    effective_batch_size: int
+    created_at: int = Field(description="Unix seconds")
+    started_at: int | None
+    finished_at: int | None
+    attempts: int
+    progress: Progress
+    metrics: dict[str, Any] | None = Field(description="The latest epoch's record")
+    error: JobErrorInfo | None
+
+    @classmethod
+    def of(cls, job: Job) -> JobRead:
+        error = None
+        if job.error_code is not None:
+            error = JobErrorInfo(code=job.error_code, message=job.error_message or "")
+        return cls(
+            id=job.id,
+            status=job.status,
+            spec=job.spec,
+            effective_batch_size=job.effective_batch_size,
+            created_at=int(job.created_at.timestamp()),
+            started_at=unix(job.started_at),
+            finished_at=unix(job.finished_at),
+            attempts=job.attempts,
+            progress=Progress(epoch=job.epoch, step=job.step, total_steps=job.total_steps),
+            metrics=job.latest_metrics,
+            error=error,
+        )
+
+
+class JobList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[JobRead]
+    has_more: bool
+    last_id: str | None = Field(description="Pass as ?after= to get the next page")
+
+
+class MetricsList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]] = Field(description="One record per finished epoch, in order")
+
+    @classmethod
+    def of(cls, rows: list[EpochMetric]) -> MetricsList:
+        return cls(data=[row.record for row in rows])
+
+
+class EventRead(BaseModel):
+    id: int
+    created_at: int
+    kind: str
+    message: str
+
+
+class EventList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[EventRead]
+
+    @classmethod
+    def of(cls, rows: list[JobEvent]) -> EventList:
+        return cls(
+            data=[
+                EventRead(
+                    id=e.id,
+                    created_at=int(e.created_at.timestamp()),
+                    kind=e.kind,
+                    message=e.message,
+                )
+                for e in rows
+            ]
+        )
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    param: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    status: Literal["ok", "ready"]
+    checks: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,48 @@
+"""Engine and sessionmaker, one per database URL, shared by the API, the worker and migrations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from gradacc.settings import Settings
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets the API read while a worker writes; foreign keys are off by default in SQLite.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+@lru_cache(maxsize=8)
+def get_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        # timeout: wait for a writer in another process instead of failing with "locked".
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def get_sessionmaker(settings: Settings) -> sessionmaker[Session]:
+    return _sessionmaker_for(settings.resolved_database_url())
+
+
+@lru_cache(maxsize=8)
+def _sessionmaker_for(url: str) -> sessionmaker[Session]:
+    return sessionmaker(bind=get_engine(url), expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(settings: Settings) -> Iterator[Session]:
+    """A session for one unit of work outside a request; commits are explicit."""
+    with get_sessionmaker(settings)() as session:
+        yield session

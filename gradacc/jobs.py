@@ -1,0 +1,120 @@
+"""The job state machine and the writes both the API and the worker make.
+
+Every status change is one conditional UPDATE (``WHERE status IN <allowed sources>``), so two
+processes racing on one job cannot both win: the loser sees rowcount 0.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from gradacc.errors import InvalidTransition, JobNotFound
+from gradacc.models import EpochMetric, Job, JobEvent, JobStatus, utcnow
+
+S = JobStatus
+ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    S.QUEUED: frozenset({S.RUNNING, S.CANCELLED, S.FAILED}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+
+def new_job_id() -> str:
+    return f"job_{int(time.time() * 1000):012x}{secrets.token_hex(4)}"
+
+
+def sources_of(target: JobStatus) -> list[str]:
+    return [str(src) for src, targets in ALLOWED_TRANSITIONS.items() if target in targets]
+
+
+def transition_job(session: Session, *, job_id: str, to: JobStatus, **values: Any) -> bool:
+    """Move a job to ``to`` if its current status allows it; False if it did not (no commit)."""
+    stmt = (update(Job).where(Job.id == job_id, Job.status.in_(sources_of(to)))).values(
+        status=str(to), updated_at=utcnow(), **values
+    )
+    return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined, no-any-return]
+
+
+def require_transition(session: Session, *, job_id: str, to: JobStatus, **values: Any) -> None:
+    """Like ``transition_job`` but raises ``JobNotFound`` / ``InvalidTransition`` when refused."""
+    if transition_job(session, job_id=job_id, to=to, **values):
+        return
+    current = session.scalar(select(Job.status).where(Job.id == job_id))
+    if current is None:
+        raise JobNotFound(job_id)
+    raise InvalidTransition(job_id, current, str(to))
+
+
+def update_running_job(session: Session, *, job_id: str, **values: Any) -> bool:
+    """Write progress fields only while the job is still running (never over a final status)."""
+    stmt = update(Job).where(Job.id == job_id, Job.status == S.RUNNING).values(**values)
+    return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined, no-any-return]
+
+
+def claim_job(
+    session: Session, *, job_id: str, worker: str, stale_before: datetime, max_attempts: int
+) -> bool:
+    """Take a queued job, or a running one whose worker stopped beating. Commits.
+
+    This is what makes the task idempotent: of two deliveries of one job, one claims it.
+    """
+    now = utcnow()
+    fresh = (Job.status == S.QUEUED) | (
+        (Job.status == S.RUNNING) & (Job.heartbeat_at < stale_before)
+    )
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, fresh, Job.attempts < max_attempts)
+        .values(
+            status=str(S.RUNNING),
+            attempts=Job.attempts + 1,
+            worker=worker,
+            heartbeat_at=now,
+            started_at=now,
+            updated_at=now,
+        )
+    )
+    claimed = session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
+    session.commit()
+    return bool(claimed)
+
+
+def add_event(session: Session, *, job_id: str, kind: str, message: str) -> None:
+    session.add(JobEvent(job_id=job_id, kind=kind, message=message))
+
+
+def record_epoch_metrics(session: Session, *, job_id: str, record: dict[str, Any]) -> None:
+    """Insert one epoch's record, or replace it: (job, epoch) is unique, a rewrite never doubles."""
+    values = {
+        "job_id": job_id,
+        "epoch": int(record["epoch"]),
+        "train_loss": _float_or_none(record.get("train_loss")),
+        "eval_loss": _float_or_none(record.get("eval_loss")),
+        "record": record,
+        "created_at": utcnow(),
+    }
+    dialect = session.get_bind().dialect.name
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    if dialect not in ("postgresql", "sqlite"):
+        session.execute(insert(EpochMetric).values(**values))
+        return
+    stmt = module.insert(EpochMetric).values(**values)
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["job_id", "epoch"],
+            set_={k: stmt.excluded[k] for k in ("train_loss", "eval_loss", "record")},
+        )
+    )
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)

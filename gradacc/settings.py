@@ -1,0 +1,61 @@
+"""The one place that reads the environment: every setting is ``GRADACC_<NAME>``."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Embedded defaults (SQLite + a filesystem broker under ``home``) unless URLs are given."""
+
+    model_config = SettingsConfigDict(env_prefix="GRADACC_", extra="ignore")
+
+    home: Path = Field(default=Path("var"), description="Database, broker folders and job outputs")
+    database_url: str | None = Field(default=None, description="Default: SQLite under home")
+    broker_url: str | None = Field(default=None, description="Default: filesystem:// under home")
+    queue: str = "gradacc"
+    # The embedded broker polls; 0.1 s keeps enqueue -> start near 60-90 ms (see FACTS.md).
+    broker_polling_interval: float = Field(default=0.1, gt=0)
+    # Redis re-delivers an unacked message after this long; it must exceed any job's run time,
+    # or a long job would be handed to a second worker while the first still trains it.
+    visibility_timeout_s: int = Field(default=7 * 24 * 3600, ge=60)
+    # The worker refreshes a running job's heartbeat this often; a job whose heartbeat is older
+    # than ``stale_after_s`` lost its worker and is handed to another one.
+    heartbeat_interval_s: float = Field(default=2.0, gt=0)
+    stale_after_s: float = Field(default=60.0, gt=0)
+    # A queued job not started this long after its last enqueue is enqueued again (duplicates
+    # are harmless: only one task can claim a job).
+    requeue_after_s: float = Field(default=300.0, gt=0)
+    reconcile_interval_s: float = Field(default=30.0, gt=0)
+    max_attempts: int = Field(default=3, ge=1)
+    # After SIGTERM to a cancelled job's process group, SIGKILL follows this long after.
+    kill_grace_s: float = Field(default=3.0, ge=0)
+
+    @property
+    def is_embedded(self) -> bool:
+        return self.database_url is None
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.home / "jobs"
+
+    @property
+    def broker_dir(self) -> Path:
+        return self.home / "broker"
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.home / 'gradacc.db').resolve()}"
+
+    def resolved_broker_url(self) -> str:
+        return self.broker_url or "filesystem://"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,51 @@
+"""Health, readiness (with a broker that really is unreachable), OpenAPI docs, no torch import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from api.main import create_app
+from gradacc.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_health_and_readiness(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok", "checks": {}}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["checks"] == {"database": "ok", "broker": "ok"}
+
+
+def test_readiness_fails_when_the_broker_is_unreachable(embedded_settings: Settings) -> None:
+    settings = embedded_settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
+    with TestClient(create_app(settings)) as client:
+        response = client.get("/readyz")
+    assert response.status_code == 503
+    error = response.json()["error"]
+    assert error["code"] == "not_ready"
+    assert error["message"].startswith("broker unreachable")
+    assert client.get("/healthz").status_code == 200
+
+
+def test_docs_carry_an_example_that_the_api_accepts(client: TestClient) -> None:
+    assert client.get("/docs").status_code == 200
+    schema = client.get("/openapi.json").json()
+    body = schema["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]["application/json"]
+    example = body["examples"]["tiny"]["value"]
+    created = client.post("/v1/jobs", json=example)
+    assert created.status_code == 201, created.text
+    assert created.json()["effective_batch_size"] == 32
+
+
+def test_api_never_imports_torch() -> None:
+    code = (
+        "import sys, api.main; api.main.app; "
+        "bad = [m for m in ('torch', 'transformers', 'accelerate') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)

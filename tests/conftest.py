@@ -1,0 +1,100 @@
+"""Fixtures shared by the service tests: real SQLite, PostgreSQL and Redis, never mocks.
+
+PostgreSQL gets a fresh database per test session (``gradacc_test_<random>``, dropped at the end)
+and Redis a fresh queue name, so concurrent runs do not collide. Where a service is unreachable
+the tests that need it skip with the reason, except under ``CI=true``, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import text
+
+from gradacc.db import get_engine
+from gradacc.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_ADMIN_URL = os.environ.get(
+    "GRADACC_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("GRADACC_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def service_missing(what: str, exc: Exception) -> None:
+    reason = f"{what} is not reachable ({type(exc).__name__}: {exc})"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}; under CI=true a missing service is a failure", pytrace=False)
+    pytest.skip(reason)
+
+
+def migrate(database_url: str) -> None:
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("sqlalchemy.url", database_url)
+    command.upgrade(config, "head")
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A migrated PostgreSQL database of its own for this test session (SQLAlchemy URL)."""
+    name = f"gradacc_test_{secrets.token_hex(4)}"
+    try:
+        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
+    except psycopg.Error as exc:
+        service_missing("PostgreSQL", exc)
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    url = f"{base}/{name}"
+    try:
+        migrate(url)
+        yield url
+    finally:
+        get_engine(url).dispose()
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        service_missing("Redis", exc)
+    return REDIS_URL
+
+
+@pytest.fixture
+def embedded_settings(tmp_path: Path) -> Settings:
+    """The embedded defaults (SQLite and the filesystem broker) under a fresh home, migrated."""
+    settings = Settings(home=tmp_path / "home")
+    settings.home.mkdir(parents=True)
+    migrate(settings.resolved_database_url())
+    return settings
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    """Settings on each database; the broker is the real filesystem transport (nobody reads it)."""
+    if request.param == "sqlite":
+        settings: Settings = request.getfixturevalue("embedded_settings")
+        return settings
+    pg_url: str = request.getfixturevalue("pg_url")
+    with get_engine(pg_url).begin() as connection:
+        connection.execute(text("TRUNCATE jobs CASCADE"))
+    return Settings(home=tmp_path / "home", database_url=pg_url)
+
+
+def unique_queue() -> str:
+    return f"gradacc-test-{secrets.token_hex(4)}"

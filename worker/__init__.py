@@ -1,0 +1,1 @@
+"""Celery workers: one job at a time per worker, each job trained in its own child process."""

@@ -1,0 +1,78 @@
+"""The Celery app. Importing it is cheap (no torch): the API uses it to enqueue by task name.
+
+Start a worker with ``gradacc worker`` (or ``celery -A worker.celery_app:app worker --pool solo``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from celery import Celery
+
+from gradacc.settings import Settings, get_settings
+
+RUN_JOB_TASK = "gradacc.run_job"
+
+
+def _filesystem_options(settings: Settings) -> dict[str, Any]:
+    queue_dir = settings.broker_dir / "queue"
+    processed_dir = settings.broker_dir / "processed"
+    for folder in (queue_dir, processed_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "data_folder_in": str(queue_dir),
+        "data_folder_out": str(queue_dir),
+        "processed_folder": str(processed_dir),
+        "store_processed": False,
+        "polling_interval": settings.broker_polling_interval,
+    }
+
+
+def broker_transport_options(settings: Settings) -> dict[str, Any]:
+    url = settings.resolved_broker_url()
+    if url.startswith("filesystem"):
+        return _filesystem_options(settings)
+    if url.startswith("sqla+"):
+        # Options given here would reach create_engine (TypeError); set the class attribute.
+        from kombu.transport import sqlalchemy as sqla_transport
+
+        setattr(sqla_transport.Channel, "polling_interval", settings.broker_polling_interval)  # noqa: B010
+        return {}
+    return {"visibility_timeout": settings.visibility_timeout_s}
+
+
+def create_celery_app(settings: Settings) -> Celery:
+    app = Celery("gradacc", broker=settings.resolved_broker_url(), include=["worker.tasks"])
+    app.conf.update(
+        broker_transport_options=broker_transport_options(settings),
+        broker_connection_retry_on_startup=True,
+        task_default_queue=settings.queue,
+        task_ignore_result=True,
+        task_acks_late=True,  # ack after the job ends, so a lost worker's job is redelivered
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,  # one job per worker at a time, nothing held in reserve
+        worker_concurrency=1,
+        worker_hijack_root_logger=False,
+        task_serializer="json",
+        accept_content=["json"],
+    )
+    return app
+
+
+@lru_cache(maxsize=1)
+def default_app() -> Celery:
+    return create_celery_app(get_settings())
+
+
+def __getattr__(name: str) -> Any:
+    # ``celery -A worker.celery_app:app`` looks the app up by name; build it on first use, so that
+    # importing this module (the API does) creates no broker folders and reads no settings.
+    if name == "app":
+        return default_app()
+    raise AttributeError(name)
+
+
+def enqueue_job(celery: Celery, settings: Settings, job_id: str) -> None:
+    """Send the run-job task by name: the sender never imports the task or the training core."""
+    celery.send_task(RUN_JOB_TASK, args=[job_id], queue=settings.queue)

@@ -1,0 +1,88 @@
+"""Find jobs the broker lost and enqueue them again; fail jobs that keep losing their worker.
+
+The database is the source of truth. A job is "lost" when it stayed queued long after its last
+enqueue, or when it is running but its worker stopped beating. Enqueueing twice is harmless:
+``claim_job`` lets exactly one delivery run a job.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import or_, select, update
+
+from gradacc.db import session_scope
+from gradacc.jobs import add_event, transition_job
+from gradacc.models import Job, JobStatus, utcnow
+from gradacc.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReconcileReport:
+    requeued: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+def reconcile_jobs(
+    settings: Settings, *, enqueue: Callable[[str], None], now: datetime | None = None
+) -> ReconcileReport:
+    now = now or utcnow()
+    report = ReconcileReport()
+    with session_scope(settings) as session:
+        lost_queued = (Job.status == JobStatus.QUEUED) & or_(
+            Job.enqueued_at.is_(None),
+            Job.enqueued_at < now - timedelta(seconds=settings.requeue_after_s),
+        )
+        orphaned = (Job.status == JobStatus.RUNNING) & (
+            Job.heartbeat_at < now - timedelta(seconds=settings.stale_after_s)
+        )
+        rows = session.execute(
+            select(Job.id, Job.status, Job.attempts).where(lost_queued | orphaned)
+        )
+        for job_id, status, attempts in rows.all():
+            if status == JobStatus.RUNNING and attempts >= settings.max_attempts:
+                if transition_job(
+                    session,
+                    job_id=job_id,
+                    to=JobStatus.FAILED,
+                    finished_at=now,
+                    error_code="worker_lost",
+                    error_message=f"the job lost its worker {attempts} times",
+                ):
+                    add_event(session, job_id=job_id, kind="failed", message="worker lost")
+                    report.failed.append(job_id)
+                continue
+            session.execute(update(Job).where(Job.id == job_id).values(enqueued_at=now))
+            add_event(session, job_id=job_id, kind="requeued", message=f"re-enqueued ({status})")
+            report.requeued.append(job_id)
+        session.commit()
+    for job_id in report.requeued:
+        enqueue(job_id)
+    return report
+
+
+def start_reconciler_thread(
+    settings: Settings, *, enqueue: Callable[[str], None], stop: threading.Event
+) -> threading.Thread:
+    """Reconcile now and then every ``reconcile_interval_s`` until ``stop`` is set."""
+
+    def loop() -> None:
+        while True:
+            try:
+                report = reconcile_jobs(settings, enqueue=enqueue)
+                if report.requeued or report.failed:
+                    log.warning("reconciler: requeued %s failed %s", report.requeued, report.failed)
+            except Exception:
+                log.exception("reconciler pass failed; retrying")
+            if stop.wait(settings.reconcile_interval_s):
+                return
+
+    thread = threading.Thread(target=loop, name="gradacc-reconciler", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,136 @@
+"""The training process's side of reporting: a callback that writes to the database as it goes.
+
+Writes are guarded by ``status = 'running'``: once a job is cancelled or finished, nothing the
+(dying) training process sends can overwrite it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from typing import Any
+
+from gradacc.db import session_scope
+from gradacc.jobs import add_event, record_epoch_metrics, update_running_job
+from gradacc.models import Job, JobStatus
+from gradacc.settings import Settings
+from trainer_core.callbacks import StopRequest, TrainingCallback
+
+PROGRESS_EVERY_S = 0.5  # progress arrives every micro-step; the database needs it far less often
+_CREDENTIALS = re.compile(r"(\w+://)[^/@\s]+@")
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON: non-finite floats become None, numpy-style scalars become Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bool | str) or value is None:
+        return value
+    if isinstance(value, int):
+        return value
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return str(value)
+
+
+def describe_error(exc: BaseException, *, limit: int = 2000) -> str:
+    """``Type: message``, with credentials in URLs masked; never the environment or a traceback."""
+    text = _CREDENTIALS.sub(r"\1***@", f"{type(exc).__name__}: {exc}")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class DatabaseCallback(TrainingCallback):
+    def __init__(self, settings: Settings, job_id: str) -> None:
+        self.settings = settings
+        self.job_id = job_id
+        self._last_progress = 0.0
+
+    def _update(self, event: tuple[str, str] | None = None, **values: Any) -> None:
+        with session_scope(self.settings) as session:
+            if update_running_job(session, job_id=self.job_id, **values) and event is not None:
+                add_event(session, job_id=self.job_id, kind=event[0], message=event[1])
+            session.commit()
+
+    def on_start(self, info: dict[str, Any]) -> None:
+        message = (
+            f"training {info.get('num_train_samples')} samples for {info.get('total_steps')} "
+            f"optimizer steps, effective batch {info.get('effective_batch_size')}"
+        )
+        if info.get("start_step"):
+            message += f", resumed at step {info['start_step']}"
+        self._update(
+            ("training", message),
+            total_steps=info.get("total_steps"),
+            step=int(info.get("start_step") or 0),
+        )
+
+    def on_progress(self, progress: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if now - self._last_progress < PROGRESS_EVERY_S:
+            return
+        self._last_progress = now
+        self._update(
+            epoch=int(progress["epoch"]),
+            step=int(progress["step"]),
+            total_steps=progress.get("total_steps"),
+        )
+
+    def on_epoch_end(self, record: dict[str, Any]) -> None:
+        record = jsonable(record)
+        with session_scope(self.settings) as session:
+            job = session.get(Job, self.job_id)
+            if job is None or job.status != JobStatus.RUNNING:
+                return
+            record_epoch_metrics(session, job_id=self.job_id, record=record)
+            job.epoch = int(record["epoch"])
+            job.step = int(record.get("optimizer_steps") or job.step)
+            job.latest_metrics = record
+            add_event(session, job_id=self.job_id, kind="epoch", message=_epoch_line(record))
+            session.commit()
+
+    def on_checkpoint(self, info: dict[str, Any]) -> None:
+        self._update(
+            (
+                "checkpoint",
+                f"checkpoint saved at epoch {info.get('epoch')}, step {info.get('step')}",
+            )
+        )
+
+
+def _epoch_line(record: dict[str, Any]) -> str:
+    shown = ("train_loss", "eval_loss", "eval_accuracy", "eval_f1", "eval_perplexity")
+    parts = [f"{k}={record[k]:.4f}" for k in shown if isinstance(record.get(k), float)]
+    return f"epoch {record['epoch']} done: " + ", ".join(parts)
+
+
+class StopPoller:
+    """``should_stop`` for the core: "cancel" once the job left "running", "preempt" when the
+    supervising worker died (this process was re-parented). Reads the database at most every
+    0.5 s; the core calls it between micro-steps."""
+
+    def __init__(self, settings: Settings, job_id: str) -> None:
+        self.settings = settings
+        self.job_id = job_id
+        self.parent = os.getppid()
+        self._next_check = 0.0
+        self._answer: StopRequest | None = None
+
+    def __call__(self) -> StopRequest | None:
+        now = time.monotonic()
+        if self._answer is not None or now < self._next_check:
+            return self._answer
+        self._next_check = now + 0.5
+        if os.getppid() != self.parent:
+            self._answer = "preempt"
+            return self._answer
+        with session_scope(self.settings) as session:
+            status = session.get(Job, self.job_id)
+            if status is None or status.status != JobStatus.RUNNING:
+                self._answer = "cancel"
+        return self._answer

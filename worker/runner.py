@@ -1,0 +1,77 @@
+"""The training process for one job: ``python -m worker.runner JOB_ID`` (started by the worker).
+
+Exit status: 0 when the outcome is recorded, 75 when preempted (checkpoint kept), 1 on a crash.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+from gradacc.db import session_scope
+from gradacc.jobs import add_event, transition_job
+from gradacc.models import Job, JobStatus, utcnow
+from gradacc.settings import Settings, get_settings
+from trainer_core.callbacks import TrainResult
+from trainer_core.errors import JobError
+from trainer_core.spec import JobSpec
+from worker.reporting import DatabaseCallback, StopPoller, describe_error, jsonable
+from worker.supervisor import EXIT_PREEMPTED
+from worker.training import run_training
+
+
+def main(argv: list[str]) -> int:
+    (job_id,) = argv
+    settings = get_settings()
+    with session_scope(settings) as session:
+        job = session.get(Job, job_id)
+        if job is None or job.status != JobStatus.RUNNING:
+            return 0
+        spec = JobSpec.model_validate(job.spec)
+    try:
+        result = run_training(
+            spec,
+            settings.jobs_dir / job_id,
+            callback=DatabaseCallback(settings, job_id),
+            should_stop=StopPoller(settings, job_id),
+        )
+    except JobError as exc:
+        _record_failure(settings, job_id, code=exc.code, message=exc.message)
+        return 0
+    except Exception as exc:
+        traceback.print_exc()  # into the job's train.log, not into the database
+        _record_failure(settings, job_id, code="training_error", message=describe_error(exc))
+        return 1
+    return _record_result(settings, job_id, result)
+
+
+def _record_failure(settings: Settings, job_id: str, *, code: str, message: str) -> None:
+    with session_scope(settings) as session:
+        if transition_job(
+            session,
+            job_id=job_id,
+            to=JobStatus.FAILED,
+            finished_at=utcnow(),
+            error_code=code,
+            error_message=message,
+        ):
+            add_event(session, job_id=job_id, kind="failed", message=f"{code}: {message}")
+        session.commit()
+
+
+def _record_result(settings: Settings, job_id: str, result: TrainResult) -> int:
+    with session_scope(settings) as session:
+        if result.status == "preempted":
+            add_event(session, job_id=job_id, kind="preempted", message="checkpoint kept")
+            session.commit()
+            return EXIT_PREEMPTED
+        target = JobStatus.SUCCEEDED if result.status == "completed" else JobStatus.CANCELLED
+        summary = jsonable(result.summary)
+        if transition_job(session, job_id=job_id, to=target, finished_at=utcnow(), summary=summary):
+            add_event(session, job_id=job_id, kind=str(target), message=f"training {target}")
+        session.commit()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,120 @@
+"""Run one job in a fresh child process and watch it: heartbeat, cancel, exit status.
+
+The child gets its own session (and so its own process group): a cancel kills the group, which
+takes any data-loader processes with it, and CUDA state never crosses a fork.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from gradacc.db import session_scope
+from gradacc.jobs import add_event, transition_job, update_running_job
+from gradacc.models import Job, JobStatus, utcnow
+from gradacc.settings import Settings
+
+log = logging.getLogger(__name__)
+
+STATUS_POLL_S = 0.5
+EXIT_PREEMPTED = 75  # the child stopped early and kept a checkpoint; another worker resumes it
+
+
+def supervise(settings: Settings, *, job_id: str) -> str:
+    output_dir = settings.jobs_dir / job_id
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with (output_dir / "train.log").open("ab") as log_file:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "worker.runner", job_id],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    with session_scope(settings) as session:
+        update_running_job(session, job_id=job_id, pid=child.pid)
+        session.commit()
+    stopped_by = _watch(settings, job_id, child)
+    return _finish(settings, job_id, child.returncode, stopped_by)
+
+
+def _watch(settings: Settings, job_id: str, child: subprocess.Popen[bytes]) -> str | None:
+    """Wait for the child; kill its group if the job leaves "running". Returns that status."""
+    next_beat = 0.0
+    while True:
+        try:
+            child.wait(timeout=STATUS_POLL_S)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        beat = time.monotonic() >= next_beat
+        status = _read_status(settings, job_id, beat=beat)
+        if beat:
+            next_beat = time.monotonic() + settings.heartbeat_interval_s
+        if status != JobStatus.RUNNING:
+            terminate_group(child, grace_s=settings.kill_grace_s)
+            return status
+
+
+def _read_status(settings: Settings, job_id: str, *, beat: bool) -> str | None:
+    with session_scope(settings) as session:
+        if beat:
+            update_running_job(session, job_id=job_id, heartbeat_at=utcnow())
+            session.commit()
+        job = session.get(Job, job_id)
+        return None if job is None else job.status
+
+
+def terminate_group(child: subprocess.Popen[bytes], *, grace_s: float) -> None:
+    """SIGTERM the child's process group, SIGKILL it after ``grace_s``, and reap the child."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            child.wait(timeout=grace_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    child.wait()
+
+
+def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | None) -> str:
+    with session_scope(settings) as session:
+        if stopped_by is not None:
+            add_event(
+                session,
+                job_id=job_id,
+                kind="stopped",
+                message=f"training process stopped "
+                f"because the job is {stopped_by} (exit status {returncode})",
+            )
+            session.commit()
+            return str(stopped_by)
+        if returncode == EXIT_PREEMPTED:
+            session.commit()
+            return "preempted"
+        failed = transition_job(
+            session,
+            job_id=job_id,
+            to=JobStatus.FAILED,
+            finished_at=utcnow(),
+            error_code="process_died",
+            error_message=f"training process exited with status {_describe(returncode)}",
+        )
+        if failed:
+            add_event(session, job_id=job_id, kind="failed", message=_describe(returncode))
+        session.commit()
+        job = session.get(Job, job_id)
+        return "unknown" if job is None else job.status
+
+
+def _describe(returncode: int) -> str:
+    if returncode < 0:
+        return f"{returncode} (killed by {signal.Signals(-returncode).name})"
+    return str(returncode)
