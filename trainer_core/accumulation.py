@@ -46,7 +46,9 @@ def optimizer_steps_per_epoch(n_rows: int, batch_size: int, accumulation: int) -
     return math.ceil(micro_batches_per_epoch(n_rows, batch_size) / accumulation)
 
 
-def plan_epoch(order: list[int], items: list[int], batch_size: int, accumulation: int) -> list[MicroBatch]:
+def plan_epoch(
+    order: list[int], items: list[int], batch_size: int, accumulation: int
+) -> list[MicroBatch]:
     """Cut one epoch's order into micro-batches and annotate each with its window's item count."""
     chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     plan: list[MicroBatch] = []

@@ -79,7 +79,9 @@ def _train_and_eval(spec: JobSpec) -> tuple[datasets.Dataset, datasets.Dataset]:
     if "validation" in train_dict:
         return train, train_dict["validation"]
     if len(train) < 2:
-        raise DatasetError("dataset: needs at least 2 rows to hold out an eval split", param="dataset")
+        raise DatasetError(
+            "dataset: needs at least 2 rows to hold out an eval split", param="dataset"
+        )
     # Deterministic hold-out: the same seed gives the same split on every backend.
     parts = train.train_test_split(
         test_size=spec.validation_split_percentage / 100, seed=spec.seed, shuffle=True
@@ -105,7 +107,8 @@ def _label_ids(values: list[Any], names: list[str], param: str) -> list[int]:
         return [index[str(value)] for value in values]
     except KeyError as exc:
         raise DatasetError(
-            f"label_column: {param} has label {exc.args[0]!r} not seen in training", param="label_column"
+            f"label_column: {param} has label {exc.args[0]!r} not seen in training",
+            param="label_column",
         ) from exc
 
 
@@ -139,7 +142,9 @@ def load_job_data(spec: JobSpec, tokenizer: PreTrainedTokenizerBase) -> JobData:
     if spec.resolved_label_column is not None:
         label_names = _label_names(list(train_ds[spec.resolved_label_column]))
         if len(label_names) < 2:
-            raise DatasetError("label_column: need at least 2 distinct labels", param="label_column")
+            raise DatasetError(
+                "label_column: need at least 2 distinct labels", param="label_column"
+            )
     for ds, param in ((train_ds, "dataset"), (eval_ds, "eval_dataset")):
         ids = _tokenize(ds, spec, tokenizer)
         if label_names is not None:

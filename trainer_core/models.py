@@ -7,6 +7,7 @@ classification head) are initialised from the job's seed, so every backend start
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import torch
 from transformers import (
@@ -65,7 +66,7 @@ def load_model(
         config: PretrainedConfig = builtin_config(spec.model, tokenizer)
         for key, value in kwargs.items():
             setattr(config, key, value)
-        model = auto.from_config(config)
+        model = auto.from_config(config)  # type: ignore[no-untyped-call]
     else:
         try:
             model = auto.from_pretrained(_source(spec.model), trust_remote_code=False, **kwargs)
@@ -80,4 +81,4 @@ def load_model(
         model.config.pad_token_id = tokenizer.pad_token_id
     if tokenizer.pad_token_id is not None and tokenizer.pad_token_id >= model.config.vocab_size:
         raise ModelError("model: tokenizer and model vocabularies disagree", param="model")
-    return model
+    return cast(PreTrainedModel, model)

@@ -71,7 +71,11 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 class RunSession:
     def __init__(
-        self, ctx: RunContext, callback: TrainingCallback, should_stop: StopCheck, progress_bar: bool
+        self,
+        ctx: RunContext,
+        callback: TrainingCallback,
+        should_stop: StopCheck,
+        progress_bar: bool,
     ) -> None:
         self.ctx = ctx
         self.callback = callback

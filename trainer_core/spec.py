@@ -42,7 +42,9 @@ def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
         raise ValueError(f"{what} contains control characters")
     if value.startswith("builtin:"):
         if value not in builtins:
-            raise ValueError(f"unknown builtin {what} {value!r}; choose one of {', '.join(builtins)}")
+            raise ValueError(
+                f"unknown builtin {what} {value!r}; choose one of {', '.join(builtins)}"
+            )
         return value
     if _looks_like_path(value):
         return value
@@ -71,7 +73,8 @@ class JobSpec(BaseModel):
         examples=["builtin:sentiment"],
     )
     eval_dataset: str | None = Field(
-        default=None, description="Same forms as dataset; default: its validation split or a hold-out"
+        default=None,
+        description="Same forms as dataset; default: its validation split or a hold-out",
     )
     text_column: str = "text"
     label_column: str | None = Field(

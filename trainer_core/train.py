@@ -48,10 +48,13 @@ def _build_context(spec: JobSpec, output_dir: Path, resume: bool) -> RunContext:
     device = resolve_device(spec)
     tokenizer = load_tokenizer(spec)
     data = load_job_data(spec, tokenizer)
-    model = load_model(spec, tokenizer, data.label_names).to(device)
+    model = load_model(spec, tokenizer, data.label_names)
+    model.to(device)  # type: ignore[arg-type]
     pad_id = int(tokenizer.pad_token_id)  # load_tokenizer guarantees a pad token
     b, k = spec.per_device_train_batch_size, spec.gradient_accumulation_steps
-    loader = EpochLoader(EpochPlan(data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=pad_id))
+    loader = EpochLoader(
+        EpochPlan(data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=pad_id)
+    )
     steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b, k)
     total_steps = steps_per_epoch * spec.num_train_epochs
     optimizer = build_optimizer(model, spec)
@@ -65,7 +68,9 @@ def _build_context(spec: JobSpec, output_dir: Path, resume: bool) -> RunContext:
     if state is not None:
         if state.get("spec") != ctx.fingerprint:
             raise JobError("output_dir holds a checkpoint of a different spec", param="output_dir")
-        load_training_state(ctx.checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler)
+        load_training_state(
+            ctx.checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler
+        )
         ctx.start_epoch, ctx.start_micro_step = state["epoch"], state["micro_step"]
         ctx.start_global_step, ctx.resume_state = state["global_step"], state
     return ctx
@@ -89,7 +94,9 @@ def _start_info(ctx: RunContext) -> dict[str, Any]:
     }
 
 
-def _finish(ctx: RunContext, session: RunSession, status: Status, info: dict[str, Any]) -> dict[str, Any]:
+def _finish(
+    ctx: RunContext, session: RunSession, status: Status, info: dict[str, Any]
+) -> dict[str, Any]:
     summary = {
         "status": status,
         "spec": ctx.spec.model_dump(),
@@ -116,7 +123,7 @@ def train(
     resume: bool = True,
     progress_bar: bool = False,
 ) -> TrainResult:
-    hf_logging.disable_progress_bar()  # "Writing model shards" bars on every checkpoint
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # "Writing model shards" bars on every checkpoint
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     ctx = _build_context(spec, output_dir, resume)
@@ -136,4 +143,6 @@ def train(
     finally:
         session.close()
     summary = _finish(ctx, session, status, info)
-    return TrainResult(status=status, metrics=session.metrics, summary=summary, output_dir=output_dir)
+    return TrainResult(
+        status=status, metrics=session.metrics, summary=summary, output_dir=output_dir
+    )

@@ -29,7 +29,7 @@ class PlainLoop:
             for cpu_batch in ctx.loader:
                 batch = to_device(cpu_batch, ctx.device)
                 loss, summed = micro_step_loss(model, batch, ctx.causal)
-                loss.backward()  # loss is already Σ/N_window: gradients add up to the window mean
+                loss.backward()  # type: ignore[no-untyped-call]  # loss is already Σ/N_window: gradients add up to the window mean
                 session.after_micro_step(batch, summed)
                 if batch["last_in_window"]:
                     if ctx.spec.max_grad_norm > 0:

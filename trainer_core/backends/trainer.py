@@ -97,7 +97,7 @@ class TrainerLoop:
             trainer = _ExactTrainer(
                 model=ctx.model,
                 args=args,
-                optimizers=(ctx.optimizer, ctx.scheduler),
+                optimizers=(ctx.optimizer, ctx.scheduler),  # type: ignore[arg-type]
                 callbacks=[_SessionHooks(session)],
             )
             trainer.session = session

@@ -9,25 +9,78 @@ from __future__ import annotations
 
 import random
 
-POSITIVE = (
-    "great wonderful excellent amazing lovely good brilliant enjoyable superb delightful "
-    "charming moving clever fun beautiful"
-).split()
-NEGATIVE = (
-    "terrible awful boring bad horrible dull poor disappointing weak dreadful clumsy "
-    "tedious silly ugly messy"
-).split()
-FILLER = (
-    "the movie film plot acting was and but really quite story characters music ending very "
-    "a it i thought overall this scenes cast script director with of in at"
-).split()
+POSITIVE = [
+    "great",
+    "wonderful",
+    "excellent",
+    "amazing",
+    "lovely",
+    "good",
+    "brilliant",
+    "enjoyable",
+    "superb",
+    "delightful",
+    "charming",
+    "moving",
+    "clever",
+    "fun",
+    "beautiful",
+]
+NEGATIVE = [
+    "terrible",
+    "awful",
+    "boring",
+    "bad",
+    "horrible",
+    "dull",
+    "poor",
+    "disappointing",
+    "weak",
+    "dreadful",
+    "clumsy",
+    "tedious",
+    "silly",
+    "ugly",
+    "messy",
+]
+FILLER = [
+    "the",
+    "movie",
+    "film",
+    "plot",
+    "acting",
+    "was",
+    "and",
+    "but",
+    "really",
+    "quite",
+    "story",
+    "characters",
+    "music",
+    "ending",
+    "very",
+    "a",
+    "it",
+    "i",
+    "thought",
+    "overall",
+    "this",
+    "scenes",
+    "cast",
+    "script",
+    "director",
+    "with",
+    "of",
+    "in",
+    "at",
+]
 
-NAMES = "anna ben cara dan eva finn gus hana ivo jade".split()
-VERBS = "saw found liked painted carried watched chased kept".split()
-ADJECTIVES = "red small old shiny quiet happy green tall".split()
-NOUNS = "cat ball boat kite dog book hat apple".split()
-PLACES = "park river garden house hill market school forest".split()
-PREPOSITIONS = "near in behind under beside".split()
+NAMES = ["anna", "ben", "cara", "dan", "eva", "finn", "gus", "hana", "ivo", "jade"]
+VERBS = ["saw", "found", "liked", "painted", "carried", "watched", "chased", "kept"]
+ADJECTIVES = ["red", "small", "old", "shiny", "quiet", "happy", "green", "tall"]
+NOUNS = ["cat", "ball", "boat", "kite", "dog", "book", "hat", "apple"]
+PLACES = ["park", "river", "garden", "house", "hill", "market", "school", "forest"]
+PREPOSITIONS = ["near", "in", "behind", "under", "beside"]
 
 SPLIT_SIZES = {"train": 2000, "validation": 400}
 

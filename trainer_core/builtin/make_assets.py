@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 
 from trainer_core.builtin.corpus import all_texts
 from trainer_core.builtin.models import ASSETS
@@ -13,7 +21,9 @@ def wordpiece() -> Tokenizer:
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator(all_texts(), trainers.WordPieceTrainer(vocab_size=400, special_tokens=special))
+    tok.train_from_iterator(
+        all_texts(), trainers.WordPieceTrainer(vocab_size=400, special_tokens=special)
+    )
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     # Without a post-processor the tokenizer adds no [CLS]/[SEP] (FACTS.md).
     tok.post_processor = processors.TemplateProcessing(

@@ -22,7 +22,7 @@ MAX_POSITIONS = 512
 
 def builtin_tokenizer(name: str) -> PreTrainedTokenizerBase:
     if name == "builtin:tiny-bert":
-        return PreTrainedTokenizerFast(
+        return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
             tokenizer_file=str(ASSETS / "tiny-bert-tokenizer.json"),
             unk_token="[UNK]",
             pad_token="[PAD]",
@@ -31,7 +31,7 @@ def builtin_tokenizer(name: str) -> PreTrainedTokenizerBase:
             mask_token="[MASK]",
             model_max_length=MAX_POSITIONS,
         )
-    return PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_file=str(ASSETS / "tiny-gpt2-tokenizer.json"),
         bos_token="<|endoftext|>",
         eos_token="<|endoftext|>",
