@@ -18,12 +18,14 @@ RUN_JOB_TASK = "gradacc.run_job"
 def _filesystem_options(settings: Settings) -> dict[str, Any]:
     queue_dir = settings.broker_dir / "queue"
     processed_dir = settings.broker_dir / "processed"
-    for folder in (queue_dir, processed_dir):
+    control_dir = settings.broker_dir / "control"  # exchange bindings; default is ./control
+    for folder in (queue_dir, processed_dir, control_dir):
         folder.mkdir(parents=True, exist_ok=True)
     return {
         "data_folder_in": str(queue_dir),
         "data_folder_out": str(queue_dir),
         "processed_folder": str(processed_dir),
+        "control_folder": str(control_dir),
         "store_processed": False,
         "polling_interval": settings.broker_polling_interval,
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +23,12 @@ log = logging.getLogger(__name__)
 
 STATUS_POLL_S = 0.5
 EXIT_PREEMPTED = 75  # the child stopped early and kept a checkpoint; another worker resumes it
+FINISH_GRACE_S = 60.0  # from writing its final status to exiting (saving the model, flushing)
+
+
+def worker_name() -> str:
+    """This worker process, as recorded on the jobs it claims."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def supervise(settings: Settings, *, job_id: str) -> str:
@@ -43,8 +50,9 @@ def supervise(settings: Settings, *, job_id: str) -> str:
 
 
 def _watch(settings: Settings, job_id: str, child: subprocess.Popen[bytes]) -> str | None:
-    """Wait for the child; kill its group if the job leaves "running". Returns that status."""
+    """Wait for the child. Returns None when it exited by itself, else why it was stopped."""
     next_beat = 0.0
+    me = worker_name()
     while True:
         try:
             child.wait(timeout=STATUS_POLL_S)
@@ -52,21 +60,33 @@ def _watch(settings: Settings, job_id: str, child: subprocess.Popen[bytes]) -> s
         except subprocess.TimeoutExpired:
             pass
         beat = time.monotonic() >= next_beat
-        status = _read_status(settings, job_id, beat=beat)
+        status, owner = _read_status(settings, job_id, beat=beat)
         if beat:
             next_beat = time.monotonic() + settings.heartbeat_interval_s
-        if status != JobStatus.RUNNING:
+        if status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+            # The child wrote its own outcome and is on its way out: let it finish cleanly.
+            _await_exit(child, grace_s=FINISH_GRACE_S)
+            return None
+        if status != JobStatus.RUNNING or owner != me:
+            # Cancelled (or deleted, or handed to another worker): stop it within seconds.
             terminate_group(child, grace_s=settings.kill_grace_s)
-            return status
+            return "cancelled" if status == JobStatus.CANCELLED else "taken over"
 
 
-def _read_status(settings: Settings, job_id: str, *, beat: bool) -> str | None:
+def _await_exit(child: subprocess.Popen[bytes], *, grace_s: float) -> None:
+    try:
+        child.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        terminate_group(child, grace_s=1.0)
+
+
+def _read_status(settings: Settings, job_id: str, *, beat: bool) -> tuple[str | None, str | None]:
     with session_scope(settings) as session:
         if beat:
             update_running_job(session, job_id=job_id, heartbeat_at=utcnow())
             session.commit()
         job = session.get(Job, job_id)
-        return None if job is None else job.status
+        return (None, None) if job is None else (job.status, job.worker)
 
 
 def terminate_group(child: subprocess.Popen[bytes], *, grace_s: float) -> None:
@@ -87,13 +107,10 @@ def terminate_group(child: subprocess.Popen[bytes], *, grace_s: float) -> None:
 def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | None) -> str:
     with session_scope(settings) as session:
         if stopped_by is not None:
-            add_event(
-                session,
-                job_id=job_id,
-                kind="stopped",
-                message=f"training process stopped "
-                f"because the job is {stopped_by} (exit status {returncode})",
+            message = (
+                f"training process stopped ({stopped_by}), exit status {_describe(returncode)}"
             )
+            add_event(session, job_id=job_id, kind="stopped", message=message)
             session.commit()
             return str(stopped_by)
         if returncode == EXIT_PREEMPTED:
@@ -108,7 +125,8 @@ def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | 
             error_message=f"training process exited with status {_describe(returncode)}",
         )
         if failed:
-            add_event(session, job_id=job_id, kind="failed", message=_describe(returncode))
+            message = f"training process exited with status {_describe(returncode)}"
+            add_event(session, job_id=job_id, kind="failed", message=message)
         session.commit()
         job = session.get(Job, job_id)
         return "unknown" if job is None else job.status

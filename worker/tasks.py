@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from datetime import timedelta
 from typing import Any
 
 from celery import current_app, shared_task
 from celery.signals import worker_ready, worker_shutdown
+from sqlalchemy import select
 
 from gradacc.db import session_scope
 from gradacc.jobs import add_event, claim_job
-from gradacc.models import utcnow
+from gradacc.models import Job, utcnow
 from gradacc.settings import get_settings
 from worker.celery_app import RUN_JOB_TASK, enqueue_job
 from worker.reconciler import start_reconciler_thread
-from worker.supervisor import supervise
+from worker.supervisor import supervise, worker_name
 
 log = logging.getLogger(__name__)
 
@@ -29,19 +29,21 @@ def run_job(job_id: str) -> str:
     Returns what happened, for the log: "skipped" when the job was not ours to run.
     """
     settings = get_settings()
-    worker_name = f"{socket.gethostname()}:{run_job.request.hostname or 'worker'}"
+    worker = worker_name()
     with session_scope(settings) as session:
         claimed = claim_job(
             session,
             job_id=job_id,
-            worker=worker_name,
+            worker=worker,
             stale_before=utcnow() - timedelta(seconds=settings.stale_after_s),
             max_attempts=settings.max_attempts,
         )
         if not claimed:
             log.info("job %s is not claimable (done, running elsewhere or cancelled)", job_id)
             return "skipped"
-        add_event(session, job_id=job_id, kind="started", message=f"started on {worker_name}")
+        attempt = session.scalar(select(Job.attempts).where(Job.id == job_id))
+        message = f"started on {worker} (attempt {attempt})"
+        add_event(session, job_id=job_id, kind="started", message=message)
         session.commit()
     return supervise(settings, job_id=job_id)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,10 +43,11 @@ def test_docs_carry_an_example_that_the_api_accepts(client: TestClient) -> None:
     assert created.json()["effective_batch_size"] == 32
 
 
-def test_api_never_imports_torch() -> None:
+def test_api_never_imports_torch(tmp_path: Path) -> None:
     code = (
         "import sys, api.main; api.main.app; "
         "bad = [m for m in ('torch', 'transformers', 'accelerate') if m in sys.modules]; "
         "assert not bad, bad"
     )
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+    env = {**os.environ, "GRADACC_HOME": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=60)

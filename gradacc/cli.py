@@ -1,0 +1,51 @@
+"""The ``gradacc`` command: serve, worker, migrate, demo."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from gradacc.settings import get_settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gradacc", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="the API and N workers (embedded defaults: SQLite)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (one job each)")
+    worker = commands.add_parser("worker", help="one Celery worker (one job at a time)")
+    worker.add_argument("--name", default="worker")
+    commands.add_parser("migrate", help="bring the database schema to the latest revision")
+    demo = commands.add_parser("demo", help="serve, train a demo job per backend and K, stop")
+    demo.add_argument("--port", type=int, default=8765)
+    demo.add_argument("--workers", type=int, default=2)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = get_settings()
+    if args.command == "serve":
+        from gradacc.serve import serve
+
+        return serve(settings, host=args.host, port=args.port, workers=args.workers)
+    if args.command == "worker":
+        from gradacc.serve import run_worker
+
+        return run_worker(settings, name=args.name)
+    if args.command == "migrate":
+        from gradacc.migrate import upgrade_database
+
+        upgrade_database(settings)
+        return 0
+    from gradacc.demo import run_demo
+
+    return run_demo(settings, port=args.port, workers=args.workers)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""``gradacc demo`` (what ``make run`` runs): start the embedded stack, train one tiny job per
+backend with K = 1 and K = 4 at the same effective batch, show progress, print the metrics, stop.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from gradacc.settings import Settings
+
+BACKENDS = ("pytorch", "accelerate", "trainer")
+EFFECTIVE_BATCH = 16
+DEMO_SPEC: dict[str, Any] = {
+    "model": "builtin:tiny-bert",
+    "dataset": "builtin:sentiment",
+    "task": "sequence-classification",
+    "num_train_epochs": 2,
+    "max_train_samples": 128,
+    "max_eval_samples": 64,
+    "learning_rate": 1e-3,
+    "seed": 42,
+}
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+def demo_specs() -> list[dict[str, Any]]:
+    """(b, K) = (16, 1) and (4, 4): the same effective batch, so the same training."""
+    return [
+        {
+            **DEMO_SPEC,
+            "backend": backend,
+            "gradient_accumulation_steps": k,
+            "per_device_train_batch_size": EFFECTIVE_BATCH // k,
+        }
+        for backend in BACKENDS
+        for k in (1, 4)
+    ]
+
+
+def run_demo(settings: Settings, *, port: int, workers: int, timeout_s: float = 600.0) -> int:
+    cmd = [
+        sys.executable,
+        "-m",
+        "gradacc.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            wait_ready(client, deadline=time.monotonic() + 60)
+            jobs = [
+                client.post("/v1/jobs", json=spec).raise_for_status().json()
+                for spec in demo_specs()
+            ]
+            print(f"submitted {len(jobs)} jobs to http://127.0.0.1:{port}/v1/jobs")
+            finished = follow(
+                client, [j["id"] for j in jobs], deadline=time.monotonic() + timeout_s
+            )
+            print_table(client, finished)
+            print(f"\njob outputs: {settings.jobs_dir.resolve()}")
+            return 0 if all(j["status"] == "succeeded" for j in finished) else 1
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=60)
+
+
+def wait_ready(client: httpx.Client, *, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        try:
+            if client.get("/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the service did not become ready within 60 s")
+
+
+def describe(job: dict[str, Any]) -> str:
+    spec, progress = job["spec"], job["progress"]
+    total = progress["total_steps"] or "?"
+    return (
+        f"{job['id']}  {spec['backend']:<10} K={spec['gradient_accumulation_steps']}  "
+        f"{job['status']:<9} epoch {progress['epoch']}  step {progress['step']}/{total}"
+    )
+
+
+def follow(client: httpx.Client, ids: list[str], *, deadline: float) -> list[dict[str, Any]]:
+    """Poll every job until all are final; print a line whenever one of them moves."""
+    shown: dict[str, str] = {}
+    while True:
+        jobs = [client.get(f"/v1/jobs/{job_id}").raise_for_status().json() for job_id in ids]
+        for job in jobs:
+            line = describe(job)
+            if shown.get(job["id"]) != line:
+                shown[job["id"]] = line
+                print(line, flush=True)
+        if all(job["status"] in TERMINAL for job in jobs) or time.monotonic() > deadline:
+            return jobs
+        time.sleep(0.5)
+
+
+COLUMNS = ("epoch", "train_loss", "eval_loss", "eval_accuracy", "eval_f1", "samples_per_second")
+
+
+def print_table(client: httpx.Client, jobs: list[dict[str, Any]]) -> None:
+    header = f"{'backend':<10} {'b':>3} {'K':>2} " + " ".join(f"{c:>18}" for c in COLUMNS)
+    print("\n" + header + "\n" + "-" * len(header))
+    for job in jobs:
+        spec = job["spec"]
+        prefix = (
+            f"{spec['backend']:<10} {spec['per_device_train_batch_size']:>3} "
+            f"{spec['gradient_accumulation_steps']:>2} "
+        )
+        if job["error"]:
+            print(prefix + f"{job['status']}: {job['error']['message']}")
+        for record in client.get(f"/v1/jobs/{job['id']}/metrics").json()["data"]:
+            print(prefix + " ".join(f"{_cell(record.get(c)):>18}" for c in COLUMNS))
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.6f}" if isinstance(value, float) else str(value)

@@ -1,0 +1,75 @@
+"""``gradacc serve``: the API in this process plus N Celery worker processes beside it."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import time
+
+from gradacc.migrate import upgrade_database
+from gradacc.settings import Settings
+
+log = logging.getLogger(__name__)
+
+WORKER_STOP_GRACE_S = 10.0
+
+
+def worker_argv(name: str, settings: Settings) -> list[str]:
+    """Celery worker arguments: one job at a time (solo pool), on our queue."""
+    return [
+        "worker",
+        "--pool=solo",
+        "--concurrency=1",
+        f"--hostname={name}@%h",
+        f"--queues={settings.queue}",
+        "--without-mingle",  # the serverless brokers have no use for worker-to-worker chatter
+        "--without-gossip",
+        "--loglevel=INFO",
+    ]
+
+
+def start_workers(count: int) -> list[subprocess.Popen[bytes]]:
+    return [
+        subprocess.Popen([sys.executable, "-m", "gradacc.cli", "worker", "--name", f"worker{i}"])
+        for i in range(1, count + 1)
+    ]
+
+
+def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM (Celery's warm shutdown), then SIGKILL what is still alive after the grace.
+
+    A killed worker's training process notices, saves a checkpoint and exits; the reconciler of
+    the next start hands the job to a worker, which resumes it.
+    """
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + WORKER_STOP_GRACE_S
+    for worker in workers:
+        try:
+            worker.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+
+
+def serve(settings: Settings, *, host: str, port: int, workers: int) -> int:
+    import uvicorn
+
+    if settings.is_embedded:
+        upgrade_database(settings)
+    children = start_workers(workers)
+    try:
+        uvicorn.run("api.main:app", host=host, port=port, log_level="info")
+    finally:
+        stop_workers(children)
+    return 0
+
+
+def run_worker(settings: Settings, *, name: str) -> int:
+    from worker.celery_app import default_app
+
+    default_app().worker_main(worker_argv(name, settings))
+    return 0

@@ -1,0 +1,143 @@
+"""A real Celery worker process (``gradacc worker``) on PostgreSQL and Redis, and helpers to
+submit tiny jobs and wait for them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.main import create_app
+from gradacc.settings import Settings
+from tests.conftest import ROOT, unique_queue
+
+TINY: dict[str, Any] = {
+    "model": "builtin:tiny-bert",
+    "dataset": "builtin:sentiment",
+    "task": "sequence-classification",
+    "backend": "pytorch",
+    "num_train_epochs": 1,
+    "max_train_samples": 64,
+    "max_eval_samples": 32,
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 2,
+}
+TERMINAL = {"succeeded", "failed", "cancelled"}
+# Short enough for a test to see the reconciler work; production keeps the defaults.
+FAST_RECOVERY = {
+    "GRADACC_HEARTBEAT_INTERVAL_S": "0.5",
+    "GRADACC_STALE_AFTER_S": "3",
+    "GRADACC_RECONCILE_INTERVAL_S": "1",
+    "GRADACC_KILL_GRACE_S": "2",
+}
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    env = {**os.environ, **FAST_RECOVERY, "HF_HUB_OFFLINE": "1", "GRADACC_HOME": str(settings.home)}
+    env["GRADACC_QUEUE"] = settings.queue
+    if settings.database_url:
+        env["GRADACC_DATABASE_URL"] = settings.database_url
+    if settings.broker_url:
+        env["GRADACC_BROKER_URL"] = settings.broker_url
+    return env
+
+
+class WorkerProcess:
+    """``gradacc worker`` as a child process with its output in a log file."""
+
+    def __init__(self, settings: Settings, name: str) -> None:
+        self.log_path = settings.home / f"{name}.log"
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "gradacc.cli", "worker", "--name", name],
+                cwd=ROOT,
+                env=settings_env(settings),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def kill(self) -> None:
+        """A crash: SIGKILL, no warm shutdown, nothing acknowledged."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+@pytest.fixture(scope="module")
+def pg_redis_settings(
+    pg_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Settings:
+    home = tmp_path_factory.mktemp("home")
+    return Settings(home=home, database_url=pg_url, broker_url=redis_url, queue=unique_queue())
+
+
+@pytest.fixture(scope="module")
+def api(pg_redis_settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(pg_redis_settings)) as client:
+        yield client
+
+
+@pytest.fixture
+def start_worker(pg_redis_settings: Settings) -> Iterator[Callable[[str], WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(name: str) -> WorkerProcess:
+        started.append(WorkerProcess(pg_redis_settings, name))
+        return started[-1]
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def wait_for(
+    client: TestClient, job_id: str, done: Callable[[dict[str, Any]], bool], timeout: float = 90
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
+        if done(job):
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} did not get there in {timeout} s: {job}")
+
+
+def wait_final(client: TestClient, job_id: str, timeout: float = 90) -> dict[str, Any]:
+    return wait_for(client, job_id, lambda job: job["status"] in TERMINAL, timeout)
+
+
+def event_kinds(client: TestClient, job_id: str) -> list[str]:
+    return [e["kind"] for e in client.get(f"/v1/jobs/{job_id}/events").json()["data"]]
+
+
+def process_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def path_of(settings: Settings, job_id: str) -> Path:
+    return settings.jobs_dir / job_id

@@ -1,0 +1,118 @@
+"""End to end on PostgreSQL and Redis with a real Celery worker process and real tiny models."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from gradacc.db import session_scope
+from gradacc.models import Job
+from gradacc.settings import Settings
+from tests.e2e.conftest import (
+    TINY,
+    WorkerProcess,
+    event_kinds,
+    process_gone,
+    wait_final,
+    wait_for,
+)
+from worker.celery_app import create_celery_app, enqueue_job
+
+StartWorker = Callable[[str], WorkerProcess]
+
+
+def test_every_backend_trains_and_reports_metrics(
+    api: TestClient, start_worker: StartWorker
+) -> None:
+    specs = [{**TINY, "backend": backend} for backend in ("pytorch", "accelerate", "trainer")]
+    specs.append(
+        {
+            **TINY,
+            "model": "builtin:tiny-gpt2",
+            "dataset": "builtin:tiny-stories",
+            "task": "causal-lm",
+            "max_train_samples": 32,
+            "max_eval_samples": 16,
+        }
+    )
+    ids = [api.post("/v1/jobs", json=spec).json()["id"] for spec in specs]
+    worker = start_worker("all-backends")
+    for job_id, spec in zip(ids, specs, strict=True):
+        job = wait_final(api, job_id, timeout=120)
+        assert job["status"] == "succeeded", (job, worker.log())
+        assert job["progress"]["step"] == job["progress"]["total_steps"] > 0
+        metrics = api.get(f"/v1/jobs/{job_id}/metrics").json()["data"]
+        assert [m["epoch"] for m in metrics] == [1]
+        quality = "eval_perplexity" if spec["task"] == "causal-lm" else "eval_accuracy"
+        for field in ("train_loss", "eval_loss", quality, "learning_rate", "samples_per_second"):
+            assert isinstance(metrics[0][field], float), (field, metrics[0])
+        assert job["metrics"] == metrics[-1]
+        kinds = event_kinds(api, job_id)
+        assert kinds[:3] == ["queued", "started", "training"]
+        assert "epoch" in kinds and kinds[-1] in ("succeeded", "stopped")
+
+
+def test_a_failing_job_says_why_and_a_redelivery_does_not_rerun_it(
+    api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
+) -> None:
+    missing = "/nonexistent/gradacc/reviews.csv"
+    job_id = api.post("/v1/jobs", json={**TINY, "dataset": missing}).json()["id"]
+    worker = start_worker("failing")
+    job = wait_final(api, job_id)
+    assert job["status"] == "failed", worker.log()
+    assert job["error"]["code"] == "invalid_dataset"
+    assert missing in job["error"]["message"]
+    assert "GRADACC_" not in job["error"]["message"]
+    # Deliver the same job again; a later job on the same one-job worker proves it was handled.
+    enqueue_job(create_celery_app(pg_redis_settings), pg_redis_settings, job_id)
+    later = api.post("/v1/jobs", json={**TINY, "dataset": missing}).json()["id"]
+    wait_final(api, later)
+    assert event_kinds(api, job_id).count("started") == 1
+    assert api.get(f"/v1/jobs/{job_id}").json()["attempts"] == 1
+    assert "not claimable" in worker.log()
+
+
+def test_cancel_stops_a_running_job_and_frees_its_process(
+    api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
+) -> None:
+    long_job = {**TINY, "num_train_epochs": 50}
+    job_id = api.post("/v1/jobs", json=long_job).json()["id"]
+    start_worker("cancel")
+    wait_for(api, job_id, lambda job: job["progress"]["step"] >= 1, timeout=60)
+    pid = child_pid(pg_redis_settings, job_id)
+    cancelled = api.post(f"/v1/jobs/{job_id}/cancel")
+    assert cancelled.json()["status"] == "cancelled"
+    started = time.monotonic()
+    assert process_gone(pid, timeout=10), "the training process outlived its cancel"
+    assert time.monotonic() - started < 5
+    wait_for(api, job_id, lambda _: "stopped" in event_kinds(api, job_id), timeout=10)
+    assert api.get(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
+
+
+def child_pid(settings: Settings, job_id: str) -> int:
+    with session_scope(settings) as session:
+        pid = session.scalar(select(Job.pid).where(Job.id == job_id))
+    assert pid is not None
+    return pid
+
+
+def test_a_worker_killed_mid_queue_still_runs_every_job_once(
+    api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
+) -> None:
+    ids = [api.post("/v1/jobs", json={**TINY, "seed": seed}).json()["id"] for seed in (1, 2, 3)]
+    crashed = start_worker("crashing")
+    wait_for(api, ids[0], lambda job: job["progress"]["step"] >= 1, timeout=60)
+    orphan = child_pid(pg_redis_settings, ids[0])
+    crashed.kill()
+    # The orphaned training process notices its worker is gone, keeps a checkpoint and exits.
+    assert process_gone(orphan, timeout=20), "the training process outlived its worker"
+    replacement = start_worker("replacement")
+    jobs = [wait_final(api, job_id, timeout=120) for job_id in ids]
+    assert [job["status"] for job in jobs] == ["succeeded"] * 3, replacement.log()
+    assert [job["attempts"] for job in jobs] == [2, 1, 1]
+    for job_id in ids[1:]:
+        assert event_kinds(api, job_id).count("started") == 1
+    assert "requeued" in event_kinds(api, ids[0])
