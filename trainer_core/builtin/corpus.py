@@ -85,17 +85,24 @@ PREPOSITIONS = ["near", "in", "behind", "under", "beside"]
 SPLIT_SIZES = {"train": 2000, "validation": 400}
 
 
+def _phrase(rng: random.Random, polarity: list[str], opposite: list[str]) -> str:
+    """A phrase with the given polarity: a plain word, or "not" + a word of the opposite one.
+    Negation makes the label depend on word order, so the task is not a bag-of-words lookup."""
+    if rng.random() < 0.15:
+        return f"not {rng.choice(opposite)}"
+    return rng.choice(polarity)
+
+
 def _review(rng: random.Random) -> tuple[str, int]:
     n_sentiment = rng.choice((1, 1, 3, 3, 5))
     label = rng.randint(0, 1)
-    n_major = n_sentiment // 2 + 1 + rng.randint(0, n_sentiment // 2)
-    n_major = min(n_major, n_sentiment)
+    n_major = min(n_sentiment // 2 + 1 + rng.randint(0, n_sentiment // 2), n_sentiment)
     major, minor = (POSITIVE, NEGATIVE) if label == 1 else (NEGATIVE, POSITIVE)
-    words = [rng.choice(major) for _ in range(n_major)]
-    words += [rng.choice(minor) for _ in range(n_sentiment - n_major)]
-    words += [rng.choice(FILLER) for _ in range(rng.randint(3, 36))]
-    rng.shuffle(words)
-    return " ".join(words), label
+    phrases = [_phrase(rng, major, minor) for _ in range(n_major)]
+    phrases += [_phrase(rng, minor, major) for _ in range(n_sentiment - n_major)]
+    phrases += [rng.choice(FILLER) for _ in range(rng.randint(3, 36))]
+    rng.shuffle(phrases)
+    return " ".join(phrases), label
 
 
 def _story(rng: random.Random) -> str:
