@@ -1,0 +1,62 @@
+"""``python -m trainer_core run``: the files a user gets, and a bad spec's exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainer_core", *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_run_writes_metrics_summary_and_model(tmp_path: Path) -> None:
+    spec = {"model": "builtin:tiny-gpt2", "dataset": "builtin:tiny-stories", "task": "causal-lm",
+            "backend": "accelerate", "num_train_epochs": 2, "max_train_samples": 50, "max_eval_samples": 10,
+            "gradient_accumulation_steps": 3, "per_device_train_batch_size": 4}  # fmt: skip
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    done = _cli("run", str(tmp_path / "spec.json"), "--output-dir", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    records = [
+        json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["epoch"] for r in records] == [1, 2]
+    assert all(r["eval_perplexity"] > 1 for r in records)
+    assert records[1]["optimizer_steps"] == 2 * 5  # ceil(ceil(50 / 4) / 3) per epoch
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert (tmp_path / "out" / "model" / "model.safetensors").is_file()
+    assert json.loads(done.stdout)["epoch"] == 2
+
+
+def test_bad_spec_exits_non_zero_naming_the_field(tmp_path: Path) -> None:
+    bad = {
+        "model": "builtin:tiny-bert",
+        "dataset": "builtin:sentiment",
+        "gradient_accumulation_steps": 0,
+    }
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    done = _cli("run", str(tmp_path / "bad.json"), "--output-dir", str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert "gradient_accumulation_steps" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_dataset_file_is_a_job_error(tmp_path: Path) -> None:
+    spec = {"model": "builtin:tiny-bert", "dataset": str(tmp_path / "missing.csv")}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    done = _cli("run", str(tmp_path / "spec.json"), "--output-dir", str(tmp_path / "out"))
+    assert done.returncode == 3
+    assert "invalid_dataset" in done.stderr and "does not exist" in done.stderr
