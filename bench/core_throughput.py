@@ -1,0 +1,175 @@
+"""Samples/s of each gradacc backend against the same library driven by hand, same model and data.
+
+The hand-driven twins are what a user would write: the model's own (mean) loss divided by K, a
+standard DataLoader with RandomSampler and DataCollatorWithPadding. Only the training epoch is
+timed (no evaluation, no checkpoint), runs are interleaved, and the median of REPEATS is reported.
+
+    .venv/bin/python bench/core_throughput.py [--repeats 3] [--task classification|causal-lm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+from transformers import (
+    DataCollatorForLanguageModeling,
+    DataCollatorWithPadding,
+    PrinterCallback,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from trainer_core.data import JobData, load_job_data  # noqa: E402
+from trainer_core.models import load_model, load_tokenizer  # noqa: E402
+from trainer_core.optim import build_optimizer, build_scheduler  # noqa: E402
+from trainer_core.spec import JobSpec  # noqa: E402
+from trainer_core.train import train  # noqa: E402
+
+SPECS = {
+    "classification": {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment"},
+    "causal-lm": {
+        "model": "builtin:tiny-gpt2",
+        "dataset": "builtin:tiny-stories",
+        "task": "causal-lm",
+    },
+}
+COMMON = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 4, "num_train_epochs": 1,
+          "learning_rate": 1e-3, "max_eval_samples": 8}  # fmt: skip
+
+
+def _setup(spec: JobSpec) -> tuple[Any, Any, JobData, DataLoader[Any], torch.optim.Optimizer, Any]:
+    tokenizer = load_tokenizer(spec)
+    data = load_job_data(spec, tokenizer)
+    model = load_model(spec, tokenizer, data.label_names)
+    if data.train.labels is None:
+        rows = [{"input_ids": ids} for ids in data.train.input_ids]
+        collator: Any = DataCollatorForLanguageModeling(tokenizer, mlm=False)
+    else:
+        rows = [
+            {"input_ids": ids, "labels": y}
+            for ids, y in zip(data.train.input_ids, data.train.labels, strict=True)
+        ]
+        collator = DataCollatorWithPadding(tokenizer)
+    loader = DataLoader(
+        rows, batch_size=spec.per_device_train_batch_size, shuffle=True, collate_fn=collator
+    )  # type: ignore[arg-type]
+    optimizer = build_optimizer(model, spec)
+    steps = -(-len(loader) // spec.gradient_accumulation_steps)
+    return model, rows, data, loader, optimizer, build_scheduler(optimizer, spec, steps)
+
+
+def bare_loop(spec: JobSpec) -> float:
+    model, rows, _, loader, optimizer, scheduler = _setup(spec)
+    k = spec.gradient_accumulation_steps
+    model.train()
+    start = time.perf_counter()
+    for i, batch in enumerate(loader):
+        (model(**batch).loss / k).backward()
+        if (i + 1) % k == 0 or i + 1 == len(loader):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), spec.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+    return len(rows) / (time.perf_counter() - start)
+
+
+def raw_accelerate(spec: JobSpec) -> float:
+    model, rows, _, loader, optimizer, scheduler = _setup(spec)
+    accelerator = Accelerator(
+        gradient_accumulation_steps=spec.gradient_accumulation_steps, cpu=True
+    )
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    model.train()
+    start = time.perf_counter()
+    for batch in loader:
+        with accelerator.accumulate(model):
+            accelerator.backward(model(**batch).loss)
+            if accelerator.sync_gradients:
+                accelerator.clip_grad_norm_(model.parameters(), spec.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    return len(rows) / (time.perf_counter() - start)
+
+
+class _EpochTimer(TrainerCallback):
+    def on_epoch_begin(self, *args: Any, **kwargs: Any) -> None:
+        self.start = time.perf_counter()
+
+    def on_epoch_end(self, *args: Any, **kwargs: Any) -> None:
+        self.seconds = time.perf_counter() - self.start
+
+
+def raw_trainer(spec: JobSpec) -> float:
+    model, rows, _, loader, optimizer, scheduler = _setup(spec)
+    timer = _EpochTimer()
+    with tempfile.TemporaryDirectory() as scratch:
+        args = TrainingArguments(output_dir=scratch, per_device_train_batch_size=spec.per_device_train_batch_size,
+                                 gradient_accumulation_steps=spec.gradient_accumulation_steps, num_train_epochs=1,
+                                 max_grad_norm=spec.max_grad_norm, use_cpu=True, eval_strategy="no", save_strategy="no",
+                                 logging_strategy="no", report_to="none", disable_tqdm=True)  # fmt: skip
+        trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=loader.collate_fn,  # type: ignore[arg-type]
+                          optimizers=(optimizer, scheduler), callbacks=[timer])  # fmt: skip
+        trainer.remove_callback(PrinterCallback)
+        trainer.train()
+    return len(rows) / timer.seconds
+
+
+def gradacc(spec: JobSpec) -> float:
+    with tempfile.TemporaryDirectory() as out:
+        result = train(spec, Path(out))
+    return float(result.metrics[0]["samples_per_second"])
+
+
+TWINS: dict[str, Callable[[JobSpec], float]] = {
+    "pytorch": bare_loop,
+    "accelerate": raw_accelerate,
+    "trainer": raw_trainer,
+}
+
+
+def measure(task: str, repeats: int) -> list[tuple[str, float, float]]:
+    rows = []
+    for backend, twin in TWINS.items():
+        spec = JobSpec(**SPECS[task], **COMMON, backend=backend)
+        ours, theirs = [], []
+        for _ in range(repeats):  # interleaved, so drift hits both alike
+            ours.append(gradacc(spec))
+            theirs.append(twin(spec))
+        rows.append((backend, statistics.median(ours), statistics.median(theirs)))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--task", choices=[*SPECS, "all"], default="all")
+    args = parser.parse_args()
+    torch.set_num_threads(torch.get_num_threads())
+    print(
+        f"# core throughput: b=8, K=4, 2,000 rows, 1 epoch, median of {args.repeats}, {torch.get_num_threads()} threads"
+    )
+    print(f"| task | backend | gradacc samples/s | hand-driven samples/s | ratio |")
+    print("|---|---|---:|---:|---:|")
+    for task in SPECS if args.task == "all" else [args.task]:
+        for backend, ours, theirs in measure(task, args.repeats):
+            print(
+                f"| {task} | {backend} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.3f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
