@@ -31,11 +31,11 @@ from transformers import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from trainer_core.data import JobData, load_job_data  # noqa: E402
-from trainer_core.models import load_model, load_tokenizer  # noqa: E402
-from trainer_core.optim import build_optimizer, build_scheduler  # noqa: E402
-from trainer_core.spec import JobSpec  # noqa: E402
-from trainer_core.train import train  # noqa: E402
+from trainer_core.data import JobData, load_job_data
+from trainer_core.models import load_model, load_tokenizer
+from trainer_core.optim import build_optimizer, build_scheduler
+from trainer_core.spec import JobSpec
+from trainer_core.train import train
 
 SPECS = {
     "classification": {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment"},
@@ -161,7 +161,7 @@ def main() -> None:
     print(
         f"# core throughput: b=8, K=4, 2,000 rows, 1 epoch, median of {args.repeats}, {torch.get_num_threads()} threads"
     )
-    print(f"| task | backend | gradacc samples/s | hand-driven samples/s | ratio |")
+    print("| task | backend | gradacc samples/s | hand-driven samples/s | ratio |")
     print("|---|---|---:|---:|---:|")
     for task in SPECS if args.task == "all" else [args.task]:
         for backend, ours, theirs in measure(task, args.repeats):

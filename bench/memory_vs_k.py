@@ -22,7 +22,24 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WORDS = "anna ben saw the red small cat ball boat near in park river garden house .".split()
+WORDS = [
+    "anna",
+    "ben",
+    "saw",
+    "the",
+    "red",
+    "small",
+    "cat",
+    "ball",
+    "boat",
+    "near",
+    "in",
+    "park",
+    "river",
+    "garden",
+    "house",
+    ".",
+]
 
 
 def _write_long_rows(path: Path, rows: int) -> None:
