@@ -86,6 +86,8 @@ class RunSession:
         self.bar = tqdm(total=ctx.total_steps, initial=self.global_step, disable=not progress_bar)
         self.epoch = ctx.start_epoch
         self._reset_meter(ctx.start_micro_step, ctx.resume_state)
+        if ctx.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(ctx.device)  # peak of this run, not of the process
 
     def _reset_meter(self, micro_step: int, saved: dict[str, Any]) -> None:
         self.micro_step = micro_step

@@ -87,3 +87,16 @@ def test_unreachable_hub_id_fails_fast_and_clearly() -> None:
     with pytest.raises(ModelError) as info:
         load_model(spec, load_tokenizer(spec), ["a", "b"])
     assert info.value.param == "model" and "does-not-exist" in info.value.message
+
+
+def test_cuda_requested_without_a_gpu_names_the_device_field(tmp_path: Path) -> None:
+    import torch
+
+    from trainer_core.errors import JobError
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible here")
+    spec = JobSpec(model="builtin:tiny-bert", dataset="builtin:sentiment", device="cuda")
+    with pytest.raises(JobError) as info:
+        run(spec, tmp_path)
+    assert info.value.param == "device"
