@@ -1,4 +1,4 @@
-# gradacc: `make run` trains on the embedded defaults, `make test` runs the test suite.
+# gradacc: `make run` runs the service demo on the embedded defaults, `make test` runs the tests.
 PY_VERSION ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The embedded stack (SQLite + a filesystem broker under var/), a job per backend with K = 1 and 4.
 run: setup
-	$(PY) -m trainer_core run examples/sentiment_k4.json --output-dir var/runs/demo
+	$(PY) -m gradacc.cli demo
 
 test: setup lint typecheck
 	$(PY) -m pytest -q
@@ -27,7 +28,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 typecheck: setup
-	$(VENV)/bin/mypy trainer_core
+	$(VENV)/bin/mypy trainer_core gradacc api worker
 
 bench: setup
 	$(PY) bench/run_all.py

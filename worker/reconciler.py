@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import or_, select, update
+from sqlalchemy.orm import Session
 
 from gradacc.db import session_scope
 from gradacc.jobs import add_event, transition_job
@@ -39,25 +40,18 @@ def reconcile_jobs(
             Job.enqueued_at.is_(None),
             Job.enqueued_at < now - timedelta(seconds=settings.requeue_after_s),
         )
-        orphaned = (Job.status == JobStatus.RUNNING) & (
-            Job.heartbeat_at < now - timedelta(seconds=settings.stale_after_s)
-        )
-        rows = session.execute(
-            select(Job.id, Job.status, Job.attempts).where(lost_queued | orphaned)
-        )
-        for job_id, status, attempts in rows.all():
+        stale = now - timedelta(seconds=settings.stale_after_s)
+        orphaned = (Job.status == JobStatus.RUNNING) & (Job.heartbeat_at < stale)
+        query = select(Job.id, Job.status, Job.attempts, Job.enqueued_at)
+        for job_id, status, attempts, enqueued_at in session.execute(
+            query.where(lost_queued | orphaned)
+        ).all():
             if status == JobStatus.RUNNING and attempts >= settings.max_attempts:
-                if transition_job(
-                    session,
-                    job_id=job_id,
-                    to=JobStatus.FAILED,
-                    finished_at=now,
-                    error_code="worker_lost",
-                    error_message=f"the job lost its worker {attempts} times",
-                ):
-                    add_event(session, job_id=job_id, kind="failed", message="worker lost")
+                if _fail_hopeless(session, job_id=job_id, attempts=attempts, now=now):
                     report.failed.append(job_id)
                 continue
+            if status == JobStatus.RUNNING and enqueued_at is not None and enqueued_at >= stale:
+                continue  # re-sent within the last stale period; a worker will take it over
             session.execute(update(Job).where(Job.id == job_id).values(enqueued_at=now))
             add_event(session, job_id=job_id, kind="requeued", message=f"re-enqueued ({status})")
             report.requeued.append(job_id)
@@ -65,6 +59,20 @@ def reconcile_jobs(
     for job_id in report.requeued:
         enqueue(job_id)
     return report
+
+
+def _fail_hopeless(session: Session, *, job_id: str, attempts: int, now: datetime) -> bool:
+    failed = transition_job(
+        session,
+        job_id=job_id,
+        to=JobStatus.FAILED,
+        finished_at=now,
+        error_code="worker_lost",
+        error_message=f"the job lost its worker {attempts} times",
+    )
+    if failed:
+        add_event(session, job_id=job_id, kind="failed", message="worker lost too often")
+    return failed
 
 
 def start_reconciler_thread(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import signal
 import time
 from typing import Any
 
@@ -110,9 +111,9 @@ def _epoch_line(record: dict[str, Any]) -> str:
 
 
 class StopPoller:
-    """``should_stop`` for the core: "cancel" once the job left "running", "preempt" when the
-    supervising worker died (this process was re-parented). Reads the database at most every
-    0.5 s; the core calls it between micro-steps."""
+    """``should_stop`` for the core: "cancel" once the job left "running"; "preempt" when the
+    worker shuts down (SIGUSR1) or died (this process was re-parented). Reads the database at
+    most every 0.5 s; the core calls it between micro-steps."""
 
     def __init__(self, settings: Settings, job_id: str) -> None:
         self.settings = settings
@@ -120,6 +121,10 @@ class StopPoller:
         self.parent = os.getppid()
         self._next_check = 0.0
         self._answer: StopRequest | None = None
+        signal.signal(signal.SIGUSR1, self._on_preempt_signal)
+
+    def _on_preempt_signal(self, _signum: int, _frame: object) -> None:
+        self._answer = "preempt"  # the worker is shutting down: checkpoint and stop
 
     def __call__(self) -> StopRequest | None:
         now = time.monotonic()

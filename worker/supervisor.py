@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from gradacc.db import session_scope
@@ -24,6 +25,11 @@ log = logging.getLogger(__name__)
 STATUS_POLL_S = 0.5
 EXIT_PREEMPTED = 75  # the child stopped early and kept a checkpoint; another worker resumes it
 FINISH_GRACE_S = 60.0  # from writing its final status to exiting (saving the model, flushing)
+
+
+# Set when the worker is asked to shut down: the running job is preempted (checkpoint, exit 75)
+# instead of holding the shutdown until it finishes; another worker resumes it later.
+shutdown_requested = threading.Event()
 
 
 def worker_name() -> str:
@@ -53,12 +59,16 @@ def _watch(settings: Settings, job_id: str, child: subprocess.Popen[bytes]) -> s
     """Wait for the child. Returns None when it exited by itself, else why it was stopped."""
     next_beat = 0.0
     me = worker_name()
+    preempt_sent = False
     while True:
         try:
             child.wait(timeout=STATUS_POLL_S)
             return None
         except subprocess.TimeoutExpired:
             pass
+        if shutdown_requested.is_set() and not preempt_sent:
+            child.send_signal(signal.SIGUSR1)  # the runner turns this into a "preempt" request
+            preempt_sent = True
         beat = time.monotonic() >= next_beat
         status, owner = _read_status(settings, job_id, beat=beat)
         if beat:

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from celery import current_app, shared_task
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 from sqlalchemy import select
 
 from gradacc.db import session_scope
@@ -17,7 +17,7 @@ from gradacc.models import Job, utcnow
 from gradacc.settings import get_settings
 from worker.celery_app import RUN_JOB_TASK, enqueue_job
 from worker.reconciler import start_reconciler_thread
-from worker.supervisor import supervise, worker_name
+from worker.supervisor import shutdown_requested, supervise, worker_name
 
 log = logging.getLogger(__name__)
 
@@ -63,3 +63,8 @@ def _start_reconciler(sender: Any = None, **_: Any) -> None:
 @worker_shutdown.connect
 def _stop_reconciler(sender: Any = None, **_: Any) -> None:
     _reconciler_stop.set()
+
+
+@worker_shutting_down.connect
+def _preempt_running_job(sender: Any = None, **_: Any) -> None:
+    shutdown_requested.set()

@@ -102,7 +102,9 @@ def child_pid(settings: Settings, job_id: str) -> int:
 def test_a_worker_killed_mid_queue_still_runs_every_job_once(
     api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
 ) -> None:
-    ids = [api.post("/v1/jobs", json={**TINY, "seed": seed}).json()["id"] for seed in (1, 2, 3)]
+    # The first job is long enough that the crash lands mid-training, not after its last step.
+    specs = [{**TINY, "num_train_epochs": 3}, {**TINY, "seed": 2}, {**TINY, "seed": 3}]
+    ids = [api.post("/v1/jobs", json=spec).json()["id"] for spec in specs]
     crashed = start_worker("crashing")
     wait_for(api, ids[0], lambda job: job["progress"]["step"] >= 1, timeout=60)
     orphan = child_pid(pg_redis_settings, ids[0])
@@ -112,7 +114,11 @@ def test_a_worker_killed_mid_queue_still_runs_every_job_once(
     replacement = start_worker("replacement")
     jobs = [wait_final(api, job_id, timeout=120) for job_id in ids]
     assert [job["status"] for job in jobs] == ["succeeded"] * 3, replacement.log()
-    assert [job["attempts"] for job in jobs] == [2, 1, 1]
+    assert [job["attempts"] for job in jobs] == [2, 1, 1], [event_kinds(api, i) for i in ids]
     for job_id in ids[1:]:
         assert event_kinds(api, job_id).count("started") == 1
     assert "requeued" in event_kinds(api, ids[0])
+    messages = [e["message"] for e in api.get(f"/v1/jobs/{ids[0]}/events").json()["data"]]
+    assert any("resumed at step" in m for m in messages), messages
+    metrics = api.get(f"/v1/jobs/{ids[0]}/metrics").json()["data"]
+    assert [m["epoch"] for m in metrics] == [1, 2, 3]

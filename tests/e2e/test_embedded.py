@@ -1,0 +1,93 @@
+"""End to end on the embedded defaults: ``gradacc serve`` with SQLite and the filesystem broker,
+talked to over real HTTP."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gradacc.settings import Settings
+from tests.conftest import ROOT
+from tests.e2e.conftest import TERMINAL, TINY, settings_env
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[httpx.Client, Path, subprocess.Popen[bytes]]]:
+    home = tmp_path / "home"
+    env = settings_env(Settings(home=home))
+    for name in ("GRADACC_DATABASE_URL", "GRADACC_BROKER_URL", "GRADACC_QUEUE"):
+        env.pop(name, None)
+    port = free_port()
+    log = (tmp_path / "serve.log").open("wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gradacc.cli", "serve", "--port", str(port), "--workers", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+        try:
+            yield client, home, server
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+            log.close()
+
+
+def wait_ready(client: httpx.Client, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if client.get("/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.2)
+    raise AssertionError("gradacc serve did not become ready")
+
+
+def wait_final(client: httpx.Client, job_id: str, timeout: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in TERMINAL:
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} is still {job['status']}")
+
+
+def test_serve_on_embedded_defaults_trains_a_job(
+    served: tuple[httpx.Client, Path, subprocess.Popen[bytes]],
+) -> None:
+    client, home, server = served
+    wait_ready(client)
+    assert (home / "gradacc.db").is_file(), "serve migrates the embedded database at start"
+    job = client.post("/v1/jobs", json={**TINY, "backend": "accelerate"}).json()
+    queued = client.post("/v1/jobs", json=TINY).json()
+    cancelled = client.post(f"/v1/jobs/{queued['id']}/cancel").json()
+    assert cancelled["status"] == "cancelled"
+    finished = wait_final(client, job["id"])
+    assert finished["status"] == "succeeded", finished
+    metrics = client.get(f"/v1/jobs/{job['id']}/metrics").json()["data"]
+    assert len(metrics) == 1 and metrics[0]["train_loss"] > 0
+    assert (home / "jobs" / job["id"] / "model").is_dir()
+    assert client.get(f"/v1/jobs/{queued['id']}").json()["attempts"] == 0
+    server.send_signal(signal.SIGINT)
+    assert server.wait(timeout=30) == 0
