@@ -24,3 +24,9 @@ class DatasetError(JobError):
 
 class ModelError(JobError):
     code = "invalid_model"
+
+
+class OutOfMemory(JobError):
+    """The job does not fit the device at this micro-batch size: lower it and raise K."""
+
+    code = "out_of_memory"

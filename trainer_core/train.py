@@ -28,7 +28,7 @@ from trainer_core.callbacks import (
 )
 from trainer_core.checkpoint import load_training_state, read_state
 from trainer_core.data import load_job_data
-from trainer_core.errors import JobError
+from trainer_core.errors import JobError, OutOfMemory
 from trainer_core.loader import EpochLoader, EpochPlan
 from trainer_core.models import load_model, load_tokenizer
 from trainer_core.optim import build_optimizer, build_scheduler
@@ -136,6 +136,12 @@ def train(
     status: Status = "completed"
     try:
         get_backend(spec.backend).run(session)
+    except torch.OutOfMemoryError as exc:
+        raise OutOfMemory(
+            f"per_device_train_batch_size: out of memory at micro-batch "
+            f"{spec.per_device_train_batch_size}; lower it and raise gradient_accumulation_steps",
+            param="per_device_train_batch_size",
+        ) from exc
     except TrainingCancelled:
         status = "cancelled"
     except TrainingPreempted:

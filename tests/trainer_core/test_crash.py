@@ -1,0 +1,69 @@
+"""kill -9 in the middle of epoch 2, run again: the job resumes from its last checkpoint and ends
+with the weights and metrics of a run that was never interrupted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.trainer_core.helpers import (
+    CLASSIFICATION,
+    final_weights,
+    initial_weights,
+    max_abs_diff,
+    tolerance,
+)
+from trainer_core.spec import JobSpec
+
+SPEC = {**CLASSIFICATION, "backend": "pytorch", "num_train_epochs": 3, "max_train_samples": 1000,
+        "max_eval_samples": 50, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 3,
+        "learning_rate": 2e-3}  # fmt: skip
+
+
+def _start(spec_file: Path, out: Path) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "trainer_core", "run", str(spec_file), "--output-dir", str(out)]
+    return subprocess.Popen(
+        cmd,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_sigkill_mid_epoch_then_resume_equals_clean_run(tmp_path: Path) -> None:
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(SPEC))
+    clean = _start(spec_file, tmp_path / "clean")
+    assert clean.wait(timeout=300) == 0
+
+    victim = _start(spec_file, tmp_path / "crashed")
+    deadline = time.monotonic() + 240
+    while not _lines(tmp_path / "crashed" / "metrics.jsonl") and victim.poll() is None:
+        assert time.monotonic() < deadline, "epoch 1 never finished"
+        time.sleep(0.02)
+    time.sleep(0.3)  # into epoch 2
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=30)
+    assert victim.returncode == -signal.SIGKILL, "the job finished before it could be killed"
+    assert not (tmp_path / "crashed" / "summary.json").exists()
+
+    again = _start(spec_file, tmp_path / "crashed")
+    assert again.wait(timeout=300) == 0
+    clean_metrics = [json.loads(x) for x in _lines(tmp_path / "clean" / "metrics.jsonl")]
+    resumed_metrics = [json.loads(x) for x in _lines(tmp_path / "crashed" / "metrics.jsonl")]
+    assert [m["epoch"] for m in resumed_metrics] == [1, 2, 3]
+    for a, b in zip(resumed_metrics, clean_metrics, strict=True):
+        assert abs(a["eval_loss"] - b["eval_loss"]) <= 1e-5 * abs(b["eval_loss"])
+        assert a["optimizer_steps"] == b["optimizer_steps"]
+    clean_weights = final_weights(tmp_path / "clean")
+    bound = tolerance(initial_weights(JobSpec(**SPEC)), clean_weights)
+    assert max_abs_diff(final_weights(tmp_path / "crashed"), clean_weights) <= bound
