@@ -125,7 +125,13 @@ def _tokenize(
     texts = list(ds[spec.text_column])
     if not all(isinstance(t, str) for t in texts):
         raise DatasetError("text_column: every row must hold a string", param="text_column")
-    encoded = tokenizer(texts, truncation=True, max_length=spec.max_seq_length)
+    # Never longer than the model's positions (tokenizers record it; huge values mean "unset").
+    limit = (
+        tokenizer.model_max_length
+        if tokenizer.model_max_length < 1_000_000
+        else spec.max_seq_length
+    )
+    encoded = tokenizer(texts, truncation=True, max_length=min(spec.max_seq_length, limit))
     return [list(ids) for ids in encoded["input_ids"]]
 
 
