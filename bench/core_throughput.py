@@ -37,6 +37,9 @@ from trainer_core.optim import build_optimizer, build_scheduler
 from trainer_core.spec import JobSpec
 from trainer_core.train import train
 
+CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if CUDA else "cpu")
+
 SPECS = {
     "classification": {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment"},
     "causal-lm": {
@@ -53,6 +56,7 @@ def _setup(spec: JobSpec) -> tuple[Any, Any, JobData, DataLoader[Any], torch.opt
     tokenizer = load_tokenizer(spec)
     data = load_job_data(spec, tokenizer)
     model = load_model(spec, tokenizer, data.label_names)
+    model.to(DEVICE)  # type: ignore[arg-type]
     if data.train.labels is None:
         rows = [{"input_ids": ids} for ids in data.train.input_ids]
         collator: Any = DataCollatorForLanguageModeling(tokenizer, mlm=False)
@@ -75,20 +79,23 @@ def bare_loop(spec: JobSpec) -> float:
     k = spec.gradient_accumulation_steps
     model.train()
     start = time.perf_counter()
-    for i, batch in enumerate(loader):
+    for i, cpu_batch in enumerate(loader):
+        batch = {key: value.to(DEVICE, non_blocking=True) for key, value in cpu_batch.items()}
         (model(**batch).loss / k).backward()
         if (i + 1) % k == 0 or i + 1 == len(loader):
             torch.nn.utils.clip_grad_norm_(model.parameters(), spec.max_grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
+    if CUDA:
+        torch.cuda.synchronize()
     return len(rows) / (time.perf_counter() - start)
 
 
 def raw_accelerate(spec: JobSpec) -> float:
     model, rows, _, loader, optimizer, scheduler = _setup(spec)
     accelerator = Accelerator(
-        gradient_accumulation_steps=spec.gradient_accumulation_steps, cpu=True
+        gradient_accumulation_steps=spec.gradient_accumulation_steps, cpu=not CUDA
     )
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     model.train()
@@ -101,6 +108,8 @@ def raw_accelerate(spec: JobSpec) -> float:
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
+    if CUDA:
+        torch.cuda.synchronize()
     return len(rows) / (time.perf_counter() - start)
 
 
@@ -118,7 +127,7 @@ def raw_trainer(spec: JobSpec) -> float:
     with tempfile.TemporaryDirectory() as scratch:
         args = TrainingArguments(output_dir=scratch, per_device_train_batch_size=spec.per_device_train_batch_size,
                                  gradient_accumulation_steps=spec.gradient_accumulation_steps, num_train_epochs=1,
-                                 max_grad_norm=spec.max_grad_norm, use_cpu=True, eval_strategy="no", save_strategy="no",
+                                 max_grad_norm=spec.max_grad_norm, use_cpu=not CUDA, eval_strategy="no", save_strategy="no",
                                  logging_strategy="no", report_to="none", disable_tqdm=True)  # fmt: skip
         trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=loader.collate_fn,  # type: ignore[arg-type]
                           optimizers=(optimizer, scheduler), callbacks=[timer])  # fmt: skip
@@ -157,10 +166,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--task", choices=[*SPECS, "all"], default="all")
     args = parser.parse_args()
-    torch.set_num_threads(torch.get_num_threads())
-    print(
-        f"# core throughput: b=8, K=4, 2,000 rows, 1 epoch, median of {args.repeats}, {torch.get_num_threads()} threads"
-    )
+    where = torch.cuda.get_device_name() if CUDA else f"CPU, {torch.get_num_threads()} threads"
+    print(f"# core throughput: b=8, K=4, 2,000 rows, 1 epoch, median of {args.repeats}, {where}")
     print("| task | backend | gradacc samples/s | hand-driven samples/s | ratio |")
     print("|---|---|---:|---:|---:|")
     for task in SPECS if args.task == "all" else [args.task]:
