@@ -29,7 +29,7 @@ def get_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(url, pool_size=10, max_overflow=20, pool_recycle=300)
 
 
 def get_sessionmaker(settings: Settings) -> sessionmaker[Session]:

@@ -21,8 +21,7 @@ DEMO_SPEC: dict[str, Any] = {
     "dataset": "builtin:sentiment",
     "task": "sequence-classification",
     "num_train_epochs": 2,
-    "max_train_samples": 128,
-    "max_eval_samples": 64,
+    "max_eval_samples": 200,
     "learning_rate": 1e-3,
     "seed": 42,
 }

@@ -36,11 +36,15 @@ def sources_of(target: JobStatus) -> list[str]:
     return [str(src) for src, targets in ALLOWED_TRANSITIONS.items() if target in targets]
 
 
-def transition_job(session: Session, *, job_id: str, to: JobStatus, **values: Any) -> bool:
-    """Move a job to ``to`` if its current status allows it; False if it did not (no commit)."""
-    stmt = (update(Job).where(Job.id == job_id, Job.status.in_(sources_of(to)))).values(
-        status=str(to), updated_at=utcnow(), **values
-    )
+def transition_job(
+    session: Session, *, job_id: str, to: JobStatus, owned_by: str | None = None, **values: Any
+) -> bool:
+    """Move a job to ``to`` if its current status allows it (and, with ``owned_by``, only if that
+    worker holds it); False if it did not. Does not commit."""
+    stmt = update(Job).where(Job.id == job_id, Job.status.in_(sources_of(to)))
+    if owned_by is not None:
+        stmt = stmt.where(Job.worker == owned_by)
+    stmt = stmt.values(status=str(to), updated_at=utcnow(), **values)
     return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined, no-any-return]
 
 

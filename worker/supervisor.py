@@ -115,31 +115,31 @@ def terminate_group(child: subprocess.Popen[bytes], *, grace_s: float) -> None:
 
 
 def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | None) -> str:
+    """Record how the training process ended; returns the job's outcome for the task log."""
+    if returncode == EXIT_PREEMPTED:
+        return "preempted"  # still "running", no heartbeat: the reconciler hands it on
+    exit_status = _describe(returncode)
     with session_scope(settings) as session:
-        if stopped_by is not None:
-            message = (
-                f"training process stopped ({stopped_by}), exit status {_describe(returncode)}"
-            )
-            add_event(session, job_id=job_id, kind="stopped", message=message)
-            session.commit()
-            return str(stopped_by)
-        if returncode == EXIT_PREEMPTED:
-            session.commit()
-            return "preempted"
-        failed = transition_job(
+        # Still running after the process is gone: it died before recording an outcome.
+        if transition_job(
             session,
             job_id=job_id,
             to=JobStatus.FAILED,
+            owned_by=worker_name(),  # not if another worker has taken the job over
             finished_at=utcnow(),
             error_code="process_died",
-            error_message=f"training process exited with status {_describe(returncode)}",
-        )
-        if failed:
-            message = f"training process exited with status {_describe(returncode)}"
-            add_event(session, job_id=job_id, kind="failed", message=message)
-        session.commit()
+            error_message=f"training process exited with status {exit_status}",
+        ):
+            add_event(session, job_id=job_id, kind="failed", message=f"exit status {exit_status}")
         job = session.get(Job, job_id)
-        return "unknown" if job is None else job.status
+        status = "unknown" if job is None else job.status
+        if stopped_by is not None or status == JobStatus.CANCELLED:
+            # Killed by us, or it saw the cancel itself (e.g. before training began).
+            reason = stopped_by or "cancelled"
+            message = f"training process stopped ({reason}), exit status {exit_status}"
+            add_event(session, job_id=job_id, kind="stopped", message=message)
+        session.commit()
+        return status
 
 
 def _describe(returncode: int) -> str:

@@ -78,7 +78,7 @@ def test_a_failing_job_says_why_and_a_redelivery_does_not_rerun_it(
 def test_cancel_stops_a_running_job_and_frees_its_process(
     api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
 ) -> None:
-    long_job = {**TINY, "num_train_epochs": 50}
+    long_job = {**TINY, "max_train_samples": 2000, "num_train_epochs": 30}  # ~30 s uncancelled
     job_id = api.post("/v1/jobs", json=long_job).json()["id"]
     start_worker("cancel")
     wait_for(api, job_id, lambda job: job["progress"]["step"] >= 1, timeout=60)
@@ -103,7 +103,8 @@ def test_a_worker_killed_mid_queue_still_runs_every_job_once(
     api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
 ) -> None:
     # The first job is long enough that the crash lands mid-training, not after its last step.
-    specs = [{**TINY, "num_train_epochs": 3}, {**TINY, "seed": 2}, {**TINY, "seed": 3}]
+    first = {**TINY, "max_train_samples": 2000, "num_train_epochs": 3}  # 750 optimizer steps
+    specs = [first, {**TINY, "seed": 2}, {**TINY, "seed": 3}]
     ids = [api.post("/v1/jobs", json=spec).json()["id"] for spec in specs]
     crashed = start_worker("crashing")
     wait_for(api, ids[0], lambda job: job["progress"]["step"] >= 1, timeout=60)
