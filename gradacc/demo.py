@@ -99,13 +99,20 @@ def follow(client: httpx.Client, ids: list[str], *, deadline: float) -> list[dic
     while True:
         jobs = [client.get(f"/v1/jobs/{job_id}").raise_for_status().json() for job_id in ids]
         for job in jobs:
-            line = describe(job)
-            if shown.get(job["id"]) != line:
-                shown[job["id"]] = line
-                print(line, flush=True)
+            key = _milestone(job)
+            if shown.get(job["id"]) != key:
+                shown[job["id"]] = key
+                print(describe(job), flush=True)
         if all(job["status"] in TERMINAL for job in jobs) or time.monotonic() > deadline:
             return jobs
         time.sleep(0.5)
+
+
+def _milestone(job: dict[str, Any]) -> str:
+    """Status, epoch and quarter of the job: a line per milestone, not per poll."""
+    progress = job["progress"]
+    quarter = 4 * progress["step"] // progress["total_steps"] if progress["total_steps"] else 0
+    return f"{job['status']}/{progress['epoch']}/{quarter}"
 
 
 COLUMNS = ("epoch", "train_loss", "eval_loss", "eval_accuracy", "eval_f1", "samples_per_second")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -30,9 +31,15 @@ def worker_argv(name: str, settings: Settings) -> list[str]:
     ]
 
 
-def start_workers(count: int) -> list[subprocess.Popen[bytes]]:
+def start_workers(settings: Settings, count: int) -> list[subprocess.Popen[bytes]]:
+    """``count`` worker processes. Unless configured, each training process gets an equal share
+    of the cores: N processes that each use every core spin against each other."""
+    threads = settings.train_threads or max(1, (os.cpu_count() or 1) // max(count, 1))
+    env = {**os.environ, "GRADACC_TRAIN_THREADS": str(threads)}
     return [
-        subprocess.Popen([sys.executable, "-m", "gradacc.cli", "worker", "--name", f"worker{i}"])
+        subprocess.Popen(
+            [sys.executable, "-m", "gradacc.cli", "worker", "--name", f"worker{i}"], env=env
+        )
         for i in range(1, count + 1)
     ]
 
@@ -60,7 +67,7 @@ def serve(settings: Settings, *, host: str, port: int, workers: int) -> int:
 
     if settings.is_embedded:
         upgrade_database(settings)
-    children = start_workers(workers)
+    children = start_workers(settings, workers)
     try:
         uvicorn.run("api.main:app", host=host, port=port, log_level="info")
     finally:

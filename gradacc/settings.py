@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     requeue_after_s: float = Field(default=300.0, gt=0)
     reconcile_interval_s: float = Field(default=30.0, gt=0)
     max_attempts: int = Field(default=3, ge=1)
+    # torch threads per training process; 0 keeps torch's default (every core). Two processes
+    # that both use every core of a small CPU box spin against each other: ~25x slower here.
+    train_threads: int = Field(default=0, ge=0)
     # After SIGTERM to a cancelled job's process group, SIGKILL follows this long after.
     kill_grace_s: float = Field(default=3.0, ge=0)
 

@@ -34,6 +34,7 @@ def main(argv: list[str]) -> int:
             settings.jobs_dir / job_id,
             callback=DatabaseCallback(settings, job_id),
             should_stop=StopPoller(settings, job_id),
+            threads=settings.train_threads,
         )
     except JobError as exc:
         _record_failure(settings, job_id, code=exc.code, message=exc.message)

@@ -9,10 +9,20 @@ from trainer_core.spec import JobSpec
 
 
 def run_training(
-    spec: JobSpec, output_dir: Path, *, callback: TrainingCallback, should_stop: StopCheck
+    spec: JobSpec,
+    output_dir: Path,
+    *,
+    callback: TrainingCallback,
+    should_stop: StopCheck,
+    threads: int = 0,
 ) -> TrainResult:
     # Imported here so the worker's parent process (and the API) never load torch.
+    import torch
+
     from trainer_core.train import train
+
+    if threads > 0:
+        torch.set_num_threads(threads)
 
     # resume=True: a job handed over after its worker died continues from its last checkpoint.
     result: TrainResult = train(

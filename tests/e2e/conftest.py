@@ -37,6 +37,7 @@ FAST_RECOVERY = {
     "GRADACC_STALE_AFTER_S": "3",
     "GRADACC_RECONCILE_INTERVAL_S": "1",
     "GRADACC_KILL_GRACE_S": "2",
+    "GRADACC_TRAIN_THREADS": "1",  # leave a core to whatever else runs on a 2-core machine
 }
 
 
