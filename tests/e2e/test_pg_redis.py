@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 
@@ -123,3 +124,20 @@ def test_a_worker_killed_mid_queue_still_runs_every_job_once(
     assert any("resumed at step" in m for m in messages), messages
     metrics = api.get(f"/v1/jobs/{ids[0]}/metrics").json()["data"]
     assert [m["epoch"] for m in metrics] == [1, 2, 3]
+
+
+def test_a_stopping_worker_preempts_its_job_and_another_resumes_it(
+    api: TestClient, start_worker: StartWorker
+) -> None:
+    job_id = api.post("/v1/jobs", json={**TINY, "max_train_samples": 2000}).json()["id"]
+    stopping = start_worker("stopping")
+    wait_for(api, job_id, lambda job: job["progress"]["step"] >= 5, timeout=60)
+    stopping.process.send_signal(signal.SIGTERM)  # docker stop: warm shutdown
+    assert stopping.process.wait(timeout=30) == 0, "the worker held its shutdown for the job"
+    assert "preempted" in event_kinds(api, job_id)
+    assert api.get(f"/v1/jobs/{job_id}").json()["status"] == "running"
+    start_worker("resuming")
+    job = wait_final(api, job_id, timeout=90)
+    assert (job["status"], job["attempts"]) == ("succeeded", 2)
+    messages = [e["message"] for e in api.get(f"/v1/jobs/{job_id}/events").json()["data"]]
+    assert any("resumed at step" in m for m in messages), messages
