@@ -49,7 +49,7 @@ def _write_long_rows(path: Path, rows: int) -> None:
             out.write(json.dumps({"text": " ".join(rng.choice(WORDS) for _ in range(700))}) + "\n")
 
 
-def child(batch: int, k: int, backend: str, data: str) -> None:
+def child(batch: int, k: int, backend: str, data: str, rows: int) -> None:
     """Runs in a fresh process: train a few windows, print the peak memory as JSON."""
     sys.path.insert(0, str(ROOT))
     import torch
@@ -59,7 +59,7 @@ def child(batch: int, k: int, backend: str, data: str) -> None:
 
     spec = JobSpec(model="builtin:tiny-gpt2", dataset=data, eval_dataset=data, task="causal-lm", backend=backend,
                    per_device_train_batch_size=batch, gradient_accumulation_steps=k, num_train_epochs=1,
-                   max_seq_length=512, max_train_samples=batch * k * 2, max_eval_samples=1,
+                   max_seq_length=512, max_train_samples=rows, max_eval_samples=1,
                    per_device_eval_batch_size=1)  # fmt: skip
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     with tempfile.TemporaryDirectory() as out:
@@ -69,12 +69,13 @@ def child(batch: int, k: int, backend: str, data: str) -> None:
     print(json.dumps({"peak": peak, "baseline": baseline, "device": device}))
 
 
-def measure(batch: int, k: int, backend: str, data: str) -> dict[str, int | str]:
+def measure(batch: int, k: int, backend: str, data: str, rows: int) -> dict[str, int | str]:
+    """Every run reads the same rows, so the data costs the same memory in each."""
     cmd = [
         sys.executable,
         __file__,
         "--child",
-        f"{batch},{k}",
+        f"{batch},{k},{rows}",
         "--backend",
         backend,
         "--data",
@@ -95,15 +96,16 @@ def main() -> None:
     parser.add_argument("--data")
     args = parser.parse_args()
     if args.child:
-        b, k = (int(x) for x in args.child.split(","))
-        child(b, k, args.backend, args.data)
+        b, k, rows = (int(x) for x in args.child.split(","))
+        child(b, k, args.backend, args.data, rows)
         return
     ks = [int(k) for k in args.ks.split(",")]
     mib = 1024 * 1024
     with tempfile.TemporaryDirectory() as tmp:
         data = str(Path(tmp) / "long.jsonl")
-        _write_long_rows(Path(data), args.batch * max(ks) * 2)
-        base = measure(args.batch, 1, args.backend, data)
+        rows = args.batch * max(ks) * 2
+        _write_long_rows(Path(data), rows)
+        base = measure(args.batch, 1, args.backend, data, rows)
         print(
             f"# memory vs K: tiny GPT-2, 512-token rows, b={args.batch}, backend={args.backend}, device={base['device']}"
         )
@@ -112,8 +114,8 @@ def main() -> None:
         )
         print("|---:|---:|---:|---:|---:|---:|---:|")
         for k in ks:
-            acc = base if k == 1 else measure(args.batch, k, args.backend, data)
-            big = base if k == 1 else measure(args.batch * k, 1, args.backend, data)
+            acc = base if k == 1 else measure(args.batch, k, args.backend, data, rows)
+            big = base if k == 1 else measure(args.batch * k, 1, args.backend, data, rows)
             p0, pa, pb = int(base["peak"]), int(acc["peak"]), int(big["peak"])
             da, db = pa - int(acc["baseline"]), pb - int(big["baseline"])
             print(
