@@ -19,6 +19,12 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
         yield session
 
 
+async def get_read_session(request: Request) -> AsyncIterator[Session]:
+    """For routes that only read: autocommit, so no BEGIN/ROLLBACK round trips per request."""
+    with request.app.state.read_sessionmaker() as session:
+        yield session
+
+
 async def get_app_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
@@ -30,5 +36,6 @@ async def get_celery(request: Request) -> Celery:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+ReadSessionDep = Annotated[Session, Depends(get_read_session)]
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 CeleryDep = Annotated[Celery, Depends(get_celery)]

@@ -23,6 +23,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="gradacc", version="0.1.0", description=DESCRIPTION)
     app.state.settings = settings
     app.state.sessionmaker = get_sessionmaker(settings)
+    app.state.read_sessionmaker = get_sessionmaker(settings, autocommit=True)
     app.state.celery = create_celery_app(settings)
     install_error_handlers(app)
     app.include_router(health.router)

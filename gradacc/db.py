@@ -32,13 +32,19 @@ def get_engine(url: str) -> Engine:
     return create_engine(url, pool_size=10, max_overflow=20, pool_recycle=300)
 
 
-def get_sessionmaker(settings: Settings) -> sessionmaker[Session]:
-    return _sessionmaker_for(settings.resolved_database_url())
+def get_sessionmaker(settings: Settings, *, autocommit: bool = False) -> sessionmaker[Session]:
+    """``autocommit=True`` is for reads that need no transaction: each statement is one round
+    trip, with no BEGIN and no ROLLBACK around it (the API's poll endpoints)."""
+    return _sessionmaker_for(settings.resolved_database_url(), autocommit)
 
 
-@lru_cache(maxsize=8)
-def _sessionmaker_for(url: str) -> sessionmaker[Session]:
-    return sessionmaker(bind=get_engine(url), expire_on_commit=False)
+@lru_cache(maxsize=16)
+def _sessionmaker_for(url: str, autocommit: bool) -> sessionmaker[Session]:
+    engine = get_engine(url)
+    # pysqlite already runs a plain SELECT outside a transaction; PostgreSQL needs telling.
+    if autocommit and not url.startswith("sqlite"):
+        engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+    return sessionmaker(bind=engine, expire_on_commit=False)
 
 
 @contextmanager

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Query, Response
 
 from api import services
-from api.deps import CeleryDep, SessionDep, SettingsDep
+from api.deps import CeleryDep, ReadSessionDep, SessionDep, SettingsDep
 from api.schemas import ErrorResponse, EventList, JobCreate, JobList, JobRead, MetricsList
 from gradacc.models import JobStatus
 from trainer_core.spec import example_spec
@@ -36,7 +36,7 @@ def create_job(
 
 @router.get("", response_model=JobList)
 async def list_jobs(
-    session: SessionDep,
+    session: ReadSessionDep,
     status: JobStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     after: Annotated[str | None, Query(max_length=32, description="A job id (last_id)")] = None,
@@ -47,17 +47,19 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobRead)
-async def get_job(job_id: str, session: SessionDep) -> JobRead:
-    return JobRead.of(services.get_job(session, job_id=job_id))
+async def get_job(job_id: str, session: ReadSessionDep) -> Response:
+    # The poll endpoint: serialised once by pydantic, skipping FastAPI's second validation pass.
+    job = JobRead.of(services.get_job(session, job_id=job_id))
+    return Response(job.model_dump_json(), media_type="application/json")
 
 
 @router.get("/{job_id}/metrics", response_model=MetricsList)
-async def list_metrics(job_id: str, session: SessionDep) -> MetricsList:
+async def list_metrics(job_id: str, session: ReadSessionDep) -> MetricsList:
     return MetricsList.of(services.list_metrics(session, job_id=job_id))
 
 
 @router.get("/{job_id}/events", response_model=EventList)
-async def list_events(job_id: str, session: SessionDep) -> EventList:
+async def list_events(job_id: str, session: ReadSessionDep) -> EventList:
     return EventList.of(services.list_events(session, job_id=job_id))
 
 
