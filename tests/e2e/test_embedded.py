@@ -1,5 +1,5 @@
-"""End to end on the embedded defaults: ``gradacc serve`` with SQLite and the filesystem broker,
-talked to over real HTTP."""
+"""End to end on the embedded defaults: ``gradacc serve --workers 2`` with SQLite and the
+filesystem broker, talked to over real HTTP."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def served(tmp_path: Path) -> Iterator[tuple[httpx.Client, Path, subprocess.Pope
     port = free_port()
     log = (tmp_path / "serve.log").open("wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "gradacc.cli", "serve", "--port", str(port), "--workers", "1"],
+        [sys.executable, "-m", "gradacc.cli", "serve", "--port", str(port), "--workers", "2"],
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -73,21 +73,29 @@ def wait_final(client: httpx.Client, job_id: str, timeout: float = 90) -> dict[s
     raise AssertionError(f"job {job_id} is still {job['status']}")
 
 
-def test_serve_on_embedded_defaults_trains_a_job(
+def test_serve_on_embedded_defaults_trains_every_backend(
     served: tuple[httpx.Client, Path, subprocess.Popen[bytes]],
 ) -> None:
     client, home, server = served
     wait_ready(client)
     assert (home / "gradacc.db").is_file(), "serve migrates the embedded database at start"
-    job = client.post("/v1/jobs", json={**TINY, "backend": "accelerate"}).json()
+    jobs = [
+        client.post("/v1/jobs", json={**TINY, "backend": backend}).json()
+        for backend in ("pytorch", "accelerate", "trainer")
+    ]
     queued = client.post("/v1/jobs", json=TINY).json()
     cancelled = client.post(f"/v1/jobs/{queued['id']}/cancel").json()
     assert cancelled["status"] == "cancelled"
-    finished = wait_final(client, job["id"])
-    assert finished["status"] == "succeeded", finished
-    metrics = client.get(f"/v1/jobs/{job['id']}/metrics").json()["data"]
-    assert len(metrics) == 1 and metrics[0]["train_loss"] > 0
-    assert (home / "jobs" / job["id"] / "model").is_dir()
+    for job in jobs:
+        finished = wait_final(client, job["id"])
+        assert finished["status"] == "succeeded", finished
+        metrics = client.get(f"/v1/jobs/{job['id']}/metrics").json()["data"]
+        assert len(metrics) == 1 and metrics[0]["train_loss"] > 0
+        assert finished["metrics"] == metrics[0]
+        assert (home / "jobs" / job["id"] / "model").is_dir()
+    # Same spec, same seed, same effective batch: the backends agree (exactness, end to end).
+    losses = {client.get(f"/v1/jobs/{j['id']}").json()["metrics"]["train_loss"] for j in jobs}
+    assert max(losses) - min(losses) < 1e-4, losses
     assert client.get(f"/v1/jobs/{queued['id']}").json()["attempts"] == 0
     server.send_signal(signal.SIGINT)
     assert server.wait(timeout=30) == 0
