@@ -116,7 +116,9 @@ def terminate_group(child: subprocess.Popen[bytes], *, grace_s: float) -> None:
 
 def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | None) -> str:
     """Record how the training process ended; returns the job's outcome for the task log."""
-    if returncode == EXIT_PREEMPTED:
+    # SIGUSR1 can arrive before the runner installed its handler (while Python starts): that
+    # kills it, which is a preemption too; nothing was trained that a checkpoint would lose.
+    if returncode in (EXIT_PREEMPTED, -signal.SIGUSR1):
         return "preempted"  # still "running", no heartbeat: the reconciler hands it on
     exit_status = _describe(returncode)
     with session_scope(settings) as session:
