@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -54,7 +55,7 @@ def start_server(stack: str, home: Path, port: int) -> tuple[subprocess.Popen[by
             admin.execute(f'CREATE DATABASE "{database}"')
         env["GRADACC_DATABASE_URL"] = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
         env["GRADACC_BROKER_URL"] = "redis://127.0.0.1:6379/0"
-        env["GRADACC_QUEUE"] = f"bench-{secrets.token_hex(4)}"
+        env["GRADACC_QUEUE"] = database.replace("gradacc_bench_", "bench-")
         subprocess.run([sys.executable, "-m", "gradacc.cli", "migrate"], env=env, check=True)
     cmd = [sys.executable, "-m", "gradacc.cli", "serve", "--port", str(port), "--workers", "1"]
     log = (home / "serve.log").open("wb")
@@ -158,6 +159,10 @@ def run(stack: str, jobs: int, threads: int, seconds: float) -> dict[str, Any]:
             if database:
                 with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
                     admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+                client = redis.Redis()
+                leftovers = client.keys(f"*{database.replace('gradacc_bench_', 'bench-')}*")
+                if leftovers:
+                    client.delete(*leftovers)
     return {
         "stack": stack,
         "post_running_ms": [x * 1000 for x in latencies],

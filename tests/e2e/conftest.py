@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 
 from api.main import create_app
@@ -85,9 +86,21 @@ class WorkerProcess:
 @pytest.fixture(scope="module")
 def pg_redis_settings(
     pg_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Settings:
+) -> Iterator[Settings]:
     home = tmp_path_factory.mktemp("home")
-    return Settings(home=home, database_url=pg_url, broker_url=redis_url, queue=unique_queue())
+    queue = unique_queue()
+    yield Settings(home=home, database_url=pg_url, broker_url=redis_url, queue=queue)
+    forget_queue(redis_url, queue)
+
+
+def forget_queue(redis_url: str, queue: str) -> None:
+    """Drop this run's queue, its bindings and any message a killed worker left unacked."""
+    client = redis.Redis.from_url(redis_url)
+    client.delete(queue, *client.keys(f"*{queue}*"))  # the queue name keeps this non-empty
+    for tag, payload in client.hgetall("unacked").items():
+        if queue.encode() in payload:
+            client.hdel("unacked", tag)
+            client.zrem("unacked_index", tag)
 
 
 @pytest.fixture(scope="module")

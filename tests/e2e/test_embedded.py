@@ -19,6 +19,9 @@ from gradacc.settings import Settings
 from tests.conftest import ROOT
 from tests.e2e.conftest import TERMINAL, TINY, settings_env
 
+# Starts real worker processes and trains real (tiny) models.
+pytestmark = pytest.mark.integration
+
 
 def free_port() -> int:
     with socket.socket() as sock:

@@ -6,6 +6,7 @@ import signal
 import time
 from collections.abc import Callable
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
@@ -21,6 +22,10 @@ from tests.e2e.conftest import (
     wait_for,
 )
 from worker.celery_app import create_celery_app, enqueue_job
+
+# Starts real worker processes and trains real (tiny) models.
+pytestmark = pytest.mark.integration
+
 
 StartWorker = Callable[[str], WorkerProcess]
 
