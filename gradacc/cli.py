@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--name", default="worker")
     commands.add_parser("migrate", help="bring the database schema to the latest revision")
     demo = commands.add_parser("demo", help="serve, train a demo job per backend and K, stop")
-    demo.add_argument("--port", type=int, default=8765)
+    demo.add_argument("--port", type=int, default=0, help="default: any free port")
     demo.add_argument("--workers", type=int, default=2)
     return parser
 

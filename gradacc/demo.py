@@ -5,6 +5,7 @@ backend with K = 1 and K = 4 at the same effective batch, show progress, print t
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -43,6 +44,7 @@ def demo_specs() -> list[dict[str, Any]]:
 
 
 def run_demo(settings: Settings, *, port: int, workers: int, timeout_s: float = 600.0) -> int:
+    port = port or _free_port()
     cmd = [
         sys.executable,
         "-m",
@@ -71,6 +73,12 @@ def run_demo(settings: Settings, *, port: int, workers: int, timeout_s: float = 
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=60)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def wait_ready(client: httpx.Client, *, deadline: float) -> None:
@@ -115,11 +123,11 @@ def _milestone(job: dict[str, Any]) -> str:
     return f"{job['status']}/{progress['epoch']}/{quarter}"
 
 
-COLUMNS = ("epoch", "train_loss", "eval_loss", "eval_accuracy", "eval_f1", "samples_per_second")
+COLUMNS = ("epoch", "train_loss", "eval_loss", "eval_accuracy", "eval_f1", "samples/s")
 
 
 def print_table(client: httpx.Client, jobs: list[dict[str, Any]]) -> None:
-    header = f"{'backend':<10} {'b':>3} {'K':>2} " + " ".join(f"{c:>18}" for c in COLUMNS)
+    header = f"{'backend':<10} {'b':>3} {'K':>2} " + " ".join(f"{c:>14}" for c in COLUMNS)
     print("\n" + header + "\n" + "-" * len(header))
     for job in jobs:
         spec = job["spec"]
@@ -130,8 +138,11 @@ def print_table(client: httpx.Client, jobs: list[dict[str, Any]]) -> None:
         if job["error"]:
             print(prefix + f"{job['status']}: {job['error']['message']}")
         for record in client.get(f"/v1/jobs/{job['id']}/metrics").json()["data"]:
-            print(prefix + " ".join(f"{_cell(record.get(c)):>18}" for c in COLUMNS))
+            values = [record.get("samples_per_second" if c == "samples/s" else c) for c in COLUMNS]
+            print(prefix + " ".join(f"{_cell(v):>14}" for v in values))
 
 
 def _cell(value: Any) -> str:
-    return f"{value:.6f}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return f"{value:.0f}" if value >= 100 else f"{value:.6f}"
+    return str(value)
