@@ -9,6 +9,9 @@ from celery import Celery
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
+from gradacc.auth import tenant_of_key
+from gradacc.errors import Unauthorized
+from gradacc.models import DEFAULT_TENANT
 from gradacc.settings import Settings
 
 
@@ -25,6 +28,22 @@ async def get_read_session(request: Request) -> AsyncIterator[Session]:
         yield session
 
 
+async def get_tenant(request: Request) -> str:
+    """The tenant whose jobs this request may see: from the bearer key when auth is on."""
+    settings: Settings = request.app.state.settings
+    if not settings.require_auth:
+        return DEFAULT_TENANT
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthorized("an API key is required: Authorization: Bearer <key>")
+    with request.app.state.read_sessionmaker() as session:
+        tenant = tenant_of_key(session, token=token)
+    if tenant is None:
+        raise Unauthorized("invalid API key")
+    return tenant
+
+
 async def get_app_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
@@ -39,3 +58,4 @@ SessionDep = Annotated[Session, Depends(get_session)]
 ReadSessionDep = Annotated[Session, Depends(get_read_session)]
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 CeleryDep = Annotated[Celery, Depends(get_celery)]
+TenantDep = Annotated[str, Depends(get_tenant)]

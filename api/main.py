@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
 from api.routes import health, jobs
 from gradacc.db import get_sessionmaker
@@ -26,6 +27,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.read_sessionmaker = get_sessionmaker(settings, autocommit=True)
     app.state.celery = create_celery_app(settings)
     install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.include_router(health.router)
     app.include_router(jobs.router, prefix="/v1")
     return app

@@ -2,34 +2,75 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 
 from celery import Celery
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gradacc.errors import JobNotFound, NotReady
+from gradacc.errors import IdempotencyConflict, JobNotFound, NotReady, TooManyJobs
 from gradacc.jobs import add_event, new_job_id, require_transition
 from gradacc.models import EpochMetric, Job, JobEvent, JobStatus, utcnow
 from gradacc.settings import Settings
+from gradacc.sources import check_spec_allowed
 from trainer_core.spec import JobSpec
 from worker.celery_app import enqueue_job
 
 log = logging.getLogger(__name__)
 
 
-def create_job(session: Session, *, spec: JobSpec, celery: Celery, settings: Settings) -> Job:
-    """Commit the job as queued, then enqueue it. A failed enqueue leaves it for the reconciler."""
+def create_job(
+    session: Session,
+    *,
+    spec: JobSpec,
+    tenant: str,
+    idempotency_key: str | None,
+    celery: Celery,
+    settings: Settings,
+) -> tuple[Job, bool]:
+    """Commit the job as queued, then enqueue it; returns (job, created). With an idempotency
+    key already used by this tenant, returns that job (same spec) or raises (another spec).
+    A failed enqueue leaves the job for the reconciler."""
+    check_spec_allowed(spec, settings)
+    payload = spec.model_dump(mode="json")
+    request_hash = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    if idempotency_key is not None:
+        earlier = _job_with_key(session, tenant=tenant, key=idempotency_key)
+        if earlier is not None:
+            return _replayed(earlier, request_hash), False
+    _lock_tenant(session, tenant=tenant)
+    _check_queue_limit(session, tenant=tenant, settings=settings)
     job = Job(
         id=new_job_id(),
+        tenant=tenant,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
         status=JobStatus.QUEUED,
-        spec=spec.model_dump(mode="json"),
+        spec=payload,
         effective_batch_size=spec.effective_batch_size,
         enqueued_at=utcnow(),
     )
     session.add(job)
     add_event(session, job_id=job.id, kind="queued", message="job created")
-    session.commit()
+    try:
+        session.commit()
+    except IntegrityError:
+        # A concurrent POST with the same key won the unique constraint: answer with its job.
+        session.rollback()
+        if idempotency_key is None:
+            raise
+        earlier = _job_with_key(session, tenant=tenant, key=idempotency_key)
+        if earlier is None:
+            raise
+        return _replayed(earlier, request_hash), False
+    _enqueue(session, job=job, celery=celery, settings=settings)
+    return job, True
+
+
+def _enqueue(session: Session, *, job: Job, celery: Celery, settings: Settings) -> None:
     try:
         enqueue_job(celery, settings, job.id)
     except Exception as exc:  # the broker is down: the row is safe, the reconciler retries
@@ -37,21 +78,48 @@ def create_job(session: Session, *, spec: JobSpec, celery: Celery, settings: Set
         job.enqueued_at = None
         add_event(session, job_id=job.id, kind="enqueue_failed", message=type(exc).__name__)
         session.commit()
+
+
+def _job_with_key(session: Session, *, tenant: str, key: str | None) -> Job | None:
+    query = select(Job).where(Job.tenant == tenant, Job.idempotency_key == key)
+    return session.scalar(query)
+
+
+def _replayed(job: Job, request_hash: str) -> Job:
+    if job.request_hash != request_hash:
+        raise IdempotencyConflict()
     return job
 
 
-def get_job(session: Session, *, job_id: str) -> Job:
+def _lock_tenant(session: Session, *, tenant: str) -> None:
+    """PostgreSQL: serialise one tenant's creates until commit, so the limit count is exact.
+    (SQLite serialises writers anyway.)"""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": tenant})
+
+
+def _check_queue_limit(session: Session, *, tenant: str, settings: Settings) -> None:
+    query = select(func.count()).where(Job.tenant == tenant, Job.status == JobStatus.QUEUED)
+    queued = session.scalar(query) or 0
+    if queued >= settings.max_queued_per_tenant:
+        raise TooManyJobs(
+            f"{queued} jobs already queued (limit {settings.max_queued_per_tenant}); retry later"
+        )
+
+
+def get_job(session: Session, *, job_id: str, tenant: str) -> Job:
+    """Another tenant's job does not exist, as far as this tenant can tell (404, not 403)."""
     job = session.get(Job, job_id)
-    if job is None:
+    if job is None or job.tenant != tenant:
         raise JobNotFound(job_id)
     return job
 
 
 def list_jobs(
-    session: Session, *, status: JobStatus | None, limit: int, after: str | None
+    session: Session, *, tenant: str, status: JobStatus | None, limit: int, after: str | None
 ) -> tuple[list[Job], bool]:
     """Newest first; keyset pagination on the time-ordered id. Returns (page, has_more)."""
-    query = select(Job).order_by(Job.id.desc()).limit(limit + 1)
+    query = select(Job).where(Job.tenant == tenant).order_by(Job.id.desc()).limit(limit + 1)
     if status is not None:
         query = query.where(Job.status == status)
     if after is not None:
@@ -60,25 +128,26 @@ def list_jobs(
     return jobs[:limit], len(jobs) > limit
 
 
-def list_metrics(session: Session, *, job_id: str) -> list[EpochMetric]:
-    get_job(session, job_id=job_id)
+def list_metrics(session: Session, *, job_id: str, tenant: str) -> list[EpochMetric]:
+    get_job(session, job_id=job_id, tenant=tenant)
     query = select(EpochMetric).where(EpochMetric.job_id == job_id).order_by(EpochMetric.epoch)
     return list(session.scalars(query))
 
 
-def list_events(session: Session, *, job_id: str) -> list[JobEvent]:
-    get_job(session, job_id=job_id)
+def list_events(session: Session, *, job_id: str, tenant: str) -> list[JobEvent]:
+    get_job(session, job_id=job_id, tenant=tenant)
     query = select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)
     return list(session.scalars(query))
 
 
-def cancel_job(session: Session, *, job_id: str) -> Job:
+def cancel_job(session: Session, *, job_id: str, tenant: str) -> Job:
     """Queued: cancelled at once. Running: cancelled now; its worker kills the process group
     within a second. Finished: refused (``InvalidTransition``)."""
+    get_job(session, job_id=job_id, tenant=tenant)
     require_transition(session, job_id=job_id, to=JobStatus.CANCELLED, finished_at=utcnow())
     add_event(session, job_id=job_id, kind="cancelled", message="cancelled by request")
     session.commit()
-    return get_job(session, job_id=job_id)
+    return get_job(session, job_id=job_id, tenant=tenant)
 
 
 def check_readiness(session: Session, *, celery: Celery) -> dict[str, str]:

@@ -32,3 +32,30 @@ class InvalidTransition(DomainError):
 
 class NotReady(DomainError):
     code = "not_ready"
+
+
+class InvalidRequest(DomainError):
+    """A request that parses but is not allowed: over a configured limit, a path outside the roots."""
+
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(f"{param}: {message}" if param else message)
+        self.param = param
+
+
+class IdempotencyConflict(DomainError):
+    code = "idempotency_conflict"
+    param = "Idempotency-Key"
+
+    def __init__(self) -> None:
+        super().__init__("this Idempotency-Key was already used with a different request body")
+
+
+class Unauthorized(DomainError):
+    code = "unauthorized"
+    param = "Authorization"
+
+
+class TooManyJobs(DomainError):
+    code = "too_many_jobs"

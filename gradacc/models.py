@@ -66,6 +66,9 @@ class JobStatus(StrEnum):
 TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
 
+DEFAULT_TENANT = "default"  # every job's tenant while authentication is off
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
@@ -77,10 +80,18 @@ class Job(Base):
             "status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')", name="status"
         ),
         Index("ix_jobs_status_id", "status", "id"),
+        Index("ix_jobs_tenant_id", "tenant", "id"),
+        # Two POSTs with one key race to this constraint; the loser returns the winner's job.
+        UniqueConstraint("tenant", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),
     )
 
     # "job_" + 12 hex digits of milliseconds + 8 random: ids sort by creation time (keyset pages).
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(
+        String(64), default=DEFAULT_TENANT, server_default=DEFAULT_TENANT
+    )
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_hash: Mapped[str | None] = mapped_column(String(64), doc="sha256 of the spec")
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     effective_batch_size: Mapped[int] = mapped_column(Integer)
@@ -135,3 +146,15 @@ class JobEvent(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     job: Mapped[Job] = relationship(back_populates="events")
+
+
+class ApiKey(Base):
+    """A bearer token's sha256 (never the token) and the tenant it acts for."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

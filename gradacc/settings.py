@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -38,6 +39,19 @@ class Settings(BaseSettings):
     # After SIGTERM to a cancelled job's process group, SIGKILL follows this long after.
     kill_grace_s: float = Field(default=3.0, ge=0)
 
+    # Limits on what a client may ask for (see docs/security.md). The body limit is enforced
+    # before the body is parsed.
+    max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    max_epochs: int = Field(default=100, ge=1)
+    max_samples: int = Field(default=10_000_000, ge=1, description="max_train/eval_samples cap")
+    # Local model and dataset paths must lie under one of these directories (``os.pathsep``
+    # separated). Default: ``home/data``. Builtins and hub ids are not paths.
+    data_roots: str | None = None
+    # Bearer API keys, one tenant each. Off for the embedded local default; on in compose.
+    require_auth: bool = False
+    max_queued_per_tenant: int = Field(default=1000, ge=1)
+    max_running_per_tenant: int = Field(default=8, ge=1)
+
     @property
     def is_embedded(self) -> bool:
         return self.database_url is None
@@ -49,6 +63,11 @@ class Settings(BaseSettings):
     @property
     def broker_dir(self) -> Path:
         return self.home / "broker"
+
+    def resolved_data_roots(self) -> list[Path]:
+        if not self.data_roots:
+            return [self.home / "data"]
+        return [Path(part) for part in self.data_roots.split(os.pathsep) if part.strip()]
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -9,12 +9,15 @@ from typing import Any
 
 from celery import current_app, shared_task
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
-from sqlalchemy import select
+from pydantic import ValidationError
 
 from gradacc.db import session_scope
-from gradacc.jobs import add_event, claim_job
-from gradacc.models import Job, utcnow
-from gradacc.settings import get_settings
+from gradacc.errors import InvalidRequest
+from gradacc.jobs import add_event, claim_job, transition_job
+from gradacc.models import Job, JobStatus, utcnow
+from gradacc.settings import Settings, get_settings
+from gradacc.sources import check_spec_allowed
+from trainer_core.spec import JobSpec
 from worker.celery_app import RUN_JOB_TASK, enqueue_job
 from worker.reconciler import start_reconciler_thread
 from worker.supervisor import shutdown_requested, supervise, worker_name
@@ -41,11 +44,39 @@ def run_job(job_id: str) -> str:
         if not claimed:
             log.info("job %s is not claimable (done, running elsewhere or cancelled)", job_id)
             return "skipped"
-        attempt = session.scalar(select(Job.attempts).where(Job.id == job_id))
-        message = f"started on {worker} (attempt {attempt})"
+        job = session.get(Job, job_id)
+        assert job is not None  # just claimed
+        refusal = _refusal(job, settings)
+        if refusal is not None:
+            # Deterministic: the same spec fails the same way on any worker, so no retry.
+            transition_job(
+                session,
+                job_id=job_id,
+                to=JobStatus.FAILED,
+                owned_by=worker,
+                finished_at=utcnow(),
+                error_code="invalid_request",
+                error_message=refusal,
+            )
+            add_event(session, job_id=job_id, kind="failed", message=f"invalid_request: {refusal}")
+            session.commit()
+            return "failed"
+        message = f"started on {worker} (attempt {job.attempts})"
         add_event(session, job_id=job_id, kind="started", message=message)
         session.commit()
     return supervise(settings, job_id=job_id)
+
+
+def _refusal(job: Job, settings: Settings) -> str | None:
+    """Check the stored spec again on this worker's filesystem (data roots, limits) before any
+    training process starts; the reason it may not run, or None."""
+    try:
+        check_spec_allowed(JobSpec.model_validate(job.spec), settings)
+    except InvalidRequest as exc:
+        return exc.message
+    except ValidationError as exc:
+        return f"the stored spec is no longer valid: {exc.error_count()} errors"
+    return None
 
 
 _reconciler_stop = threading.Event()

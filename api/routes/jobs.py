@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query, Response
+from fastapi import APIRouter, Body, Header, Query, Response
 
 from api import services
-from api.deps import CeleryDep, ReadSessionDep, SessionDep, SettingsDep
+from api.deps import CeleryDep, ReadSessionDep, SessionDep, SettingsDep, TenantDep
 from api.schemas import ErrorResponse, EventList, JobCreate, JobList, JobRead, MetricsList
 from gradacc.models import JobStatus
 from trainer_core.spec import example_spec
@@ -15,7 +15,12 @@ from trainer_core.spec import example_spec
 router = APIRouter(
     prefix="/jobs",
     tags=["jobs"],
-    responses={404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
+    responses={
+        401: {"model": ErrorResponse},
+        404: {"model": ErrorResponse},
+        422: {"model": ErrorResponse},
+        503: {"model": ErrorResponse},
+    },
 )
 
 EXAMPLES: dict[str, Any] = {
@@ -23,46 +28,81 @@ EXAMPLES: dict[str, Any] = {
 }
 
 
-@router.post("", response_model=JobRead, status_code=201)
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[\x21-\x7e]+$",
+        description="Same key and body: the same job again (200). Same key, other body: 409.",
+    ),
+]
+
+
+@router.post(
+    "",
+    response_model=JobRead,
+    status_code=201,
+    responses={
+        409: {"model": ErrorResponse},
+        413: {"model": ErrorResponse},
+        429: {"model": ErrorResponse},
+    },
+)
 def create_job(
     spec: Annotated[JobCreate, Body(openapi_examples=EXAMPLES)],
     session: SessionDep,
     celery: CeleryDep,
     settings: SettingsDep,
+    tenant: TenantDep,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
 ) -> JobRead:
-    job = services.create_job(session, spec=spec, celery=celery, settings=settings)
+    job, created = services.create_job(
+        session,
+        spec=spec,
+        tenant=tenant,
+        idempotency_key=idempotency_key,
+        celery=celery,
+        settings=settings,
+    )
+    response.status_code = 201 if created else 200
     return JobRead.of(job)
 
 
 @router.get("", response_model=JobList)
 async def list_jobs(
     session: ReadSessionDep,
+    tenant: TenantDep,
     status: JobStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     after: Annotated[str | None, Query(max_length=32, description="A job id (last_id)")] = None,
 ) -> JobList:
-    jobs, has_more = services.list_jobs(session, status=status, limit=limit, after=after)
+    jobs, has_more = services.list_jobs(
+        session, tenant=tenant, status=status, limit=limit, after=after
+    )
     last_id = jobs[-1].id if jobs else None
     return JobList(data=[JobRead.of(j) for j in jobs], has_more=has_more, last_id=last_id)
 
 
 @router.get("/{job_id}", response_model=JobRead)
-async def get_job(job_id: str, session: ReadSessionDep) -> Response:
+async def get_job(job_id: str, session: ReadSessionDep, tenant: TenantDep) -> Response:
     # The poll endpoint: serialised once by pydantic, skipping FastAPI's second validation pass.
-    job = JobRead.of(services.get_job(session, job_id=job_id))
+    job = JobRead.of(services.get_job(session, job_id=job_id, tenant=tenant))
     return Response(job.model_dump_json(), media_type="application/json")
 
 
 @router.get("/{job_id}/metrics", response_model=MetricsList)
-async def list_metrics(job_id: str, session: ReadSessionDep) -> MetricsList:
-    return MetricsList.of(services.list_metrics(session, job_id=job_id))
+async def list_metrics(job_id: str, session: ReadSessionDep, tenant: TenantDep) -> MetricsList:
+    return MetricsList.of(services.list_metrics(session, job_id=job_id, tenant=tenant))
 
 
 @router.get("/{job_id}/events", response_model=EventList)
-async def list_events(job_id: str, session: ReadSessionDep) -> EventList:
-    return EventList.of(services.list_events(session, job_id=job_id))
+async def list_events(job_id: str, session: ReadSessionDep, tenant: TenantDep) -> EventList:
+    return EventList.of(services.list_events(session, job_id=job_id, tenant=tenant))
 
 
 @router.post("/{job_id}/cancel", response_model=JobRead, responses={409: {"model": ErrorResponse}})
-def cancel_job(job_id: str, session: SessionDep) -> JobRead:
-    return JobRead.of(services.cancel_job(session, job_id=job_id))
+def cancel_job(job_id: str, session: SessionDep, tenant: TenantDep) -> JobRead:
+    return JobRead.of(services.cancel_job(session, job_id=job_id, tenant=tenant))

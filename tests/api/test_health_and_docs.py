@@ -53,15 +53,19 @@ def test_api_never_imports_torch(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=60)
 
 
-def test_a_broken_database_gives_the_same_error_shape(tmp_path: Path) -> None:
+def test_an_unusable_database_is_503_in_the_same_error_shape(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-dir" / "gradacc.db"
     settings = Settings(home=tmp_path, database_url=f"sqlite:///{missing}")
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         crashed = client.get("/v1/jobs/job_x")
         not_ready = client.get("/readyz")
-    assert crashed.status_code == 500
+    assert crashed.status_code == 503
     assert crashed.json() == {
-        "error": {"code": "internal_error", "message": "internal server error", "param": None}
+        "error": {
+            "code": "database_unavailable",
+            "message": "the database is unavailable; retry later",
+            "param": None,
+        }
     }
     assert not_ready.status_code == 503
     assert not_ready.json()["error"]["message"].startswith("database unreachable")

@@ -23,8 +23,8 @@ SPEC: dict[str, Any] = {"model": "builtin:tiny-bert", "dataset": "builtin:sentim
 def make_job(settings: Settings, **values: Any) -> str:
     job_id = new_job_id()
     with session_scope(settings) as session:
-        fields = {"status": JobStatus.QUEUED, "enqueued_at": utcnow()} | values
-        session.add(Job(id=job_id, spec=SPEC, effective_batch_size=8, **fields))
+        fields = {"status": JobStatus.QUEUED, "enqueued_at": utcnow(), "spec": SPEC} | values
+        session.add(Job(id=job_id, effective_batch_size=8, **fields))
         session.commit()
     return job_id
 

@@ -1,0 +1,65 @@
+"""Which local files a job may read: local model and dataset paths must lie under a data root.
+
+Used by the API at POST and by the worker again before training (the worker's filesystem is the
+one that counts). Builtins and hub ids are not paths and pass. A hub-id-looking string that names
+an existing local directory or file is a path (the core would load it from disk), so it is checked.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gradacc.errors import InvalidRequest
+from gradacc.settings import Settings
+from trainer_core.spec import LOCAL_DATA_SUFFIXES, JobSpec
+
+
+def is_local_path(value: str) -> bool:
+    """Mirrors how the core tells a path from a hub id (``trainer_core.data``/``models``)."""
+    if value.startswith("builtin:"):
+        return False
+    if value.startswith(("/", ".", "~")) or value.endswith(LOCAL_DATA_SUFFIXES):
+        return True
+    try:
+        return Path(value.split(":", 1)[0]).exists() or Path(value).exists()
+    except (OSError, ValueError):
+        return True  # unencodable or otherwise odd: treat as a path, which must then pass below
+
+
+def _real(path: str | Path) -> Path:
+    return Path(os.path.realpath(os.path.expanduser(path)))
+
+
+def check_path_allowed(value: str, *, roots: list[Path], param: str) -> None:
+    """Raise ``InvalidRequest`` unless ``value`` resolves (symlinks and ``..`` included) inside
+    one of ``roots``. The message names the field, not the resolved path or the roots."""
+    try:
+        real = _real(value)
+    except (OSError, ValueError) as exc:
+        raise InvalidRequest("not a usable local path", param=param) from exc
+    for root in roots:
+        real_root = _real(root)
+        if real == real_root or real_root in real.parents:
+            return
+    raise InvalidRequest("local paths must lie inside the configured data roots", param=param)
+
+
+def check_spec_allowed(spec: JobSpec, settings: Settings) -> None:
+    """The service's limits on a spec that the core itself would accept."""
+    if spec.num_train_epochs > settings.max_epochs:
+        raise InvalidRequest(f"at most {settings.max_epochs} epochs", param="num_train_epochs")
+    for field in ("max_train_samples", "max_eval_samples"):
+        value = getattr(spec, field)
+        if value is not None and value > settings.max_samples:
+            raise InvalidRequest(f"at most {settings.max_samples} samples", param=field)
+    for field in ("text_column", "label_column"):
+        # The core's column pattern ends in "$", which lets one trailing newline through.
+        value = getattr(spec, field)
+        if value is not None and any(ord(ch) < 32 for ch in value):
+            raise InvalidRequest("column names contain no control characters", param=field)
+    roots = settings.resolved_data_roots()
+    for field in ("model", "dataset", "eval_dataset"):
+        value = getattr(spec, field)
+        if value is not None and is_local_path(value):
+            check_path_allowed(value, roots=roots, param=field)
