@@ -1,0 +1,122 @@
+"""1,000 concurrent POST /v1/jobs against a real uvicorn (2 processes) on PostgreSQL and Redis,
+some repeating an Idempotency-Key (with the same body, or another one): exactly one job per key
+plus one per keyless POST is created and enqueued. No worker runs them (that would take minutes);
+the rows and the Redis queue are counted."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from sqlalchemy import func, select, text
+
+from gradacc.db import get_engine, session_scope
+from gradacc.models import Job
+from gradacc.settings import Settings
+from tests.conftest import ROOT, unique_queue
+from tests.e2e.conftest import TINY, forget_queue, settings_env
+from tests.e2e.test_embedded import free_port
+
+pytestmark = pytest.mark.integration
+
+KEYS = 300  # each POSTed 1-3 times with one body; a third of them once more with another body
+KEYLESS = 300
+
+
+@pytest.fixture
+def server(pg_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[str, Settings]]:
+    settings = Settings(
+        home=tmp_path, database_url=pg_url, broker_url=redis_url, queue=unique_queue()
+    )
+    with get_engine(pg_url).begin() as connection:
+        connection.execute(text("TRUNCATE jobs CASCADE"))
+    port = free_port()
+    env = settings_env(settings) | {"GRADACC_MAX_QUEUED_PER_TENANT": "100000"}
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "api.main:app",
+        "--port",
+        str(port),
+        "--workers",
+        "2",
+    ]
+    with (tmp_path / "uvicorn.log").open("wb") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        yield base, settings
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        forget_queue(redis_url, settings.queue)
+
+
+def requests_to_send() -> list[tuple[str | None, dict[str, Any]]]:
+    rng = random.Random(5)
+    sent: list[tuple[str | None, dict[str, Any]]] = []
+    for i in range(KEYS):
+        sent += [(f"key-{i}", TINY)] * rng.randint(1, 3)
+        if i % 3 == 0:
+            sent.append((f"key-{i}", {**TINY, "seed": 7}))
+    sent += [(None, TINY)] * KEYLESS
+    rng.shuffle(sent)
+    return sent
+
+
+def test_concurrent_posts_create_one_job_per_key(server: tuple[str, Settings]) -> None:
+    base, settings = server
+    sent = requests_to_send()
+    assert len(sent) >= 1000
+    with httpx.Client(base_url=base, timeout=60, limits=httpx.Limits(max_connections=32)) as http:
+
+        def post(item: tuple[str | None, dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+            key, spec = item
+            headers = {"Idempotency-Key": key} if key else {}
+            response = http.post("/v1/jobs", json=spec, headers=headers)
+            return response.status_code, response.json()
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            answers = list(pool.map(post, sent))
+        elapsed = time.monotonic() - started
+    statuses = [status for status, _ in answers]
+    assert set(statuses) <= {200, 201, 409}, sorted(set(statuses))
+    by_key: dict[str, list[tuple[int, dict[str, Any], dict[str, Any]]]] = defaultdict(list)
+    for (key, spec), (status, answer) in zip(sent, answers, strict=True):
+        if key is not None:
+            by_key[key].append((status, answer, spec))
+    for key, outcomes in by_key.items():
+        created = [answer for status, answer, _ in outcomes if status == 201]
+        assert len(created) == 1, (key, [s for s, _, _ in outcomes])
+        winner = created[0]
+        for status, answer, spec in outcomes:
+            if spec.get("seed", 42) == winner["spec"]["seed"]:
+                assert status in (200, 201) and answer["id"] == winner["id"], key
+            else:
+                assert status == 409 and answer["error"]["code"] == "idempotency_conflict", key
+    expected = KEYS + KEYLESS
+    assert statuses.count(201) == expected
+    with session_scope(settings) as session:
+        assert session.scalar(select(func.count()).select_from(Job)) == expected
+    queue_length = redis.Redis.from_url(settings.resolved_broker_url()).llen(settings.queue)
+    assert queue_length == expected
+    print(f"{len(sent)} POSTs in {elapsed:.1f} s: {expected} jobs, {queue_length} enqueued")
