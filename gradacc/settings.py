@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     # torch threads per training process; 0 keeps torch's default (every core). Two processes
     # that both use every core of a small CPU box spin against each other: ~25x slower here.
     train_threads: int = Field(default=0, ge=0)
+    # Keep one pre-imported training process ready per worker (worker/standby.py), so a job's
+    # start does not wait ~4 s for torch and transformers to import. Off: a cold process per job.
+    warm_standby: bool = True
     # After SIGTERM to a cancelled job's process group, SIGKILL follows this long after.
     kill_grace_s: float = Field(default=3.0, ge=0)
 
