@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gradacc.errors import IdempotencyConflict, JobNotFound, NotReady, TooManyJobs
-from gradacc.jobs import add_event, new_job_id, require_transition
+from gradacc.jobs import add_event, lock_tenant, new_job_id, require_transition
 from gradacc.models import EpochMetric, Job, JobEvent, JobStatus, utcnow
 from gradacc.settings import Settings
 from gradacc.sources import check_spec_allowed
@@ -41,7 +41,7 @@ def create_job(
         earlier = _job_with_key(session, tenant=tenant, key=idempotency_key)
         if earlier is not None:
             return _replayed(earlier, request_hash), False
-    _lock_tenant(session, tenant=tenant)
+    lock_tenant(session, tenant=tenant)
     _check_queue_limit(session, tenant=tenant, settings=settings)
     job = Job(
         id=new_job_id(),
@@ -89,13 +89,6 @@ def _replayed(job: Job, request_hash: str) -> Job:
     if job.request_hash != request_hash:
         raise IdempotencyConflict()
     return job
-
-
-def _lock_tenant(session: Session, *, tenant: str) -> None:
-    """PostgreSQL: serialise one tenant's creates until commit, so the limit count is exact.
-    (SQLite serialises writers anyway.)"""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": tenant})
 
 
 def _check_queue_limit(session: Session, *, tenant: str, settings: Settings) -> None:

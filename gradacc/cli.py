@@ -1,4 +1,4 @@
-"""The ``gradacc`` command: serve, worker, migrate, demo."""
+"""The ``gradacc`` command: serve, worker, migrate, create-api-key, demo."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from gradacc.settings import get_settings
+from gradacc.settings import Settings, get_settings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -19,6 +19,8 @@ def _parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="one Celery worker (one job at a time)")
     worker.add_argument("--name", default="worker")
     commands.add_parser("migrate", help="bring the database schema to the latest revision")
+    key = commands.add_parser("create-api-key", help="print a new API key for a tenant")
+    key.add_argument("--tenant", required=True, help="1-64 letters, digits, '_', '.', '-'")
     demo = commands.add_parser("demo", help="serve, train a demo job per backend and K, stop")
     demo.add_argument("--port", type=int, default=0, help="default: any free port")
     demo.add_argument("--workers", type=int, default=2)
@@ -27,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    quiet = args.command == "demo"  # the demo prints its own progress lines
+    quiet = args.command in ("demo", "create-api-key")  # these print their own output
     logging.basicConfig(
         level=logging.WARNING if quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
@@ -46,9 +48,29 @@ def main(argv: list[str] | None = None) -> int:
 
         upgrade_database(settings)
         return 0
+    if args.command == "create-api-key":
+        return _create_api_key(settings, tenant=args.tenant)
     from gradacc.demo import run_demo
 
     return run_demo(settings, port=args.port, workers=args.workers)
+
+
+def _create_api_key(settings: Settings, *, tenant: str) -> int:
+    """Print the new key on stdout, alone (scripts capture it); it is not stored anywhere."""
+    from gradacc.auth import create_api_key
+    from gradacc.db import session_scope
+    from gradacc.migrate import upgrade_database
+
+    if settings.is_embedded:
+        upgrade_database(settings)  # as ``serve`` does; compose runs ``migrate`` first
+    try:
+        with session_scope(settings) as session:
+            token = create_api_key(session, tenant=tenant)
+    except ValueError as exc:
+        print(f"gradacc: {exc}", file=sys.stderr)
+        return 2
+    print(token)
+    return 0
 
 
 if __name__ == "__main__":

@@ -29,7 +29,14 @@ def get_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_size=10, max_overflow=20, pool_recycle=300)
+    # connect_timeout: an unreachable server fails a request within seconds (503), not minutes.
+    return create_engine(
+        url,
+        pool_size=10,
+        max_overflow=20,
+        pool_recycle=300,
+        connect_args={"connect_timeout": 5},
+    )
 
 
 def get_sessionmaker(settings: Settings, *, autocommit: bool = False) -> sessionmaker[Session]:

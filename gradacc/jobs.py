@@ -11,7 +11,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -90,6 +90,33 @@ def claim_job(
     claimed = session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
     session.commit()
     return bool(claimed)
+
+
+def lock_tenant(session: Session, *, tenant: str) -> None:
+    """PostgreSQL: serialise one tenant's creates and claims until commit, so that counting its
+    queued or running jobs and then adding one is exact. (SQLite serialises writers anyway.)"""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": tenant})
+
+
+def throttle_if_busy(session: Session, *, job_id: str, max_running: int) -> bool:
+    """True when ``job_id`` is queued and its tenant already runs ``max_running`` jobs. It then
+    stays queued with ``enqueued_at`` cleared, so the reconciler sends it again on its next pass.
+    Holds the tenant lock until the caller commits (``claim_job`` does). Does not commit."""
+    row = session.execute(select(Job.tenant, Job.status).where(Job.id == job_id)).one_or_none()
+    if row is None or row.status != S.QUEUED:
+        return False  # gone, final, or a stale running job being taken over (already counted)
+    lock_tenant(session, tenant=row.tenant)
+    count = select(func.count()).where(Job.tenant == row.tenant, Job.status == S.RUNNING)
+    running = session.scalar(count) or 0
+    if running < max_running:
+        return False
+    session.execute(update(Job).where(Job.id == job_id).values(enqueued_at=None))
+    seen = select(JobEvent.id).where(JobEvent.job_id == job_id, JobEvent.kind == "throttled")
+    if session.scalar(seen.limit(1)) is None:
+        message = f"waiting: tenant runs {running} jobs (limit {max_running})"
+        add_event(session, job_id=job_id, kind="throttled", message=message)
+    return True
 
 
 def add_event(session: Session, *, job_id: str, kind: str, message: str) -> None:

@@ -21,6 +21,7 @@ from trainer_core.callbacks import StopRequest, TrainingCallback
 
 PROGRESS_EVERY_S = 0.5  # progress arrives every micro-step; the database needs it far less often
 _CREDENTIALS = re.compile(r"(\w+://)[^/@\s]+@")
+_API_KEYS = re.compile(r"\bgak_[\w-]+")
 
 
 def jsonable(value: Any) -> Any:
@@ -43,6 +44,7 @@ def jsonable(value: Any) -> Any:
 def describe_error(exc: BaseException, *, limit: int = 2000) -> str:
     """``Type: message``, with credentials in URLs masked; never the environment or a traceback."""
     text = _CREDENTIALS.sub(r"\1***@", f"{type(exc).__name__}: {exc}")
+    text = _API_KEYS.sub("gak_***", text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

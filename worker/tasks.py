@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from gradacc.db import session_scope
 from gradacc.errors import InvalidRequest
-from gradacc.jobs import add_event, claim_job, transition_job
+from gradacc.jobs import add_event, claim_job, throttle_if_busy, transition_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.settings import Settings, get_settings
 from gradacc.sources import check_spec_allowed
@@ -34,6 +34,10 @@ def run_job(job_id: str) -> str:
     settings = get_settings()
     worker = worker_name()
     with session_scope(settings) as session:
+        if throttle_if_busy(session, job_id=job_id, max_running=settings.max_running_per_tenant):
+            session.commit()
+            log.info("job %s waits: its tenant is at its running-job limit", job_id)
+            return "throttled"
         claimed = claim_job(
             session,
             job_id=job_id,

@@ -10,9 +10,11 @@ import pytest
 from sqlalchemy import select
 
 from gradacc.db import session_scope
-from gradacc.models import Job, JobEvent
+from gradacc.jobs import throttle_if_busy
+from gradacc.models import Job, JobEvent, JobStatus, utcnow
 from gradacc.settings import Settings, get_settings
 from tests.worker.test_job_states import make_job
+from worker.reconciler import reconcile_jobs
 from worker.tasks import run_job
 
 
@@ -45,3 +47,27 @@ def test_a_path_outside_the_roots_fails_before_training(
         kinds = session.scalars(select(JobEvent.kind).where(JobEvent.job_id == job_id)).all()
     assert list(kinds) == ["failed"]
     assert run_job(job_id) == "skipped"  # a redelivery does not retry it
+
+
+def test_a_tenant_at_its_running_limit_waits_queued(worker_settings: Settings) -> None:
+    limit = worker_settings.max_running_per_tenant
+    for _ in range(limit):
+        make_job(worker_settings, tenant="busy", status=JobStatus.RUNNING, heartbeat_at=utcnow())
+    waiting = make_job(worker_settings, tenant="busy")
+    assert run_job(waiting) == "throttled"
+    assert run_job(waiting) == "throttled"  # redelivered while still busy: one event only
+    with session_scope(worker_settings) as session:
+        job = session.get(Job, waiting)
+        assert job is not None and (job.status, job.attempts, job.enqueued_at) == (
+            "queued",
+            0,
+            None,
+        )
+        kinds = session.scalars(select(JobEvent.kind).where(JobEvent.job_id == waiting)).all()
+        assert list(kinds) == ["throttled"]
+        other = make_job(worker_settings, tenant="idle")
+        assert not throttle_if_busy(session, job_id=other, max_running=limit)
+        session.commit()
+    sent: list[str] = []
+    reconcile_jobs(worker_settings, enqueue=sent.append)
+    assert waiting in sent  # the reconciler sends it again; it runs once the tenant has room

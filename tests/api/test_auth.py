@@ -1,0 +1,104 @@
+"""API keys and tenants (both databases): keys are stored hashed, a tenant sees and cancels only
+its own jobs (others' are 404), idempotency keys are per tenant, the queued-job limit is 429."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from api.main import create_app
+from gradacc.auth import create_api_key, hash_key
+from gradacc.db import session_scope
+from gradacc.models import ApiKey, Job
+from gradacc.settings import Settings
+from tests.api.test_jobs import TINY
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+def auth_settings(db_settings: Settings) -> Settings:
+    return db_settings.model_copy(update={"require_auth": True, "max_queued_per_tenant": 3})
+
+
+@pytest.fixture
+def authed(auth_settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(auth_settings), raise_server_exceptions=False) as client:
+        yield client
+
+
+def bearer(settings: Settings, tenant: str) -> dict[str, str]:
+    with session_scope(settings) as session:
+        return {"Authorization": f"Bearer {create_api_key(session, tenant=tenant)}"}
+
+
+def test_requests_without_a_valid_key_are_401(authed: TestClient, auth_settings: Settings) -> None:
+    for headers in ({}, {"Authorization": "Bearer gak_nope"}, {"Authorization": "Basic eDp5"}):
+        response = authed.post("/v1/jobs", json=TINY, headers=headers)
+        assert response.status_code == 401, response.text
+        assert response.json()["error"]["code"] == "unauthorized"
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert authed.get("/v1/jobs", headers=headers).status_code == 401
+    assert authed.get("/healthz").status_code == 200  # probes need no key
+    with session_scope(auth_settings) as session:
+        assert session.scalar(select(Job.id)) is None
+
+
+def test_a_tenant_reaches_only_its_own_jobs(authed: TestClient, auth_settings: Settings) -> None:
+    alice, bob = bearer(auth_settings, "alice"), bearer(auth_settings, "bob")
+    job = authed.post("/v1/jobs", json=TINY, headers=alice).json()
+    for path in ("", "/metrics", "/events"):
+        assert authed.get(f"/v1/jobs/{job['id']}{path}", headers=alice).status_code == 200
+        other = authed.get(f"/v1/jobs/{job['id']}{path}", headers=bob)
+        assert other.status_code == 404 and other.json()["error"]["code"] == "job_not_found"
+    assert authed.post(f"/v1/jobs/{job['id']}/cancel", headers=bob).status_code == 404
+    assert authed.get("/v1/jobs", headers=bob).json()["data"] == []
+    assert [j["id"] for j in authed.get("/v1/jobs", headers=alice).json()["data"]] == [job["id"]]
+    # The same idempotency key in two tenants is two jobs.
+    key = {"Idempotency-Key": "same"}
+    first = authed.post("/v1/jobs", json=TINY, headers=alice | key)
+    second = authed.post("/v1/jobs", json=TINY, headers=bob | key)
+    assert first.status_code == second.status_code == 201
+    assert first.json()["id"] != second.json()["id"]
+    assert authed.post(f"/v1/jobs/{job['id']}/cancel", headers=alice).status_code == 200
+
+
+def test_keys_are_stored_hashed(auth_settings: Settings) -> None:
+    token = bearer(auth_settings, "carol")["Authorization"].removeprefix("Bearer ")
+    with session_scope(auth_settings) as session:
+        rows = session.execute(select(ApiKey.key_hash, ApiKey.tenant)).all()
+    assert (hash_key(token), "carol") in rows
+    assert not any(token in str(value) for row in rows for value in row)
+
+
+def test_over_the_queued_limit_is_429(authed: TestClient, auth_settings: Settings) -> None:
+    alice, bob = bearer(auth_settings, "alice"), bearer(auth_settings, "bob")
+    ids = [authed.post("/v1/jobs", json=TINY, headers=alice).json()["id"] for _ in range(3)]
+    refused = authed.post("/v1/jobs", json=TINY, headers=alice)
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "too_many_jobs"
+    assert authed.post("/v1/jobs", json=TINY, headers=bob).status_code == 201  # per tenant
+    authed.post(f"/v1/jobs/{ids[0]}/cancel", headers=alice)
+    assert authed.post("/v1/jobs", json=TINY, headers=alice).status_code == 201
+
+
+def test_create_api_key_prints_a_working_key(tmp_path: Path) -> None:
+    env = {**os.environ, "GRADACC_HOME": str(tmp_path)}
+    env.pop("GRADACC_DATABASE_URL", None)
+    command = [sys.executable, "-m", "gradacc.cli", "create-api-key", "--tenant", "acme"]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    token = result.stdout.strip()
+    assert token.startswith("gak_") and len(token) > 40 and "\n" not in token
+    settings = Settings(home=tmp_path, require_auth=True)
+    with TestClient(create_app(settings)) as client:
+        created = client.post("/v1/jobs", json=TINY, headers={"Authorization": f"Bearer {token}"})
+    assert created.status_code == 201, created.text
+    bad = subprocess.run([*command[:-1], "../etc"], cwd=ROOT, env=env, capture_output=True)
+    assert bad.returncode == 2

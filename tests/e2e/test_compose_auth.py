@@ -1,0 +1,22 @@
+"""The compose deployment requires API keys; the embedded default does not."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gradacc.settings import Settings
+from tests.e2e.test_compose import COMPOSE_FILE, compose_config
+
+
+def test_compose_api_requires_auth_and_keeps_the_shared_environment() -> None:
+    result = compose_config(COMPOSE_FILE)
+    assert result.returncode == 0, result.stderr
+    services: dict[str, Any] = json.loads(result.stdout)["services"]
+    api_env = services["api"]["environment"]
+    assert api_env["GRADACC_REQUIRE_AUTH"] == "true"
+    assert (
+        api_env["GRADACC_DATABASE_URL"] == services["worker"]["environment"]["GRADACC_DATABASE_URL"]
+    )
+    assert api_env["GRADACC_BROKER_URL"] == services["worker"]["environment"]["GRADACC_BROKER_URL"]
+    assert Settings.model_fields["require_auth"].default is False
