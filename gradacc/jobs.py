@@ -119,8 +119,10 @@ def throttle_if_busy(session: Session, *, job_id: str, max_running: int) -> bool
     return True
 
 
-def add_event(session: Session, *, job_id: str, kind: str, message: str) -> None:
-    session.add(JobEvent(job_id=job_id, kind=kind, message=message))
+def add_event(
+    session: Session, *, job_id: str, kind: str, message: str, at: datetime | None = None
+) -> None:
+    session.add(JobEvent(job_id=job_id, kind=kind, message=message, created_at=at or utcnow()))
 
 
 def record_epoch_metrics(session: Session, *, job_id: str, record: dict[str, Any]) -> None:

@@ -10,15 +10,24 @@ import math
 import os
 import re
 import signal
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
+
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.orm import Session
 
 from gradacc.db import session_scope
 from gradacc.jobs import add_event, record_epoch_metrics, update_running_job
-from gradacc.models import Job, JobStatus
+from gradacc.models import Job, JobStatus, utcnow
 from gradacc.settings import Settings
 from trainer_core.callbacks import StopRequest, TrainingCallback
 
+DATABASE_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
+RETRY_MAX_S = 30.0
+Write = Callable[[Session], None]
 PROGRESS_EVERY_S = 0.5  # progress arrives every micro-step; the database needs it far less often
 _CREDENTIALS = re.compile(r"(\w+://)[^/@\s]+@")
 _API_KEYS = re.compile(r"\bgak_[\w-]+")
@@ -49,16 +58,74 @@ def describe_error(exc: BaseException, *, limit: int = 2000) -> str:
 
 
 class DatabaseCallback(TrainingCallback):
+    """Writes progress, epoch metrics and events as they come.
+
+    While the database is unreachable, training goes on: metrics and events wait in memory, in
+    order, and go out with the first later write that gets through (retries back off up to
+    ``RETRY_MAX_S``); progress is dropped instead (the next one replaces it). ``flush`` waits
+    for the backlog, for the end of a run.
+    """
+
     def __init__(self, settings: Settings, job_id: str) -> None:
         self.settings = settings
         self.job_id = job_id
         self._last_progress = 0.0
+        self._pending: list[Write] = []
+        self._failures = 0
+        self._retry_at = 0.0
+
+    def _submit(self, write: Write, *, keep: bool = True) -> None:
+        if keep:
+            self._pending.append(write)
+        if time.monotonic() < self._retry_at:
+            return
+        try:
+            self._drain()
+            if not keep:
+                self._run(write)
+        except DATABASE_ERRORS as exc:
+            self._failures += 1
+            backoff = min(RETRY_MAX_S, 0.5 * 2**self._failures)
+            self._retry_at = time.monotonic() + backoff
+            print(
+                f"database unreachable ({type(exc).__name__}); {len(self._pending)} writes wait,"
+                f" retry in {backoff:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _drain(self) -> None:
+        while self._pending:
+            self._run(self._pending[0])
+            self._pending.pop(0)
+        self._failures = 0
+
+    def _run(self, write: Write) -> None:
+        with session_scope(self.settings) as session:
+            write(session)
+            session.commit()
+
+    def flush(self, timeout_s: float = 300.0) -> bool:
+        """Retry the waiting writes until none is left (True) or ``timeout_s`` passed (False)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._drain()
+                return True
+            except DATABASE_ERRORS:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(min(RETRY_MAX_S, 0.5 * 2 ** min(self._failures, 6)))
+                self._failures += 1
 
     def _update(self, event: tuple[str, str] | None = None, **values: Any) -> None:
-        with session_scope(self.settings) as session:
+        at = utcnow()  # an event keeps the time it happened, even if written later
+
+        def write(session: Session) -> None:
             if update_running_job(session, job_id=self.job_id, **values) and event is not None:
-                add_event(session, job_id=self.job_id, kind=event[0], message=event[1])
-            session.commit()
+                add_event(session, job_id=self.job_id, kind=event[0], message=event[1], at=at)
+
+        self._submit(write, keep=event is not None)
 
     def on_start(self, info: dict[str, Any]) -> None:
         message = (
@@ -86,7 +153,9 @@ class DatabaseCallback(TrainingCallback):
 
     def on_epoch_end(self, record: dict[str, Any]) -> None:
         record = jsonable(record)
-        with session_scope(self.settings) as session:
+        at = utcnow()
+
+        def write(session: Session) -> None:
             job = session.get(Job, self.job_id)
             if job is None or job.status != JobStatus.RUNNING:
                 return
@@ -94,8 +163,10 @@ class DatabaseCallback(TrainingCallback):
             job.epoch = int(record["epoch"])
             job.step = int(record.get("optimizer_steps") or job.step)
             job.latest_metrics = record
-            add_event(session, job_id=self.job_id, kind="epoch", message=_epoch_line(record))
-            session.commit()
+            message = _epoch_line(record)
+            add_event(session, job_id=self.job_id, kind="epoch", message=message, at=at)
+
+        self._submit(write)
 
     def on_checkpoint(self, info: dict[str, Any]) -> None:
         self._update(
@@ -136,8 +207,11 @@ class StopPoller:
         if os.getppid() != self.parent:
             self._answer = "preempt"
             return self._answer
-        with session_scope(self.settings) as session:
-            status = session.get(Job, self.job_id)
-            if status is None or status.status != JobStatus.RUNNING:
-                self._answer = "cancel"
+        try:
+            with session_scope(self.settings) as session:
+                status = session.get(Job, self.job_id)
+                if status is None or status.status != JobStatus.RUNNING:
+                    self._answer = "cancel"
+        except DATABASE_ERRORS:
+            pass  # the database blipped: keep training, ask again at the next check
         return self._answer

@@ -15,6 +15,7 @@ from gradacc.models import Job, JobEvent, JobStatus, utcnow
 from gradacc.settings import Settings, get_settings
 from tests.worker.test_job_states import make_job
 from worker.reconciler import reconcile_jobs
+from worker.reporting import describe_error
 from worker.tasks import run_job
 
 
@@ -71,3 +72,11 @@ def test_a_tenant_at_its_running_limit_waits_queued(worker_settings: Settings) -
     sent: list[str] = []
     reconcile_jobs(worker_settings, enqueue=sent.append)
     assert waiting in sent  # the reconciler sends it again; it runs once the tenant has room
+
+
+def test_error_messages_carry_no_credentials_or_keys() -> None:
+    exc = RuntimeError("cannot reach postgresql+psycopg://gradacc:hunter2@db/x as gak_Abc-123_x")
+    message = describe_error(exc)
+    assert "hunter2" not in message and "gak_Abc" not in message
+    assert message == "RuntimeError: cannot reach postgresql+psycopg://***@db/x as gak_***"
+    assert len(describe_error(RuntimeError("x" * 10_000))) == 2000
