@@ -1,0 +1,87 @@
+"""Tenants end to end on PostgreSQL + Redis with two real workers: API keys on, a tenant limited
+to one running job never has two running (the other waits and runs after), and a job whose local
+path escapes the data roots (written straight into the database, past the API) is failed by the
+worker before any training process starts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.main import create_app
+from gradacc.auth import create_api_key
+from gradacc.db import session_scope
+from gradacc.jobs import new_job_id
+from gradacc.models import Job, utcnow
+from gradacc.settings import Settings
+from tests.e2e.conftest import TERMINAL, TINY, WorkerProcess
+from worker.celery_app import create_celery_app, enqueue_job
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def authed(pg_redis_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    monkeypatch.setenv("GRADACC_MAX_RUNNING_PER_TENANT", "1")  # read by the workers started here
+    settings = pg_redis_settings.model_copy(update={"require_auth": True})
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+def test_running_limit_and_worker_path_check(
+    authed: TestClient,
+    pg_redis_settings: Settings,
+    start_worker: Callable[[str], WorkerProcess],
+) -> None:
+    settings = pg_redis_settings
+    with session_scope(settings) as session:
+        alice = {"Authorization": f"Bearer {create_api_key(session, tenant='alice')}"}
+        bob = {"Authorization": f"Bearer {create_api_key(session, tenant='bob')}"}
+    first = authed.post("/v1/jobs", json=TINY, headers=alice).json()["id"]
+    second = authed.post("/v1/jobs", json={**TINY, "seed": 1}, headers=alice).json()["id"]
+    escaped = new_job_id()
+    with session_scope(settings) as session:
+        spec = {**TINY, "dataset": "/etc/passwd"}
+        session.add(
+            Job(id=escaped, tenant="bob", spec=spec, effective_batch_size=16, enqueued_at=utcnow())
+        )
+        session.commit()
+    enqueue_job(create_celery_app(settings), settings, escaped)
+    start_worker("w1")
+    start_worker("w2")
+    jobs = [wait_final(authed, job_id, timeout=120, headers=alice) for job_id in (first, second)]
+    assert [job["status"] for job in jobs] == ["succeeded", "succeeded"], jobs
+    assert [job["attempts"] for job in jobs] == [1, 1]
+    earlier, later = sorted(jobs, key=lambda job: job["started_at"])
+    assert later["started_at"] >= earlier["finished_at"], "two of alice's jobs ran at once"
+    assert authed.get(f"/v1/jobs/{escaped}", headers=alice).status_code == 404
+    bad = wait_final(authed, escaped, timeout=30, headers=bob)
+    assert bad["status"] == "failed" and bad["error"]["code"] == "invalid_request", bad
+    assert bad["attempts"] == 1 and "data roots" in bad["error"]["message"]
+    assert not (settings.jobs_dir / escaped).exists(), "no training process for a refused job"
+    assert event_kinds_for(authed, escaped, bob) == ["failed"]
+    print(
+        "throttled events:",
+        [event_kinds_for(authed, j, alice).count("throttled") for j in (first, second)],
+    )
+
+
+def wait_final(
+    client: TestClient, job_id: str, *, timeout: float, headers: dict[str, str]
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
+        if job["status"] in TERMINAL:
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} not final after {timeout} s: {job}")
+
+
+def event_kinds_for(client: TestClient, job_id: str, headers: dict[str, str]) -> list[str]:
+    events = client.get(f"/v1/jobs/{job_id}/events", headers=headers).json()["data"]
+    return [event["kind"] for event in events]
