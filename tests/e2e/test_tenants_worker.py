@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from api.main import create_app
 from gradacc.auth import create_api_key
-from gradacc.db import session_scope
+from gradacc.db import get_engine, session_scope
 from gradacc.jobs import new_job_id
 from gradacc.models import Job, utcnow
 from gradacc.settings import Settings
@@ -27,6 +28,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def authed(pg_redis_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.setenv("GRADACC_MAX_RUNNING_PER_TENANT", "1")  # read by the workers started here
+    # Queued jobs left by earlier tests would be re-sent by these workers' reconcilers.
+    with get_engine(pg_redis_settings.resolved_database_url()).begin() as connection:
+        connection.execute(text("TRUNCATE jobs CASCADE"))
     settings = pg_redis_settings.model_copy(update={"require_auth": True})
     with TestClient(create_app(settings)) as client:
         yield client
