@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 
@@ -19,6 +18,7 @@ from gradacc.db import session_scope
 from gradacc.jobs import add_event, transition_job, update_running_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.settings import Settings
+from worker.standby import POOL
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +40,8 @@ def worker_name() -> str:
 def supervise(settings: Settings, *, job_id: str) -> str:
     output_dir = settings.jobs_dir / job_id
     output_dir.mkdir(parents=True, exist_ok=True)
-    with (output_dir / "train.log").open("ab") as log_file:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "worker.runner", job_id],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    # A pre-imported standby process takes the job (worker.standby): no import on the job's path.
+    child = POOL.take(settings, job_id=job_id, log_path=output_dir / "train.log")
     with session_scope(settings) as session:
         update_running_job(session, job_id=job_id, pid=child.pid)
         session.commit()

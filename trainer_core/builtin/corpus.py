@@ -8,6 +8,7 @@ causal language modelling. Both have variable-length rows and a validation split
 from __future__ import annotations
 
 import random
+from functools import cache
 
 POSITIVE = [
     "great",
@@ -115,12 +116,14 @@ def _story(rng: random.Random) -> str:
     return " ".join(sentences)
 
 
+@cache  # deterministic: build once per process (callers copy it into a Dataset)
 def sentiment(split: str) -> dict[str, list[object]]:
     rng = random.Random(f"sentiment-{split}")
     rows = [_review(rng) for _ in range(SPLIT_SIZES[split])]
     return {"text": [text for text, _ in rows], "label": [label for _, label in rows]}
 
 
+@cache
 def tiny_stories(split: str) -> dict[str, list[object]]:
     rng = random.Random(f"tiny-stories-{split}")
     return {"text": [_story(rng) for _ in range(SPLIT_SIZES[split])]}
