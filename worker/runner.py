@@ -42,6 +42,8 @@ def standby() -> int:
         os.setpriority(os.PRIO_PROCESS, 0, 0)  # the job itself runs at normal priority
     except PermissionError:
         print("standby: cannot restore normal priority (not root); training niced", flush=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
     with open(log_path, "ab") as log:  # from here on, output belongs to the job's log
         os.dup2(log.fileno(), sys.stdout.fileno())
         os.dup2(log.fileno(), sys.stderr.fileno())
