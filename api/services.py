@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gradacc.errors import IdempotencyConflict, JobNotFound, NotReady, TooManyJobs
-from gradacc.jobs import add_event, lock_tenant, new_job_id, require_transition
+from gradacc.jobs import add_event, is_job_id, lock_tenant, new_job_id, require_transition
 from gradacc.models import EpochMetric, Job, JobEvent, JobStatus, utcnow
 from gradacc.settings import Settings
 from gradacc.sources import check_spec_allowed
@@ -102,7 +102,7 @@ def _check_queue_limit(session: Session, *, tenant: str, settings: Settings) -> 
 
 def get_job(session: Session, *, job_id: str, tenant: str) -> Job:
     """Another tenant's job does not exist, as far as this tenant can tell (404, not 403)."""
-    job = session.get(Job, job_id)
+    job = session.get(Job, job_id) if is_job_id(job_id) else None
     if job is None or job.tenant != tenant:
         raise JobNotFound(job_id)
     return job

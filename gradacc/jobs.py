@@ -6,6 +6,7 @@ processes racing on one job cannot both win: the loser sees rowcount 0.
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from datetime import datetime
@@ -28,8 +29,17 @@ ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 }
 
 
+# "job_" + 12 hex digits of milliseconds + 8 random hex digits (see ``new_job_id``).
+JOB_ID_PATTERN = r"^job_[0-9a-f]{20}$"
+
+
 def new_job_id() -> str:
     return f"job_{int(time.time() * 1000):012x}{secrets.token_hex(4)}"
+
+
+def is_job_id(value: str) -> bool:
+    """Anything else names no job; it never reaches the database (PostgreSQL refuses NUL)."""
+    return re.fullmatch(JOB_ID_PATTERN, value) is not None
 
 
 def sources_of(target: JobStatus) -> list[str]:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Header, Query, Response
 from api import services
 from api.deps import CeleryDep, ReadSessionDep, SessionDep, SettingsDep, TenantDep
 from api.schemas import ErrorResponse, EventList, JobCreate, JobList, JobRead, MetricsList
+from gradacc.jobs import JOB_ID_PATTERN
 from gradacc.models import JobStatus
 from trainer_core.spec import example_spec
 
@@ -77,7 +78,9 @@ async def list_jobs(
     tenant: TenantDep,
     status: JobStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    after: Annotated[str | None, Query(max_length=32, description="A job id (last_id)")] = None,
+    after: Annotated[
+        str | None, Query(pattern=JOB_ID_PATTERN, description="A job id (last_id)")
+    ] = None,
 ) -> JobList:
     jobs, has_more = services.list_jobs(
         session, tenant=tenant, status=status, limit=limit, after=after

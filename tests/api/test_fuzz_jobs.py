@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, event, given, settings
@@ -99,3 +100,27 @@ def test_no_input_makes_the_api_fail(
         assert set(response.json()["error"]) == {"code", "message", "param"}
     else:
         assert response.json()["status"] == "queued"
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    job_id=st.text(max_size=40),
+    params=st.dictionaries(
+        st.sampled_from(["status", "limit", "after", "x"]), st.text(max_size=40), max_size=3
+    ),
+    suffix=st.sampled_from(["", "/metrics", "/events", "/cancel"]),
+)
+def test_no_path_or_query_makes_the_api_fail(
+    client: TestClient, job_id: str, params: dict[str, str], suffix: str
+) -> None:
+    path = "/v1/jobs/" + quote(job_id, safe="") + suffix
+    response = client.post(path) if suffix == "/cancel" else client.get(path)
+    listed = client.get("/v1/jobs", params=params)
+    for answer in (response, listed):
+        assert answer.status_code < 500, answer.text
+        if answer.status_code >= 400:
+            assert set(answer.json()["error"]) == {"code", "message", "param"}
