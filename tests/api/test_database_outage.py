@@ -30,9 +30,9 @@ def test_a_closed_port_is_503_without_secrets(embedded_settings: Settings) -> No
             client.post("/v1/jobs", json=TINY),
             client.post("/v1/jobs", json=TINY, headers={"Idempotency-Key": "k"}),
             client.get("/v1/jobs"),
-            client.get("/v1/jobs/job_x"),
-            client.get("/v1/jobs/job_x/events"),
-            client.post("/v1/jobs/job_x/cancel"),
+            client.get("/v1/jobs/job_0123456789abcdef0123"),
+            client.get("/v1/jobs/job_0123456789abcdef0123/events"),
+            client.post("/v1/jobs/job_0123456789abcdef0123/cancel"),
         ]
         auth_app = create_app(settings.model_copy(update={"require_auth": True}))
         with TestClient(auth_app, raise_server_exceptions=False) as authed:

@@ -57,7 +57,7 @@ def test_an_unusable_database_is_503_in_the_same_error_shape(tmp_path: Path) -> 
     missing = tmp_path / "no-such-dir" / "gradacc.db"
     settings = Settings(home=tmp_path, database_url=f"sqlite:///{missing}")
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
-        crashed = client.get("/v1/jobs/job_x")
+        crashed = client.get("/v1/jobs/job_0123456789abcdef0123")
         not_ready = client.get("/readyz")
     assert crashed.status_code == 503
     assert crashed.json() == {
