@@ -12,7 +12,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select, text, update
+from sqlalchemy import ColumnElement, func, insert, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -74,6 +74,19 @@ def update_running_job(session: Session, *, job_id: str, **values: Any) -> bool:
     return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined, no-any-return]
 
 
+def failed_attempts() -> ColumnElement[int]:
+    """Claims that did not end in a graceful preemption (a worker's SIGTERM: checkpoint kept,
+    event "preempted"). Those are not failures: a job may be preempted any number of times,
+    while ``max_attempts`` bounds the runs that died or lost their worker."""
+    preemptions = (
+        select(func.count())
+        .where(JobEvent.job_id == Job.id, JobEvent.kind == "preempted")
+        .correlate(Job)
+        .scalar_subquery()
+    )
+    return Job.attempts - preemptions
+
+
 def claim_job(
     session: Session, *, job_id: str, worker: str, stale_before: datetime, max_attempts: int
 ) -> bool:
@@ -87,7 +100,7 @@ def claim_job(
     )
     stmt = (
         update(Job)
-        .where(Job.id == job_id, fresh, Job.attempts < max_attempts)
+        .where(Job.id == job_id, fresh, failed_attempts() < max_attempts)
         .values(
             status=str(S.RUNNING),
             attempts=Job.attempts + 1,

@@ -17,7 +17,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from gradacc.db import session_scope
-from gradacc.jobs import add_event, transition_job
+from gradacc.jobs import add_event, failed_attempts, transition_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.settings import Settings
 
@@ -42,12 +42,12 @@ def reconcile_jobs(
         )
         stale = now - timedelta(seconds=settings.stale_after_s)
         orphaned = (Job.status == JobStatus.RUNNING) & (Job.heartbeat_at < stale)
-        query = select(Job.id, Job.status, Job.attempts, Job.enqueued_at)
-        for job_id, status, attempts, enqueued_at in session.execute(
+        query = select(Job.id, Job.status, failed_attempts(), Job.enqueued_at)
+        for job_id, status, failures, enqueued_at in session.execute(
             query.where(lost_queued | orphaned)
         ).all():
-            if status == JobStatus.RUNNING and attempts >= settings.max_attempts:
-                if _fail_hopeless(session, job_id=job_id, attempts=attempts, now=now):
+            if status == JobStatus.RUNNING and failures >= settings.max_attempts:
+                if _fail_hopeless(session, job_id=job_id, attempts=failures, now=now):
                     report.failed.append(job_id)
                 continue
             if status == JobStatus.RUNNING and enqueued_at is not None and enqueued_at >= stale:

@@ -4,13 +4,14 @@ fails the job at once (no training process, no retry), on each database."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from gradacc.db import session_scope
-from gradacc.jobs import throttle_if_busy
+from gradacc.jobs import add_event, claim_job, throttle_if_busy
 from gradacc.models import Job, JobEvent, JobStatus, utcnow
 from gradacc.settings import Settings, get_settings
 from tests.worker.test_job_states import make_job
@@ -80,3 +81,31 @@ def test_error_messages_carry_no_credentials_or_keys() -> None:
     assert "hunter2" not in message and "gak_Abc" not in message
     assert message == "RuntimeError: cannot reach postgresql+psycopg://***@db/x as gak_***"
     assert len(describe_error(RuntimeError("x" * 10_000))) == 2000
+
+
+def test_preemptions_do_not_use_up_attempts(worker_settings: Settings) -> None:
+    """Three graceful preemptions (checkpoint kept) and a lost worker: still resumable with
+    max_attempts 3; one more lost worker and it fails."""
+    old = utcnow() - timedelta(hours=1)
+    job_id = make_job(
+        worker_settings, status=JobStatus.RUNNING, heartbeat_at=old, enqueued_at=old, attempts=4
+    )
+    with session_scope(worker_settings) as session:
+        for _ in range(3):
+            add_event(session, job_id=job_id, kind="preempted", message="checkpoint kept")
+        session.commit()
+    sent: list[str] = []
+    report = reconcile_jobs(worker_settings, enqueue=sent.append)
+    assert report.failed == [] and sent == [job_id]
+    with session_scope(worker_settings) as session:
+        claim = {"job_id": job_id, "stale_before": utcnow(), "max_attempts": 3}
+        assert claim_job(session, worker="w", **claim)  # attempt 5, failure 2
+        session.execute(update(Job).where(Job.id == job_id).values(heartbeat_at=old))
+        session.commit()
+    assert reconcile_jobs(worker_settings, enqueue=sent.append).failed == []
+    with session_scope(worker_settings) as session:
+        assert claim_job(session, worker="w", **claim)  # attempt 6, failure 3
+        session.execute(update(Job).where(Job.id == job_id).values(heartbeat_at=old))
+        session.commit()
+        assert not claim_job(session, worker="x", **claim)
+    assert reconcile_jobs(worker_settings, enqueue=sent.append).failed == [job_id]
