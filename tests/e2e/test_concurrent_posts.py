@@ -31,6 +31,7 @@ pytestmark = pytest.mark.integration
 
 KEYS = 300  # each POSTed 1-3 times with one body; a third of them once more with another body
 KEYLESS = 300
+QUEUED_LIMIT = 650  # above the 600 jobs of the first burst; a second burst of 200 hits it
 
 
 @pytest.fixture
@@ -41,7 +42,7 @@ def server(pg_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[str, S
     with get_engine(pg_url).begin() as connection:
         connection.execute(text("TRUNCATE jobs CASCADE"))
     port = free_port()
-    env = settings_env(settings) | {"GRADACC_MAX_QUEUED_PER_TENANT": "100000"}
+    env = settings_env(settings) | {"GRADACC_MAX_QUEUED_PER_TENANT": str(QUEUED_LIMIT)}
     command = [
         sys.executable,
         "-m",
@@ -123,3 +124,17 @@ def test_concurrent_posts_create_one_job_per_key(server: tuple[str, Settings]) -
     queue_length = redis.Redis.from_url(settings.resolved_broker_url()).llen(settings.queue)
     assert queue_length == expected
     print(f"{len(sent)} POSTs in {elapsed:.1f} s: {expected} jobs, {queue_length} enqueued")
+    # The per-tenant queued limit holds under concurrency, across both server processes.
+    limits = httpx.Limits(max_connections=32)
+    with (
+        httpx.Client(base_url=base, timeout=60, limits=limits) as http,
+        ThreadPoolExecutor(max_workers=32) as pool,
+    ):
+        burst = list(pool.map(lambda _: http.post("/v1/jobs", json=TINY), range(200)))
+    codes = [response.status_code for response in burst]
+    assert codes.count(201) == QUEUED_LIMIT - expected and codes.count(429) == 200 - codes.count(
+        201
+    )
+    assert {r.json()["error"]["code"] for r in burst if r.status_code == 429} == {"too_many_jobs"}
+    with session_scope(settings) as session:
+        assert session.scalar(select(func.count()).select_from(Job)) == QUEUED_LIMIT
