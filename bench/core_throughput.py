@@ -163,9 +163,16 @@ def measure(task: str, repeats: int) -> list[tuple[str, float, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch CPU threads (0: torch's default)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--task", choices=[*SPECS, "all"], default="all")
     args = parser.parse_args()
+    if args.threads:
+        # One thread is immune to the spin-wait slowdown that 2 threads suffer when anything else
+        # runs on a 2-core box; both sides of every ratio use the same setting.
+        torch.set_num_threads(args.threads)
     where = torch.cuda.get_device_name() if CUDA else f"CPU, {torch.get_num_threads()} threads"
     print(f"# core throughput: b=8, K=4, 2,000 rows, 1 epoch, median of {args.repeats}, {where}")
     print("| task | backend | gradacc samples/s | hand-driven samples/s | ratio |")

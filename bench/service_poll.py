@@ -1,0 +1,165 @@
+"""Poll throughput with a realistic table: 10,000 jobs (3 epoch records each) in PostgreSQL.
+
+One API process (uvicorn, no worker needed), ``--clients`` concurrent client threads for
+``--seconds`` per route: GET /v1/jobs/{id} and GET /v1/jobs/{id}/metrics on random ids. Then list
+pagination deep into the table: the latency of one keyset page (limit 100) at increasing depths.
+Prints tables; asserts nothing.
+
+    .venv/bin/python bench/service_poll.py [--jobs 10000] [--clients 50] [--seconds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import secrets
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import psycopg
+from sqlalchemy import create_engine, insert
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from service_latency import PG_ADMIN, ROOT, free_port, wait_ready
+
+from gradacc.jobs import new_job_id
+from gradacc.models import EpochMetric, Job, utcnow
+from trainer_core.spec import JobSpec, example_spec
+
+
+def seed(url: str, jobs: int) -> list[str]:
+    spec = JobSpec.model_validate(example_spec())
+    now = utcnow()
+    ids = [new_job_id() for _ in range(jobs)]
+    ids.sort()
+    record = {"train_loss": 0.5, "eval_loss": 0.4, "eval_accuracy": 0.8, "eval_f1": 0.79, "learning_rate": 1e-4,
+              "optimizer_steps": 63, "samples_per_second": 1500.0, "peak_memory_bytes": 5 * 10**8}  # fmt: skip
+    job_rows = [{"id": i, "tenant": "default", "status": "succeeded", "spec": spec.model_dump(),
+                 "effective_batch_size": spec.effective_batch_size, "created_at": now - timedelta(seconds=jobs - n),
+                 "updated_at": now, "finished_at": now, "attempts": 1, "epoch": 3, "step": 189, "total_steps": 189,
+                 "latest_metrics": {**record, "epoch": 3}} for n, i in enumerate(ids)]  # fmt: skip
+    metric_rows = [{"job_id": i, "epoch": e, "train_loss": 0.5, "eval_loss": 0.4, "record": {**record, "epoch": e},
+                    "created_at": now} for i in ids for e in (1, 2, 3)]  # fmt: skip
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(insert(Job), job_rows)
+        conn.execute(insert(EpochMetric), metric_rows)
+    engine.dispose()
+    return ids
+
+
+def hammer(port: int, paths: list[str], clients: int, seconds: float) -> dict[str, float]:
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + seconds
+
+    def client(seed_: int) -> None:
+        rng, mine = random.Random(seed_), []
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            connection.request("GET", rng.choice(paths))
+            response = connection.getresponse()
+            response.read()
+            if response.status != 200:
+                raise RuntimeError(f"status {response.status}")
+            mine.append(time.perf_counter() - t0)
+        connection.close()
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    began = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    q = statistics.quantiles(latencies, n=100)
+    return {
+        "rps": len(latencies) / (time.perf_counter() - began),
+        "p50": q[49] * 1000,
+        "p99": q[98] * 1000,
+    }
+
+
+def page_latency(client: httpx.Client, ids: list[str], depth: int, repeats: int = 20) -> float:
+    """Median ms for one page of 100 that starts ``depth`` jobs from the newest."""
+    newest_first = ids[::-1]
+    after = newest_first[depth - 1] if depth else None
+    params = {"limit": 100, **({"after": after} if after else {})}
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        page = client.get("/v1/jobs", params=params).json()
+        times.append(time.perf_counter() - t0)
+        assert len(page["data"]) == min(100, len(ids) - depth)
+    return statistics.median(times) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    args = parser.parse_args()
+    database = f"gradacc_bench_{secrets.token_hex(4)}"
+    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
+    env = {
+        **os.environ,
+        "GRADACC_DATABASE_URL": url,
+        "GRADACC_BROKER_URL": "redis://127.0.0.1:6379/0",
+    }
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{database}"')
+    server = None
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "gradacc.cli", "migrate"],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        ids = seed(url, args.jobs)
+        port = free_port()
+        server = subprocess.Popen([sys.executable, "-m", "uvicorn", "api.main:app", "--port", str(port), "--log-level", "warning"],
+                                  cwd=ROOT, env=env)  # fmt: skip
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            wait_ready(client)
+            pages = {d: page_latency(client, ids, d) for d in (0, 1_000, 5_000, args.jobs - 100)}
+        sample = random.Random(0).sample(ids, 2_000)
+        routes = {"GET /v1/jobs/{id}": [f"/v1/jobs/{i}" for i in sample],
+                  "GET /v1/jobs/{id}/metrics": [f"/v1/jobs/{i}/metrics" for i in sample],
+                  "GET /healthz (ceiling)": ["/healthz"]}  # fmt: skip
+        results = {
+            name: hammer(port, paths, args.clients, args.seconds) for name, paths in routes.items()
+        }
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    print(
+        f"# poll throughput: {args.jobs:,} jobs in PostgreSQL, one API process, {args.clients} client threads, {args.seconds:.0f} s"
+    )
+    print("| route | requests/s | p50 ms | p99 ms |\n|---|---:|---:|---:|")
+    for name, r in results.items():
+        print(f"| {name} | {r['rps']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} |")
+    print("\n| list page (limit 100) starting at job # | median ms |\n|---:|---:|")
+    for depth, ms in pages.items():
+        print(f"| {depth:,} | {ms:.1f} |")
+    print(json.dumps({"pages_ms": pages}), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
