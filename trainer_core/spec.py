@@ -49,7 +49,7 @@ def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
     if _looks_like_path(value):
         return value
     hub_id = value.split(":", 1)[0] if what == "dataset" else value
-    if not _HUB_ID.match(hub_id):
+    if not _HUB_ID.fullmatch(hub_id):
         raise ValueError(
             f"{what} {value!r} is neither a builtin, a local path, nor a hub id like 'owner/name'"
         )
@@ -117,7 +117,7 @@ class JobSpec(BaseModel):
     def _column_name(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
             return None
-        if not _COLUMN.match(value):
+        if not _COLUMN.fullmatch(value):
             raise ValueError("column names are 1-128 letters, digits, spaces, '_', '-' or '.'")
         if info.field_name == "label_column" and info.data.get("task") == "causal-lm":
             raise ValueError("a causal-lm task has no label column")

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
+from collections.abc import Callable
+from typing import TypeVar
 
 from gradacc.db import session_scope
 from gradacc.jobs import add_event, transition_job
@@ -18,11 +21,18 @@ from gradacc.settings import Settings, get_settings
 from trainer_core.callbacks import TrainResult
 from trainer_core.errors import JobError
 from trainer_core.spec import JobSpec
-from worker.reporting import DatabaseCallback, StopPoller, describe_error, jsonable
+from worker.reporting import (
+    DATABASE_ERRORS,
+    DatabaseCallback,
+    StopPoller,
+    describe_error,
+    jsonable,
+)
 from worker.standby import STANDBY_FLAG
 from worker.supervisor import EXIT_PREEMPTED
 from worker.training import run_training
 
+T = TypeVar("T")
 STANDBY_NICENESS = 10  # warming up only takes CPU that the running job leaves idle
 
 
@@ -60,22 +70,41 @@ def main(argv: list[str]) -> int:
         if job is None or job.status != JobStatus.RUNNING:
             return 0
         spec = JobSpec.model_validate(job.spec)
+    callback = DatabaseCallback(settings, job_id)
     try:
         result = run_training(
             spec,
             settings.jobs_dir / job_id,
-            callback=DatabaseCallback(settings, job_id),
+            callback=callback,
             should_stop=StopPoller(settings, job_id),
             threads=settings.train_threads,
         )
     except JobError as exc:
-        _record_failure(settings, job_id, code=exc.code, message=exc.message)
+        code, message = exc.code, exc.message
+        callback.flush()
+        _retrying(lambda: _record_failure(settings, job_id, code=code, message=message))
         return 0
     except Exception as exc:
         traceback.print_exc()  # into the job's train.log, not into the database
-        _record_failure(settings, job_id, code="training_error", message=describe_error(exc))
+        callback.flush()
+        message = describe_error(exc)
+        _retrying(lambda: _record_failure(settings, job_id, code="training_error", message=message))
         return 1
-    return _record_result(settings, job_id, result)
+    callback.flush()  # metrics that waited out a database outage go in before the final status
+    return _retrying(lambda: _record_result(settings, job_id, result))
+
+
+def _retrying(write: Callable[[], T], timeout_s: float = 300.0) -> T:
+    """The final status must not be lost to a database blip: retry it with backoff."""
+    deadline, delay = time.monotonic() + timeout_s, 0.5
+    while True:
+        try:
+            return write()
+        except DATABASE_ERRORS:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 def _record_failure(settings: Settings, job_id: str, *, code: str, message: str) -> None:

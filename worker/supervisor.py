@@ -18,6 +18,7 @@ from gradacc.db import session_scope
 from gradacc.jobs import add_event, transition_job, update_running_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.settings import Settings
+from worker.reporting import DATABASE_ERRORS
 from worker.standby import POOL
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,14 @@ def _watch(settings: Settings, job_id: str, child: subprocess.Popen[bytes]) -> s
             child.send_signal(signal.SIGUSR1)  # the runner turns this into a "preempt" request
             preempt_sent = True
         beat = time.monotonic() >= next_beat
-        status, owner = _read_status(settings, job_id, beat=beat)
+        try:
+            status, owner = _read_status(settings, job_id, beat=beat)
+        except DATABASE_ERRORS:
+            # The database blipped: the child keeps training (its writes wait for the database);
+            # keep watching. If it stays away past stale_after_s, another worker may take over,
+            # and the first status read after it returns stops this child ("taken over").
+            log.warning("job %s: database unreachable while watching; still waiting", job_id)
+            continue
         if beat:
             next_beat = time.monotonic() + settings.heartbeat_interval_s
         if status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
