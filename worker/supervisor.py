@@ -13,6 +13,7 @@ import socket
 import subprocess
 import threading
 import time
+from datetime import UTC, datetime
 
 from gradacc.db import session_scope
 from gradacc.jobs import add_event, transition_job, update_running_job
@@ -122,6 +123,8 @@ def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | 
     # kills it, which is a preemption too; nothing was trained that a checkpoint would lose.
     if returncode in (EXIT_PREEMPTED, -signal.SIGUSR1):
         return "preempted"  # still "running", no heartbeat: the reconciler hands it on
+    if returncode == -signal.SIGKILL and stopped_by is None:
+        return _hand_on_killed(settings, job_id)
     exit_status = _describe(returncode)
     with session_scope(settings) as session:
         # Still running after the process is gone: it died before recording an outcome.
@@ -144,6 +147,19 @@ def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | 
             add_event(session, job_id=job_id, kind="stopped", message=message)
         session.commit()
         return status
+
+
+def _hand_on_killed(settings: Settings, job_id: str) -> str:
+    """SIGKILL from outside (the OOM killer, an operator's kill -9): nothing is wrong with the job,
+    so it resumes from its last checkpoint. Its heartbeat is made stale at once, so the next
+    reconciler pass re-sends it; ``max_attempts`` still bounds a process that keeps dying."""
+    with session_scope(settings) as session:
+        gone = datetime(1970, 1, 1, tzinfo=UTC)
+        if update_running_job(session, job_id=job_id, heartbeat_at=gone, pid=None):
+            message = "training process killed (SIGKILL); it resumes from its last checkpoint"
+            add_event(session, job_id=job_id, kind="killed", message=message)
+        session.commit()
+    return "killed"
 
 
 def _describe(returncode: int) -> str:
