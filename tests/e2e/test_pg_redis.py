@@ -64,7 +64,8 @@ def test_every_backend_trains_and_reports_metrics(
 def test_a_failing_job_says_why_and_a_redelivery_does_not_rerun_it(
     api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
 ) -> None:
-    missing = "/nonexistent/gradacc/reviews.csv"
+    # Inside the data root (paths elsewhere are refused at POST), but no such file.
+    missing = str(pg_redis_settings.resolved_data_roots()[0] / "nonexistent" / "reviews.csv")
     job_id = api.post("/v1/jobs", json={**TINY, "dataset": missing}).json()["id"]
     worker = start_worker("failing")
     job = wait_final(api, job_id)
