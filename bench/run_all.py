@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = [["core_throughput.py"], ["memory_vs_k.py", "--ks", "1,2,4,8,16"]]
+SCRIPTS = [["core_throughput.py"], ["memory_vs_k.py", "--ks", "1,2,4,8,16"], ["metrics_cost.py"]]
 
 
 def main() -> int:
