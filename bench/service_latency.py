@@ -62,6 +62,19 @@ def start_server(stack: str, home: Path, port: int) -> tuple[subprocess.Popen[by
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log), database
 
 
+def stop_server(server: subprocess.Popen[bytes], database: str | None) -> None:
+    """Stop ``gradacc serve`` and drop what start_server made: its database and Redis queue."""
+    server.send_signal(signal.SIGINT)
+    server.wait(timeout=60)
+    if database:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        client = redis.Redis()
+        leftovers = client.keys(f"*{database.replace('gradacc_bench_', 'bench-')}*")
+        if leftovers:
+            client.delete(*leftovers)
+
+
 def wait_ready(client: httpx.Client) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -154,15 +167,7 @@ def run(stack: str, jobs: int, threads: int, seconds: float) -> dict[str, Any]:
             print(f"server log kept in {kept}", file=sys.stderr)
             raise
         finally:
-            server.send_signal(signal.SIGINT)
-            server.wait(timeout=60)
-            if database:
-                with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-                    admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-                client = redis.Redis()
-                leftovers = client.keys(f"*{database.replace('gradacc_bench_', 'bench-')}*")
-                if leftovers:
-                    client.delete(*leftovers)
+            stop_server(server, database)
     return {
         "stack": stack,
         "post_running_ms": [x * 1000 for x in latencies],

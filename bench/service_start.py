@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -21,10 +20,9 @@ import time
 from pathlib import Path
 
 import httpx
-import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_latency import JOB, PG_ADMIN, free_port, start_server, wait_ready
+from service_latency import JOB, free_port, start_server, stop_server, wait_ready
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
@@ -65,11 +63,7 @@ def measure(stack: str, jobs: int, gap: float, warm: bool) -> tuple[list[float],
                     runs.append(_time_one(client))
                     time.sleep(gap)
         finally:
-            server.send_signal(signal.SIGINT)
-            server.wait(timeout=60)
-            if database:
-                with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-                    admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            stop_server(server, database)
     return [r for r, _ in runs], [s for _, s in runs]
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import statistics
 import subprocess
 import sys
@@ -21,10 +20,9 @@ import time
 from pathlib import Path
 
 import httpx
-import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_latency import PG_ADMIN, ROOT, free_port, start_server, wait_ready
+from service_latency import ROOT, free_port, start_server, stop_server, wait_ready
 
 
 def spec(epochs: int) -> dict[str, object]:
@@ -67,11 +65,7 @@ def via_service(job: dict[str, object], stack: str) -> tuple[float, float]:
                     raise RuntimeError(client.get(f"/v1/jobs/{job_id}").json()["error"])
                 records = client.get(f"/v1/jobs/{job_id}/metrics").json()["data"]
         finally:
-            server.send_signal(signal.SIGINT)
-            server.wait(timeout=60)
-            if database:
-                with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-                    admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            stop_server(server, database)
     return statistics.mean(r["samples_per_second"] for r in records), wall
 
 
