@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from gradacc.migrate import upgrade_database
@@ -15,6 +16,7 @@ from gradacc.settings import Settings
 log = logging.getLogger(__name__)
 
 WORKER_STOP_GRACE_S = 10.0
+SUPERVISE_EVERY_S = 1.0
 
 
 def worker_argv(name: str, settings: Settings) -> list[str]:
@@ -31,17 +33,30 @@ def worker_argv(name: str, settings: Settings) -> list[str]:
     ]
 
 
-def start_workers(settings: Settings, count: int) -> list[subprocess.Popen[bytes]]:
-    """``count`` worker processes. Unless configured, each training process gets an equal share
+def start_worker(settings: Settings, index: int, count: int) -> subprocess.Popen[bytes]:
+    """Worker ``index`` of ``count``. Unless configured, each training process gets an equal share
     of the cores: N processes that each use every core spin against each other."""
     threads = settings.train_threads or max(1, (os.cpu_count() or 1) // max(count, 1))
     env = {**os.environ, "GRADACC_TRAIN_THREADS": str(threads)}
-    return [
-        subprocess.Popen(
-            [sys.executable, "-m", "gradacc.cli", "worker", "--name", f"worker{i}"], env=env
-        )
-        for i in range(1, count + 1)
-    ]
+    argv = [sys.executable, "-m", "gradacc.cli", "worker", "--name", f"worker{index + 1}"]
+    return subprocess.Popen(argv, env=env)
+
+
+def start_workers(settings: Settings, count: int) -> list[subprocess.Popen[bytes]]:
+    return [start_worker(settings, i, count) for i in range(count)]
+
+
+def supervise_workers(
+    settings: Settings, workers: list[subprocess.Popen[bytes]], stop: threading.Event
+) -> None:
+    """Restart a worker that died (as compose's ``restart: unless-stopped`` would): its job, if
+    any, is handed on by the reconciler and resumed from its checkpoint."""
+    while not stop.wait(SUPERVISE_EVERY_S):
+        for index, worker in enumerate(workers):
+            # Exit status 0 is a warm shutdown (Ctrl-C reaches the workers too): not a crash.
+            if worker.poll() not in (None, 0) and not stop.is_set():
+                log.warning("worker%d exited (%s); restarting it", index + 1, worker.returncode)
+                workers[index] = start_worker(settings, index, len(workers))
 
 
 def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
@@ -68,9 +83,16 @@ def serve(settings: Settings, *, host: str, port: int, workers: int) -> int:
     if settings.is_embedded:
         upgrade_database(settings)
     children = start_workers(settings, workers)
+    stopping = threading.Event()
+    supervisor = threading.Thread(
+        target=supervise_workers, args=(settings, children, stopping), daemon=True
+    )
+    supervisor.start()
     try:
         uvicorn.run("api.main:app", host=host, port=port, log_level="info")
     finally:
+        stopping.set()
+        supervisor.join(timeout=5)
         stop_workers(children)
     return 0
 

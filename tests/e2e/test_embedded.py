@@ -3,6 +3,7 @@ filesystem broker, talked to over real HTTP."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -102,3 +103,30 @@ def test_serve_on_embedded_defaults_trains_every_backend(
     assert client.get(f"/v1/jobs/{queued['id']}").json()["attempts"] == 0
     server.send_signal(signal.SIGINT)
     assert server.wait(timeout=30) == 0
+
+
+def _worker_pids(server: subprocess.Popen[bytes]) -> set[int]:
+    """The serve process's direct children: its worker processes (uvicorn runs in-process)."""
+    found = subprocess.run(
+        ["pgrep", "-P", str(server.pid)], capture_output=True, text=True, check=False
+    )
+    return {int(pid) for pid in found.stdout.split()}
+
+
+def test_serve_restarts_a_worker_that_dies(
+    served: tuple[httpx.Client, Path, subprocess.Popen[bytes]],
+) -> None:
+    client, _, server = served
+    wait_ready(client)
+    first = _worker_pids(server)
+    assert len(first) == 2
+    for pid in first:
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while len(_worker_pids(server) - first) < 2:
+        assert time.monotonic() < deadline, "serve did not restart its dead workers"
+        time.sleep(0.2)
+    job = wait_final(client, client.post("/v1/jobs", json=TINY).json()["id"], timeout=120)
+    assert job["status"] == "succeeded"
+    server.send_signal(signal.SIGINT)
+    assert server.wait(timeout=60) == 0
