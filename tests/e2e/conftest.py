@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
 from api.main import create_app
+from gradacc.db import session_scope
+from gradacc.models import Job
 from gradacc.settings import Settings
 from tests.conftest import ROOT, unique_queue
 
@@ -89,8 +92,21 @@ def pg_redis_settings(
 ) -> Iterator[Settings]:
     home = tmp_path_factory.mktemp("home")
     queue = unique_queue()
-    yield Settings(home=home, database_url=pg_url, broker_url=redis_url, queue=queue)
+    settings = Settings(home=home, database_url=pg_url, broker_url=redis_url, queue=queue)
+    settle_unfinished_jobs(settings)
+    yield settings
     forget_queue(redis_url, queue)
+
+
+def settle_unfinished_jobs(settings: Settings) -> None:
+    """Jobs other modules left queued or running in the shared test database would be found by
+    this module's reconcilers (after requeue_after_s) and trained, taking a worker a test waits
+    for. They belong to no worker here: mark them cancelled."""
+    with session_scope(settings) as session:
+        session.execute(
+            update(Job).where(Job.status.in_(["queued", "running"])).values(status="cancelled")
+        )
+        session.commit()
 
 
 def forget_queue(redis_url: str, queue: str) -> None:
