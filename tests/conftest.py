@@ -11,6 +11,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -29,6 +30,19 @@ PG_ADMIN_URL = os.environ.get(
 REDIS_URL = os.environ.get("GRADACC_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# One tiny built-in job (64 rows, 1 epoch, a few seconds): what the service tests submit.
+TINY: dict[str, Any] = {
+    "model": "builtin:tiny-bert",
+    "dataset": "builtin:sentiment",
+    "task": "sequence-classification",
+    "backend": "pytorch",
+    "num_train_epochs": 1,
+    "max_train_samples": 64,
+    "max_eval_samples": 32,
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 2,
+}
 
 
 def service_missing(what: str, exc: Exception) -> None:

@@ -10,18 +10,7 @@ from sqlalchemy import func, select
 from gradacc.db import session_scope
 from gradacc.models import Job
 from gradacc.settings import Settings
-
-TINY: dict[str, Any] = {
-    "model": "builtin:tiny-bert",
-    "dataset": "builtin:sentiment",
-    "task": "sequence-classification",
-    "backend": "pytorch",
-    "num_train_epochs": 1,
-    "max_train_samples": 64,
-    "max_eval_samples": 32,
-    "per_device_train_batch_size": 8,
-    "gradient_accumulation_steps": 2,
-}
+from tests.conftest import TINY
 
 
 def count_jobs(settings: Settings) -> int:

@@ -23,17 +23,6 @@ from gradacc.models import Job
 from gradacc.settings import Settings
 from tests.conftest import ROOT, unique_queue
 
-TINY: dict[str, Any] = {
-    "model": "builtin:tiny-bert",
-    "dataset": "builtin:sentiment",
-    "task": "sequence-classification",
-    "backend": "pytorch",
-    "num_train_epochs": 1,
-    "max_train_samples": 64,
-    "max_eval_samples": 32,
-    "per_device_train_batch_size": 8,
-    "gradient_accumulation_steps": 2,
-}
 TERMINAL = {"succeeded", "failed", "cancelled"}
 # Short enough for a test to see the reconciler work; production keeps the defaults.
 FAST_RECOVERY = {

@@ -14,7 +14,8 @@ from sqlalchemy import select
 from gradacc.db import session_scope
 from gradacc.models import Job
 from gradacc.settings import Settings
-from tests.e2e.conftest import TINY, WorkerProcess, event_kinds, wait_final, wait_for
+from tests.conftest import TINY
+from tests.e2e.conftest import WorkerProcess, event_kinds, wait_final, wait_for
 
 pytestmark = pytest.mark.integration
 

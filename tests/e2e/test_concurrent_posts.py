@@ -23,8 +23,8 @@ from sqlalchemy import func, select, text
 from gradacc.db import get_engine, session_scope
 from gradacc.models import Job
 from gradacc.settings import Settings
-from tests.conftest import ROOT, unique_queue
-from tests.e2e.conftest import TINY, forget_queue, settings_env
+from tests.conftest import ROOT, TINY, unique_queue
+from tests.e2e.conftest import forget_queue, settings_env
 from tests.e2e.test_embedded import free_port
 
 pytestmark = pytest.mark.integration

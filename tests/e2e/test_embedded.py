@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from gradacc.settings import Settings
-from tests.conftest import ROOT
-from tests.e2e.conftest import TERMINAL, TINY, settings_env
+from tests.conftest import ROOT, TINY
+from tests.e2e.conftest import TERMINAL, settings_env
 
 # Starts real worker processes and trains real (tiny) models.
 pytestmark = pytest.mark.integration

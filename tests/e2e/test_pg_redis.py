@@ -13,8 +13,8 @@ from sqlalchemy import select
 from gradacc.db import session_scope
 from gradacc.models import Job
 from gradacc.settings import Settings
+from tests.conftest import TINY
 from tests.e2e.conftest import (
-    TINY,
     WorkerProcess,
     event_kinds,
     process_gone,

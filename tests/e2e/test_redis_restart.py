@@ -18,8 +18,8 @@ from sqlalchemy import text
 from api.main import create_app
 from gradacc.db import get_engine
 from gradacc.settings import Settings
-from tests.conftest import unique_queue
-from tests.e2e.conftest import TINY, WorkerProcess, event_kinds, wait_final, wait_for
+from tests.conftest import TINY, unique_queue
+from tests.e2e.conftest import WorkerProcess, event_kinds, wait_final, wait_for
 from tests.e2e.test_embedded import free_port
 
 pytestmark = pytest.mark.integration
