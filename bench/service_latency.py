@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
+import random
 import secrets
 import signal
 import socket
@@ -108,18 +109,23 @@ def post_to_running(client: httpx.Client, jobs: int) -> list[float]:
     return latencies
 
 
-def poll_throughput(base_url: str, path: str, threads: int, seconds: float) -> dict[str, float]:
+def poll_throughput(
+    base_url: str, paths: str | list[str], threads: int, seconds: float
+) -> dict[str, float]:
+    """``threads`` keep-alive clients GET ``paths`` (one, or a random pick of many) for ``seconds``."""
+    choices = [paths] if isinstance(paths, str) else paths
     latencies: list[float] = []
     lock = threading.Lock()
     stop_at = time.perf_counter() + seconds
 
     host, port = base_url.removeprefix("http://").split(":")
 
-    def hammer() -> None:
+    def hammer(seed: int) -> None:
         # http.client, not httpx: the client shares the 2 cores and must cost as little as it can.
-        mine = []
-        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        rng, mine = random.Random(seed), []
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
         while time.perf_counter() < stop_at:
+            path = rng.choice(choices)
             t0 = time.perf_counter()
             connection.request("GET", path)
             response = connection.getresponse()
@@ -131,7 +137,7 @@ def poll_throughput(base_url: str, path: str, threads: int, seconds: float) -> d
         with lock:
             latencies.extend(mine)
 
-    workers = [threading.Thread(target=hammer) for _ in range(threads)]
+    workers = [threading.Thread(target=hammer, args=(n,)) for n in range(threads)]
     began = time.perf_counter()
     for worker in workers:
         worker.start()

@@ -11,7 +11,6 @@ Prints tables; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import random
@@ -19,7 +18,6 @@ import secrets
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -30,7 +28,7 @@ from sqlalchemy import create_engine, insert
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from service_latency import PG_ADMIN, ROOT, free_port, wait_ready
+from service_latency import PG_ADMIN, ROOT, free_port, poll_throughput, wait_ready
 
 from gradacc.jobs import new_job_id
 from gradacc.models import EpochMetric, Job, utcnow
@@ -56,40 +54,6 @@ def seed(url: str, jobs: int) -> list[str]:
         conn.execute(insert(EpochMetric), metric_rows)
     engine.dispose()
     return ids
-
-
-def hammer(port: int, paths: list[str], clients: int, seconds: float) -> dict[str, float]:
-    latencies: list[float] = []
-    lock = threading.Lock()
-    stop_at = time.perf_counter() + seconds
-
-    def client(seed_: int) -> None:
-        rng, mine = random.Random(seed_), []
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        while time.perf_counter() < stop_at:
-            t0 = time.perf_counter()
-            connection.request("GET", rng.choice(paths))
-            response = connection.getresponse()
-            response.read()
-            if response.status != 200:
-                raise RuntimeError(f"status {response.status}")
-            mine.append(time.perf_counter() - t0)
-        connection.close()
-        with lock:
-            latencies.extend(mine)
-
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
-    began = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    q = statistics.quantiles(latencies, n=100)
-    return {
-        "rps": len(latencies) / (time.perf_counter() - began),
-        "p50": q[49] * 1000,
-        "p99": q[98] * 1000,
-    }
 
 
 def page_latency(client: httpx.Client, ids: list[str], depth: int, repeats: int = 20) -> float:
@@ -141,7 +105,8 @@ def main() -> None:
                   "GET /v1/jobs/{id}/metrics": [f"/v1/jobs/{i}/metrics" for i in sample],
                   "GET /healthz (ceiling)": ["/healthz"]}  # fmt: skip
         results = {
-            name: hammer(port, paths, args.clients, args.seconds) for name, paths in routes.items()
+            name: poll_throughput(f"http://127.0.0.1:{port}", paths, args.clients, args.seconds)
+            for name, paths in routes.items()
         }
     finally:
         if server is not None:
@@ -154,7 +119,7 @@ def main() -> None:
     )
     print("| route | requests/s | p50 ms | p99 ms |\n|---|---:|---:|---:|")
     for name, r in results.items():
-        print(f"| {name} | {r['rps']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} |")
+        print(f"| {name} | {r['rps']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} |")
     print("\n| list page (limit 100) starting at job # | median ms |\n|---:|---:|")
     for depth, ms in pages.items():
         print(f"| {depth:,} | {ms:.1f} |")
