@@ -36,8 +36,8 @@ class Settings(BaseSettings):
     # torch threads per training process; 0 keeps torch's default (every core). Two processes
     # that both use every core of a small CPU box spin against each other: ~25x slower here.
     train_threads: int = Field(default=0, ge=0)
-    # Keep one pre-imported training process ready per worker (worker/standby.py), so a job's
-    # start does not wait ~4 s for torch and transformers to import. Off: a cold process per job.
+    # Fork each job's training process from a pre-imported server (worker/launcher.py), so a
+    # job's start does not wait ~4 s for torch and transformers to import. Off: a cold process.
     warm_standby: bool = True
     # After SIGTERM to a cancelled job's process group, SIGKILL follows this long after.
     kill_grace_s: float = Field(default=3.0, ge=0)
@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     data_roots: str | None = None
     # Bearer API keys, one tenant each. Off for the embedded local default; on in compose.
     require_auth: bool = False
+    # The API remembers a key's tenant this long (per process) instead of a lookup per request:
+    # a revoked key keeps working for up to this many seconds. 0: look up every request.
+    api_key_cache_s: float = Field(default=5.0, ge=0)
     max_queued_per_tenant: int = Field(default=1000, ge=1)
     max_running_per_tenant: int = Field(default=8, ge=1)
 

@@ -1,13 +1,11 @@
-"""The training process for one job: ``python -m worker.runner JOB_ID`` (started by the worker),
-or ``python -m worker.runner --standby``: import everything first, then read "JOB_ID\tLOG_PATH"
-from stdin (see ``worker.standby``).
+"""The training process for one job: ``main([job_id])``, in a child forked from the worker's fork
+server (``worker.launcher``), or ``python -m worker.runner JOB_ID`` in a cold process.
 
 Exit status: 0 when the outcome is recorded, 75 when preempted (checkpoint kept), 1 on a crash.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import traceback
@@ -28,41 +26,13 @@ from worker.reporting import (
     describe_error,
     jsonable,
 )
-from worker.standby import STANDBY_FLAG
 from worker.supervisor import EXIT_PREEMPTED
 from worker.training import run_training
 
 T = TypeVar("T")
-STANDBY_NICENESS = 10  # warming up only takes CPU that the running job leaves idle
-
-
-def standby() -> int:
-    """Pay the import cost before there is a job, then wait for one on stdin."""
-    os.setpriority(os.PRIO_PROCESS, 0, STANDBY_NICENESS)
-    import trainer_core.train  # noqa: F401
-    from trainer_core.warmup import warm_up
-
-    warm_up()  # CPU only: CUDA is first touched inside the job
-
-    line = sys.stdin.readline()
-    if not line.strip():
-        return 0  # the worker closed the pool (or died): nothing to run
-    job_id, log_path = line.rstrip("\n").split("\t")
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, 0)  # the job itself runs at normal priority
-    except PermissionError:
-        print("standby: cannot restore normal priority (not root); training niced", flush=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    with open(log_path, "ab") as log:  # from here on, output belongs to the job's log
-        os.dup2(log.fileno(), sys.stdout.fileno())
-        os.dup2(log.fileno(), sys.stderr.fileno())
-    return main([job_id])
 
 
 def main(argv: list[str]) -> int:
-    if argv == [STANDBY_FLAG]:
-        return standby()
     (job_id,) = argv
     settings = get_settings()
     with session_scope(settings) as session:

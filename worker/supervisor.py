@@ -19,8 +19,8 @@ from gradacc.db import session_scope
 from gradacc.jobs import add_event, transition_job, update_running_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.settings import Settings
+from worker.launcher import TrainingProcess, start
 from worker.reporting import DATABASE_ERRORS
-from worker.standby import POOL
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +42,16 @@ def worker_name() -> str:
 def supervise(settings: Settings, *, job_id: str) -> str:
     output_dir = settings.jobs_dir / job_id
     output_dir.mkdir(parents=True, exist_ok=True)
-    # A pre-imported standby process takes the job (worker.standby): no import on the job's path.
-    child = POOL.take(settings, job_id=job_id, log_path=output_dir / "train.log")
+    # Forked from a pre-imported server (worker.launcher): no import on the job's path.
+    child = start(settings, job_id=job_id, log_path=output_dir / "train.log")
     with session_scope(settings) as session:
         update_running_job(session, job_id=job_id, pid=child.pid)
         session.commit()
     stopped_by = _watch(settings, job_id, child)
-    return _finish(settings, job_id, child.returncode, stopped_by)
+    return _finish(settings, job_id, child.wait(), stopped_by)
 
 
-def _watch(settings: Settings, job_id: str, child: subprocess.Popen[bytes]) -> str | None:
+def _watch(settings: Settings, job_id: str, child: TrainingProcess) -> str | None:
     """Wait for the child. Returns None when it exited by itself, else why it was stopped."""
     next_beat = 0.0
     me = worker_name()
@@ -86,7 +86,7 @@ def _watch(settings: Settings, job_id: str, child: subprocess.Popen[bytes]) -> s
             return "cancelled" if status == JobStatus.CANCELLED else "taken over"
 
 
-def _await_exit(child: subprocess.Popen[bytes], *, grace_s: float) -> None:
+def _await_exit(child: TrainingProcess, *, grace_s: float) -> None:
     try:
         child.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
@@ -102,13 +102,16 @@ def _read_status(settings: Settings, job_id: str, *, beat: bool) -> tuple[str | 
         return (None, None) if job is None else (job.status, job.worker)
 
 
-def terminate_group(child: subprocess.Popen[bytes], *, grace_s: float) -> None:
+def terminate_group(child: TrainingProcess, *, grace_s: float) -> None:
     """SIGTERM the child's process group, SIGKILL it after ``grace_s``, and reap the child."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(child.pid, sig)
         except ProcessLookupError:
-            break
+            try:
+                os.kill(child.pid, sig)  # just forked: not yet the leader of its own group
+            except ProcessLookupError:
+                break
         try:
             child.wait(timeout=grace_s)
             break

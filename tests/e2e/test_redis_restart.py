@@ -79,7 +79,9 @@ def test_a_redis_restart_loses_no_job_and_runs_none_twice(
             worker = WorkerProcess(settings, "restart")
             running = wait_for(api, ids[0], lambda job: job["status"] == "running", timeout=60)
             assert running["status"] == "running"
-            assert redis.Redis(port=private_redis.port).llen(settings.queue) == 2
+            # Two waiting messages, or more if the reconciler already re-sent them while the
+            # worker started (its fork server imports torch before the first job is taken).
+            assert redis.Redis(port=private_redis.port).llen(settings.queue) >= 2
             private_redis.kill()
             time.sleep(1)
             private_redis.start()  # empty: the two queued messages are gone

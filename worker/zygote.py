@@ -1,0 +1,33 @@
+"""Imported once, by each worker's fork server (``worker.launcher``): every job forked from it
+starts with torch, transformers and the core already imported and warmed up.
+
+The warm-up runs single-threaded, so no OpenMP thread pool exists when the server forks (a
+pool does not survive a fork); ``restore_threads`` gives the child torch's default back. It runs
+at nice 10 and never touches CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+import worker.launcher  # what a forked child unpickles: already imported
+import worker.runner  # noqa: F401
+from trainer_core.warmup import warm_up
+
+NICENESS = 10
+DEFAULT_THREADS = torch.get_num_threads()
+
+
+def restore_threads() -> None:
+    torch.set_num_threads(DEFAULT_THREADS)
+
+
+def _prepare() -> None:
+    os.setpriority(os.PRIO_PROCESS, 0, NICENESS)
+    torch.set_num_threads(1)
+    warm_up()
+
+
+_prepare()
