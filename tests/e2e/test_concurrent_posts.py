@@ -1,7 +1,7 @@
 """1,000 concurrent POST /v1/jobs against a real uvicorn (2 processes) on PostgreSQL and Redis,
-some repeating an Idempotency-Key (with the same body, or another one): exactly one job per key
-plus one per keyless POST is created and enqueued. No worker runs them (that would take minutes);
-the rows and the Redis queue are counted."""
+most repeating an Idempotency-Key (with the same body, or another one): exactly one job per key
+plus one per keyless POST is created and enqueued. Then two real workers run the whole queue:
+every job trains exactly once (one claim, one "started" event, one metrics row)."""
 
 from __future__ import annotations
 
@@ -21,17 +21,19 @@ import redis
 from sqlalchemy import func, select, text
 
 from gradacc.db import get_engine, session_scope
-from gradacc.models import Job
+from gradacc.models import EpochMetric, Job, JobEvent
 from gradacc.settings import Settings
 from tests.conftest import ROOT, TINY, unique_queue
-from tests.e2e.conftest import forget_queue, settings_env
+from tests.e2e.conftest import WorkerProcess, forget_queue, settings_env
 from tests.e2e.test_embedded import free_port
 
 pytestmark = pytest.mark.integration
 
-KEYS = 300  # each POSTed 1-3 times with one body; a third of them once more with another body
-KEYLESS = 300
-QUEUED_LIMIT = 650  # above the 600 jobs of the first burst; a second burst of 200 hits it
+KEYS = 120  # each POSTed 1-14 times with one body; a third of them once more with another body
+KEYLESS = 160
+QUEUED_LIMIT = 300  # above the 280 jobs of the first burst; a second burst of 200 hits it
+# The smallest real job: two optimizer steps, an evaluation, a checkpoint and the final model.
+SMALL = {**TINY, "max_train_samples": 32, "max_eval_samples": 16}
 
 
 @pytest.fixture
@@ -78,10 +80,10 @@ def requests_to_send() -> list[tuple[str | None, dict[str, Any]]]:
     rng = random.Random(5)
     sent: list[tuple[str | None, dict[str, Any]]] = []
     for i in range(KEYS):
-        sent += [(f"key-{i}", TINY)] * rng.randint(1, 3)
+        sent += [(f"key-{i}", SMALL)] * rng.randint(1, 14)
         if i % 3 == 0:
-            sent.append((f"key-{i}", {**TINY, "seed": 7}))
-    sent += [(None, TINY)] * KEYLESS
+            sent.append((f"key-{i}", {**SMALL, "seed": 7}))
+    sent += [(None, SMALL)] * KEYLESS
     rng.shuffle(sent)
     return sent
 
@@ -130,7 +132,7 @@ def test_concurrent_posts_create_one_job_per_key(server: tuple[str, Settings]) -
         httpx.Client(base_url=base, timeout=60, limits=limits) as http,
         ThreadPoolExecutor(max_workers=32) as pool,
     ):
-        burst = list(pool.map(lambda _: http.post("/v1/jobs", json=TINY), range(200)))
+        burst = list(pool.map(lambda _: http.post("/v1/jobs", json=SMALL), range(200)))
     codes = [response.status_code for response in burst]
     assert codes.count(201) == QUEUED_LIMIT - expected and codes.count(429) == 200 - codes.count(
         201
@@ -138,3 +140,40 @@ def test_concurrent_posts_create_one_job_per_key(server: tuple[str, Settings]) -
     assert {r.json()["error"]["code"] for r in burst if r.status_code == 429} == {"too_many_jobs"}
     with session_scope(settings) as session:
         assert session.scalar(select(func.count()).select_from(Job)) == QUEUED_LIMIT
+    run_every_job_once(settings)
+
+
+def run_every_job_once(settings: Settings) -> None:
+    """Two workers drain the queue; each job is claimed, started and finished exactly once."""
+    started = time.monotonic()
+    workers = [WorkerProcess(settings, f"drain-{n}") for n in (1, 2)]
+    try:
+        deadline = started + 240
+        while time.monotonic() < deadline:
+            with session_scope(settings) as session:
+                query = select(func.count()).where(Job.status.in_(["queued", "running"]))
+                if session.scalar(query) == 0:
+                    break
+            time.sleep(1)
+        elapsed = time.monotonic() - started
+    finally:
+        for worker in workers:
+            worker.stop()
+    with session_scope(settings) as session:
+        rows = session.execute(
+            select(Job.status, Job.attempts, func.count()).group_by(Job.status, Job.attempts)
+        ).all()
+        started_events = session.execute(
+            select(JobEvent.job_id, func.count())
+            .where(JobEvent.kind == "started")
+            .group_by(JobEvent.job_id)
+        ).all()
+        metric_rows = session.scalar(select(func.count()).select_from(EpochMetric))
+        by_worker = dict(
+            session.execute(select(Job.worker, func.count()).group_by(Job.worker)).all()
+        )
+    assert rows == [("succeeded", 1, QUEUED_LIMIT)], (rows, workers[0].log())
+    assert len(started_events) == QUEUED_LIMIT and {n for _, n in started_events} == {1}
+    assert metric_rows == QUEUED_LIMIT  # one epoch each, written once
+    assert len(by_worker) == 2, by_worker  # both workers took a share
+    print(f"{QUEUED_LIMIT} jobs run once each in {elapsed:.0f} s by 2 workers: {by_worker}")
