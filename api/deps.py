@@ -7,9 +7,10 @@ from typing import Annotated
 
 from celery import Celery
 from fastapi import Depends, Request
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from gradacc.auth import tenant_of_key
+from gradacc.auth import KeyCache
 from gradacc.errors import Unauthorized
 from gradacc.models import DEFAULT_TENANT
 from gradacc.settings import Settings
@@ -28,6 +29,12 @@ async def get_read_session(request: Request) -> AsyncIterator[Session]:
         yield session
 
 
+async def get_read_engine(request: Request) -> Engine:
+    """For the poll endpoints: no session, no exit stack; the service opens one connection."""
+    engine: Engine = request.app.state.read_engine
+    return engine
+
+
 async def get_tenant(request: Request) -> str:
     """The tenant whose jobs this request may see: from the bearer key when auth is on."""
     settings: Settings = request.app.state.settings
@@ -37,8 +44,8 @@ async def get_tenant(request: Request) -> str:
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise Unauthorized("an API key is required: Authorization: Bearer <key>")
-    with request.app.state.read_sessionmaker() as session:
-        tenant = tenant_of_key(session, token=token)
+    cache: KeyCache = request.app.state.key_cache
+    tenant = cache.tenant_of(request.app.state.read_sessionmaker, token=token)
     if tenant is None:
         raise Unauthorized("invalid API key")
     return tenant
@@ -56,6 +63,7 @@ async def get_celery(request: Request) -> Celery:
 
 SessionDep = Annotated[Session, Depends(get_session)]
 ReadSessionDep = Annotated[Session, Depends(get_read_session)]
+ReadEngineDep = Annotated[Engine, Depends(get_read_engine)]
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 CeleryDep = Annotated[Celery, Depends(get_celery)]
 TenantDep = Annotated[str, Depends(get_tenant)]

@@ -10,7 +10,8 @@ from fastapi import FastAPI
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
 from api.routes import health, jobs
-from gradacc.db import get_sessionmaker
+from gradacc.auth import KeyCache
+from gradacc.db import get_read_engine, get_sessionmaker
 from gradacc.settings import Settings, get_settings
 from worker.celery_app import create_celery_app
 
@@ -25,6 +26,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.sessionmaker = get_sessionmaker(settings)
     app.state.read_sessionmaker = get_sessionmaker(settings, autocommit=True)
+    app.state.read_engine = get_read_engine(settings.resolved_database_url())
+    app.state.key_cache = KeyCache(settings.api_key_cache_s)
     app.state.celery = create_celery_app(settings)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

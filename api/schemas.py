@@ -6,8 +6,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+from sqlalchemy import Row
 
-from gradacc.models import EpochMetric, Job, JobEvent
+from gradacc.models import Job, JobEvent
 from trainer_core.spec import JobSpec
 
 # The request body of POST /v1/jobs is the training core's spec itself, defined once.
@@ -44,7 +45,8 @@ class JobRead(BaseModel):
     error: JobErrorInfo | None
 
     @classmethod
-    def of(cls, job: Job) -> JobRead:
+    def of(cls, job: Job | Row[Any]) -> JobRead:
+        """From a ``Job``, or a row with its columns (``services.read_job``)."""
         error = None
         if job.error_code is not None:
             error = JobErrorInfo(code=job.error_code, message=job.error_message or "")
@@ -73,10 +75,6 @@ class JobList(BaseModel):
 class MetricsList(BaseModel):
     object: Literal["list"] = "list"
     data: list[dict[str, Any]] = Field(description="One record per finished epoch, in order")
-
-    @classmethod
-    def of(cls, rows: list[EpochMetric]) -> MetricsList:
-        return cls(data=[row.record for row in rows])
 
 
 class EventRead(BaseModel):

@@ -110,7 +110,11 @@ def post_to_running(client: httpx.Client, jobs: int) -> list[float]:
 
 
 def poll_throughput(
-    base_url: str, paths: str | list[str], threads: int, seconds: float
+    base_url: str,
+    paths: str | list[str],
+    threads: int,
+    seconds: float,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """``threads`` keep-alive clients GET ``paths`` (one, or a random pick of many) for ``seconds``."""
     choices = [paths] if isinstance(paths, str) else paths
@@ -127,7 +131,7 @@ def poll_throughput(
         while time.perf_counter() < stop_at:
             path = rng.choice(choices)
             t0 = time.perf_counter()
-            connection.request("GET", path)
+            connection.request("GET", path, headers=headers or {})
             response = connection.getresponse()
             response.read()
             if response.status != 200:

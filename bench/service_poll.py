@@ -1,11 +1,21 @@
 """Poll throughput with a realistic table: 10,000 jobs (3 epoch records each) in PostgreSQL.
 
-One API process (uvicorn, no worker needed), ``--clients`` concurrent client threads for
-``--seconds`` per route: GET /v1/jobs/{id} and GET /v1/jobs/{id}/metrics on random ids. Then list
+One API process (uvicorn, no worker needed), ``--clients`` keep-alive connections on random
+job ids, for each of GET /v1/jobs/{id} and GET /v1/jobs/{id}/metrics (and /healthz, the
+ceiling of this server and client on these cores):
+  - closed loop: every connection sends again as soon as it is answered: the most requests/s.
+    With 50 connections always busy, Little's law ties latency to throughput (mean latency =
+    50 / requests/s): p99 <= 20 ms needs >= 2,500 requests/s at the very least.
+  - open loop: the connections together offer a fixed ``--rate`` (default 1,500/s); latency is
+    counted from each request's scheduled send time (see bench/load.py): the latency a poller
+    sees at that load.
+The closed loop uses wrk when it is on PATH (``apt-get install wrk``), else Python threads,
+which compete with the server for the same 2 cores; the table names the client. Then list
 pagination deep into the table: the latency of one keyset page (limit 100) at increasing depths.
 Prints tables; asserts nothing.
 
     .venv/bin/python bench/service_poll.py [--jobs 10000] [--clients 50] [--seconds 8]
+        [--rate 1500] [--auth] [--uvicorn-args "--loop asyncio --http h11"]
 """
 
 from __future__ import annotations
@@ -13,23 +23,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import secrets
+import shlex
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import psycopg
 from sqlalchemy import create_engine, insert
+from sqlalchemy.orm import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from service_latency import PG_ADMIN, ROOT, free_port, poll_throughput, wait_ready
+from load import closed_loop, open_loop
+from service_latency import PG_ADMIN, ROOT, free_port, wait_ready
 
+from gradacc.auth import create_api_key
 from gradacc.jobs import new_job_id
 from gradacc.models import EpochMetric, Job, utcnow
 from trainer_core.spec import JobSpec, example_spec
@@ -70,18 +84,36 @@ def page_latency(client: httpx.Client, ids: list[str], depth: int, repeats: int 
     return statistics.median(times) * 1000
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux): the server's cost per request, which
+    other load on the machine does not inflate the way it does wall-clock numbers."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_cpu(pid: int, measure: Callable[[], dict[str, float | str]]) -> dict[str, float | str]:
+    before = cpu_seconds(pid)
+    result = measure()
+    return result | {"cpu_us": (cpu_seconds(pid) - before) / float(result["requests"]) * 1e6}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rate", type=float, default=1500.0, help="open loop: requests/s offered")
+    parser.add_argument("--auth", action="store_true", help="GRADACC_REQUIRE_AUTH=true, a key")
+    parser.add_argument("--uvicorn-args", default="", help='e.g. "--loop asyncio --http h11"')
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     database = f"gradacc_bench_{secrets.token_hex(4)}"
     url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
     env = {
         **os.environ,
         "GRADACC_DATABASE_URL": url,
         "GRADACC_BROKER_URL": "redis://127.0.0.1:6379/0",
+        "GRADACC_REQUIRE_AUTH": str(args.auth).lower(),
     }
     with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{database}"')
@@ -94,20 +126,28 @@ def main() -> None:
             capture_output=True,
         )
         ids = seed(url, args.jobs)
+        headers = {}
+        if args.auth:
+            with Session(create_engine(url)) as session:
+                headers["Authorization"] = f"Bearer {create_api_key(session, tenant='default')}"
         port = free_port()
-        server = subprocess.Popen([sys.executable, "-m", "uvicorn", "api.main:app", "--port", str(port), "--log-level", "warning"],
-                                  cwd=ROOT, env=env)  # fmt: skip
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        server = subprocess.Popen([sys.executable, "-m", "uvicorn", "api.main:app", "--port", str(port), "--log-level", "warning",
+                                   *shlex.split(args.uvicorn_args)], cwd=ROOT, env=env)  # fmt: skip
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30
+        ) as client:
             wait_ready(client)
-            pages = {d: page_latency(client, ids, d) for d in (0, 1_000, 5_000, args.jobs - 100)}
-        sample = random.Random(0).sample(ids, 2_000)
-        routes = {"GET /v1/jobs/{id}": [f"/v1/jobs/{i}" for i in sample],
-                  "GET /v1/jobs/{id}/metrics": [f"/v1/jobs/{i}/metrics" for i in sample],
-                  "GET /healthz (ceiling)": ["/healthz"]}  # fmt: skip
-        results = {
-            name: poll_throughput(f"http://127.0.0.1:{port}", paths, args.clients, args.seconds)
-            for name, paths in routes.items()
-        }
+            depths = sorted({d for d in (0, 1_000, 5_000, args.jobs - 100) if 0 <= d < args.jobs})
+            pages = {d: page_latency(client, ids, d) for d in depths}
+        routes = {"GET /v1/jobs/{id}": [f"/v1/jobs/{i}" for i in ids],
+                  "GET /v1/jobs/{id}/metrics": [f"/v1/jobs/{i}/metrics" for i in ids]}  # fmt: skip
+        rows = []
+        for name, paths in [*routes.items(), ("GET /healthz (ceiling)", ["/healthz"])]:
+            closed = with_cpu(server.pid, lambda p=paths: closed_loop(port, p, args.clients, args.seconds, headers))  # fmt: skip
+            rows.append((name, "closed loop", closed))
+        for name, paths in routes.items():
+            offered = with_cpu(server.pid, lambda p=paths: open_loop(port, p, args.clients, args.rate, args.seconds, headers))  # fmt: skip
+            rows.append((name, f"open loop, {args.rate:,.0f}/s offered", offered))
     finally:
         if server is not None:
             server.terminate()
@@ -115,11 +155,15 @@ def main() -> None:
         with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     print(
-        f"# poll throughput: {args.jobs:,} jobs in PostgreSQL, one API process, {args.clients} client threads, {args.seconds:.0f} s"
+        f"# poll throughput: {args.jobs:,} jobs in PostgreSQL, one uvicorn process "
+        f"({args.uvicorn_args or 'auto: uvloop + httptools'}), auth {'on' if args.auth else 'off'}, "
+        f"{args.clients} connections, {args.seconds:.0f} s per row; "
+        f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     )
-    print("| route | requests/s | p50 ms | p99 ms |\n|---|---:|---:|---:|")
-    for name, r in results.items():
-        print(f"| {name} | {r['rps']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} |")
+    print("| route | load | client | requests/s | p50 ms | p99 ms | server CPU µs/request |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for name, load, r in rows:
+        print(f"| {name} | {load} | {r['client']} | {r['rps']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['cpu_us']:.0f} |")  # fmt: skip
     print("\n| list page (limit 100) starting at job # | median ms |\n|---:|---:|")
     for depth, ms in pages.items():
         print(f"| {depth:,} | {ms:.1f} |")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import time
+from collections.abc import Callable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -35,3 +37,30 @@ def tenant_of_key(session: Session, *, token: str) -> str | None:
         ApiKey.key_hash == hash_key(token), ApiKey.revoked_at.is_(None)
     )
     return session.scalar(query)
+
+
+class KeyCache:
+    """The tenants of keys seen in the last ``ttl_s`` seconds, by key hash, so that a poll does not
+    pay a database lookup for its key. The price: a key revoked in the database still works for
+    up to ``ttl_s`` in each API process. Unknown and revoked keys are never kept."""
+
+    def __init__(self, ttl_s: float, max_keys: int = 10_000) -> None:
+        self.ttl_s = ttl_s
+        self.max_keys = max_keys
+        self._entries: dict[str, tuple[str, float]] = {}  # key hash -> (tenant, expiry)
+
+    def tenant_of(self, new_session: Callable[[], Session], *, token: str) -> str | None:
+        key_hash = hash_key(token)
+        cached = self._entries.get(key_hash)
+        now = time.monotonic()
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        with new_session() as session:
+            tenant = tenant_of_key(session, token=token)
+        if tenant is None:
+            self._entries.pop(key_hash, None)
+            return None
+        if len(self._entries) >= self.max_keys:
+            self._entries.clear()  # a flood of distinct keys costs lookups, never memory
+        self._entries[key_hash] = (tenant, now + self.ttl_s)
+        return tenant

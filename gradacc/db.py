@@ -39,18 +39,26 @@ def get_engine(url: str) -> Engine:
     )
 
 
+@lru_cache(maxsize=8)
+def get_read_engine(url: str) -> Engine:
+    """For reads that need no transaction: each statement is one round trip, with no BEGIN and
+    no ROLLBACK around it (the API's poll endpoints). It shares the pool of ``get_engine``, so a
+    dead connection found by either invalidates the pool of both."""
+    engine = get_engine(url)
+    # pysqlite already runs a plain SELECT outside a transaction; PostgreSQL needs telling.
+    if url.startswith("sqlite"):
+        return engine
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+
 def get_sessionmaker(settings: Settings, *, autocommit: bool = False) -> sessionmaker[Session]:
-    """``autocommit=True`` is for reads that need no transaction: each statement is one round
-    trip, with no BEGIN and no ROLLBACK around it (the API's poll endpoints)."""
+    """``autocommit=True``: sessions on ``get_read_engine``."""
     return _sessionmaker_for(settings.resolved_database_url(), autocommit)
 
 
 @lru_cache(maxsize=16)
 def _sessionmaker_for(url: str, autocommit: bool) -> sessionmaker[Session]:
-    engine = get_engine(url)
-    # pysqlite already runs a plain SELECT outside a transaction; PostgreSQL needs telling.
-    if autocommit and not url.startswith("sqlite"):
-        engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+    engine = get_read_engine(url) if autocommit else get_engine(url)
     return sessionmaker(bind=engine, expire_on_commit=False)
 
 

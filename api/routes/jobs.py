@@ -7,7 +7,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Query, Response
 
 from api import services
-from api.deps import CeleryDep, ReadSessionDep, SessionDep, SettingsDep, TenantDep
+from api.deps import (
+    CeleryDep,
+    ReadEngineDep,
+    ReadSessionDep,
+    SessionDep,
+    SettingsDep,
+    TenantDep,
+)
 from api.schemas import ErrorResponse, EventList, JobCreate, JobList, JobRead, MetricsList
 from gradacc.jobs import JOB_ID_PATTERN
 from gradacc.models import JobStatus
@@ -90,15 +97,16 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobRead)
-async def get_job(job_id: str, session: ReadSessionDep, tenant: TenantDep) -> Response:
+async def get_job(job_id: str, engine: ReadEngineDep, tenant: TenantDep) -> Response:
     # The poll endpoint: serialised once by pydantic, skipping FastAPI's second validation pass.
-    job = JobRead.of(services.get_job(session, job_id=job_id, tenant=tenant))
+    job = JobRead.of(services.read_job(engine, job_id=job_id, tenant=tenant))
     return Response(job.model_dump_json(), media_type="application/json")
 
 
 @router.get("/{job_id}/metrics", response_model=MetricsList)
-async def list_metrics(job_id: str, session: ReadSessionDep, tenant: TenantDep) -> MetricsList:
-    return MetricsList.of(services.list_metrics(session, job_id=job_id, tenant=tenant))
+async def list_metrics(job_id: str, engine: ReadEngineDep, tenant: TenantDep) -> Response:
+    records = services.list_metrics(engine, job_id=job_id, tenant=tenant)
+    return Response(MetricsList(data=records).model_dump_json(), media_type="application/json")
 
 
 @router.get("/{job_id}/events", response_model=EventList)

@@ -6,17 +6,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from api.main import create_app
 from gradacc.auth import create_api_key, hash_key
 from gradacc.db import session_scope
-from gradacc.models import ApiKey, Job
+from gradacc.models import ApiKey, Job, utcnow
 from gradacc.settings import Settings
 from tests.api.test_jobs import TINY
 from tests.conftest import ROOT
@@ -75,6 +76,21 @@ def test_keys_are_stored_hashed(auth_settings: Settings) -> None:
         rows = session.execute(select(ApiKey.key_hash, ApiKey.tenant)).all()
     assert (hash_key(token), "carol") in rows
     assert not any(token in str(value) for row in rows for value in row)
+
+
+def test_a_revoked_key_stops_working_once_its_cache_entry_expires(auth_settings: Settings) -> None:
+    settings = auth_settings.model_copy(update={"api_key_cache_s": 0.5})
+    alice = bearer(settings, "alice")
+    key_hash = hash_key(alice["Authorization"].removeprefix("Bearer "))
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        assert client.get("/v1/jobs", headers=alice).status_code == 200  # looked up, cached
+        with session_scope(settings) as session:
+            revoke = update(ApiKey).where(ApiKey.key_hash == key_hash).values(revoked_at=utcnow())
+            session.execute(revoke)
+            session.commit()
+        assert client.get("/v1/jobs", headers=alice).status_code == 200  # still cached
+        time.sleep(0.6)
+        assert client.get("/v1/jobs", headers=alice).status_code == 401
 
 
 def test_over_the_queued_limit_is_429(authed: TestClient, auth_settings: Settings) -> None:
