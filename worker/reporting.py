@@ -6,13 +6,15 @@ Writes are guarded by ``status = 'running'``: once a job is cancelled or finishe
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 import signal
 import sys
 import time
-from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -27,7 +29,7 @@ from trainer_core.callbacks import StopRequest, TrainingCallback
 
 DATABASE_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
 RETRY_MAX_S = 30.0
-Write = Callable[[Session], None]
+Entry = dict[str, Any]  # one write that waits: JSON, so that it can wait on disk too
 PROGRESS_EVERY_S = 0.5  # progress arrives every micro-step; the database needs it far less often
 _CREDENTIALS = re.compile(r"(\w+://)[^/@\s]+@")
 _API_KEYS = re.compile(r"\bgak_[\w-]+")
@@ -60,33 +62,41 @@ def describe_error(exc: BaseException, *, limit: int = 2000) -> str:
 class DatabaseCallback(TrainingCallback):
     """Writes progress, epoch metrics and events as they come.
 
-    While the database is unreachable, training goes on: metrics and events wait in memory, in
-    order, and go out with the first later write that gets through (retries back off up to
-    ``RETRY_MAX_S``); progress is dropped instead (the next one replaces it). ``flush`` waits
-    for the backlog, for the end of a run.
+    While the database is unreachable, training goes on: metrics and events wait, in order, and
+    go out with the first later write that gets through (retries back off up to
+    ``RETRY_MAX_S``); progress is dropped instead (the next one replaces it). What waits is also
+    kept on disk, in ``journal`` (a JSON-lines file in the job's folder), rewritten after every
+    write that failed and removed once the backlog is written: a process killed during an
+    outage loses nothing, because the next attempt at the job starts by sending the journal.
+    ``flush`` waits for the backlog, for the end of a run.
     """
 
-    def __init__(self, settings: Settings, job_id: str) -> None:
+    def __init__(self, settings: Settings, job_id: str, *, journal: Path | None = None) -> None:
         self.settings = settings
         self.job_id = job_id
+        self.journal = journal
         self._last_progress = 0.0
-        self._pending: list[Write] = []
+        self._pending: list[Entry] = _read_journal(journal)
+        self._journaled = bool(self._pending)  # the journal holds entries not yet written
         self._failures = 0
         self._retry_at = 0.0
 
-    def _submit(self, write: Write, *, keep: bool = True) -> None:
+    def _submit(self, entry: Entry, *, keep: bool = True) -> None:
         if keep:
-            self._pending.append(write)
+            self._pending.append(entry)
         if time.monotonic() < self._retry_at:
+            if keep:
+                self._save_journal()
             return
         try:
             self._drain()
             if not keep:
-                self._run(write)
+                self._run(entry)
         except DATABASE_ERRORS as exc:
             self._failures += 1
             backoff = min(RETRY_MAX_S, 0.5 * 2**self._failures)
             self._retry_at = time.monotonic() + backoff
+            self._save_journal()
             print(
                 f"database unreachable ({type(exc).__name__}); {len(self._pending)} writes wait,"
                 f" retry in {backoff:.0f} s",
@@ -99,11 +109,22 @@ class DatabaseCallback(TrainingCallback):
             self._run(self._pending[0])
             self._pending.pop(0)
         self._failures = 0
+        if self._journaled and self.journal is not None:
+            self.journal.unlink(missing_ok=True)  # all of it is in the database now
+            self._journaled = False
 
-    def _run(self, write: Write) -> None:
+    def _run(self, entry: Entry) -> None:
         with session_scope(self.settings) as session:
-            write(session)
+            _apply(session, self.job_id, entry)
             session.commit()
+
+    def _save_journal(self) -> None:
+        if self.journal is None or not self._pending:
+            return
+        partial = self.journal.with_suffix(".partial")
+        partial.write_text("".join(json.dumps(entry) + "\n" for entry in self._pending))
+        os.replace(partial, self.journal)  # all of the backlog or the previous one, never half
+        self._journaled = True
 
     def flush(self, timeout_s: float = 300.0) -> bool:
         """Retry the waiting writes until none is left (True) or ``timeout_s`` passed (False)."""
@@ -113,19 +134,16 @@ class DatabaseCallback(TrainingCallback):
                 self._drain()
                 return True
             except DATABASE_ERRORS:
+                self._save_journal()
                 if time.monotonic() >= deadline:
                     return False
                 time.sleep(min(RETRY_MAX_S, 0.5 * 2 ** min(self._failures, 6)))
                 self._failures += 1
 
     def _update(self, event: tuple[str, str] | None = None, **values: Any) -> None:
-        at = utcnow()  # an event keeps the time it happened, even if written later
-
-        def write(session: Session) -> None:
-            if update_running_job(session, job_id=self.job_id, **values) and event is not None:
-                add_event(session, job_id=self.job_id, kind=event[0], message=event[1], at=at)
-
-        self._submit(write, keep=event is not None)
+        # An event keeps the time it happened, even if written later.
+        entry: Entry = {"kind": "update", "values": values, "event": event, "at": _now()}
+        self._submit(entry, keep=event is not None)
 
     def on_start(self, info: dict[str, Any]) -> None:
         message = (
@@ -152,21 +170,7 @@ class DatabaseCallback(TrainingCallback):
         )
 
     def on_epoch_end(self, record: dict[str, Any]) -> None:
-        record = jsonable(record)
-        at = utcnow()
-
-        def write(session: Session) -> None:
-            job = session.get(Job, self.job_id)
-            if job is None or job.status != JobStatus.RUNNING:
-                return
-            record_epoch_metrics(session, job_id=self.job_id, record=record)
-            job.epoch = int(record["epoch"])
-            job.step = int(record.get("optimizer_steps") or job.step)
-            job.latest_metrics = record
-            message = _epoch_line(record)
-            add_event(session, job_id=self.job_id, kind="epoch", message=message, at=at)
-
-        self._submit(write)
+        self._submit({"kind": "epoch", "record": jsonable(record), "at": _now()})
 
     def on_checkpoint(self, info: dict[str, Any]) -> None:
         self._update(
@@ -175,6 +179,42 @@ class DatabaseCallback(TrainingCallback):
                 f"checkpoint saved at epoch {info.get('epoch')}, step {info.get('step')}",
             )
         )
+
+
+def _now() -> str:
+    return utcnow().isoformat()
+
+
+def _apply(session: Session, job_id: str, entry: Entry) -> None:
+    """One waiting write; guarded by ``status = 'running'`` like every write of this process."""
+    at = datetime.fromisoformat(entry["at"])
+    if entry["kind"] == "update":
+        event = entry["event"]
+        if update_running_job(session, job_id=job_id, **entry["values"]) and event is not None:
+            add_event(session, job_id=job_id, kind=event[0], message=event[1], at=at)
+        return
+    record = entry["record"]
+    job = session.get(Job, job_id)
+    if job is None or job.status != JobStatus.RUNNING:
+        return
+    record_epoch_metrics(session, job_id=job_id, record=record)
+    job.epoch = int(record["epoch"])
+    job.step = int(record.get("optimizer_steps") or job.step)
+    job.latest_metrics = record
+    add_event(session, job_id=job_id, kind="epoch", message=_epoch_line(record), at=at)
+
+
+def _read_journal(journal: Path | None) -> list[Entry]:
+    """What an earlier attempt could not write (a line cut short by a crash is skipped)."""
+    if journal is None or not journal.exists():
+        return []
+    entries = []
+    for line in journal.read_text().splitlines():
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return entries
 
 
 def _epoch_line(record: dict[str, Any]) -> str:

@@ -40,7 +40,9 @@ def main(argv: list[str]) -> int:
         if job is None or job.status != JobStatus.RUNNING:
             return 0
         spec = JobSpec.model_validate(job.spec)
-    callback = DatabaseCallback(settings, job_id)
+    # Writes a database outage held back, kept on disk by an earlier attempt, go out first.
+    journal = settings.jobs_dir / job_id / "pending_writes.jsonl"
+    callback = DatabaseCallback(settings, job_id, journal=journal)
     try:
         result = run_training(
             spec,
