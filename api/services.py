@@ -43,7 +43,7 @@ def create_job(
         if earlier is not None:
             return _replayed(earlier, request_hash), False
     lock_tenant(session, tenant=tenant)
-    _check_queue_limit(session, tenant=tenant, settings=settings)
+    _check_limits(session, tenant=tenant, settings=settings)
     job = Job(
         id=new_job_id(),
         tenant=tenant,
@@ -92,13 +92,23 @@ def _replayed(job: Job, request_hash: str) -> Job:
     return job
 
 
-def _check_queue_limit(session: Session, *, tenant: str, settings: Settings) -> None:
-    query = select(func.count()).where(Job.tenant == tenant, Job.status == JobStatus.QUEUED)
-    queued = session.scalar(query) or 0
+def _check_limits(session: Session, *, tenant: str, settings: Settings) -> None:
+    """429 when the tenant already runs ``max_running_per_tenant`` jobs or has
+    ``max_queued_per_tenant`` waiting. (Jobs accepted while it had free slots can still wait
+    queued, throttled, if starting them would go over the running limit.)"""
+    query = (
+        select(Job.status, func.count())
+        .where(Job.tenant == tenant, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
+        .group_by(Job.status)
+    )
+    counts: dict[str, int] = {status: n for status, n in session.execute(query).tuples()}
+    running, queued = counts.get(JobStatus.RUNNING, 0), counts.get(JobStatus.QUEUED, 0)
+    if running >= settings.max_running_per_tenant:
+        limit = settings.max_running_per_tenant
+        raise TooManyJobs(f"{running} jobs already running (limit {limit}); retry when one ends")
     if queued >= settings.max_queued_per_tenant:
-        raise TooManyJobs(
-            f"{queued} jobs already queued (limit {settings.max_queued_per_tenant}); retry later"
-        )
+        limit = settings.max_queued_per_tenant
+        raise TooManyJobs(f"{queued} jobs already queued (limit {limit}); retry later")
 
 
 def get_job(session: Session, *, job_id: str, tenant: str) -> Job:

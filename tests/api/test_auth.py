@@ -1,5 +1,6 @@
 """API keys and tenants (both databases): keys are stored hashed, a tenant sees and cancels only
-its own jobs (others' are 404), idempotency keys are per tenant, the queued-job limit is 429."""
+its own jobs (others' are 404), idempotency keys are per tenant, over the queued-job or the
+running-job limit is 429."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from api.main import create_app
 from gradacc.auth import create_api_key, hash_key
@@ -102,6 +103,25 @@ def test_over_the_queued_limit_is_429(authed: TestClient, auth_settings: Setting
     assert authed.post("/v1/jobs", json=TINY, headers=bob).status_code == 201  # per tenant
     authed.post(f"/v1/jobs/{ids[0]}/cancel", headers=alice)
     assert authed.post("/v1/jobs", json=TINY, headers=alice).status_code == 201
+
+
+def test_over_the_running_limit_is_429(authed: TestClient, auth_settings: Settings) -> None:
+    limited = auth_settings.model_copy(update={"max_running_per_tenant": 2})
+    with TestClient(create_app(limited)) as client:
+        alice, bob = bearer(limited, "alice"), bearer(limited, "bob")
+        ids = [client.post("/v1/jobs", json=TINY, headers=alice).json()["id"] for _ in range(2)]
+        with session_scope(limited) as session:  # as a worker would: both start
+            session.execute(update(Job).where(Job.id.in_(ids)).values(status="running"))
+            session.commit()
+        refused = client.post("/v1/jobs", json=TINY, headers=alice)
+        assert refused.status_code == 429, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "too_many_jobs" and "2 jobs already running" in error["message"]
+        assert client.post("/v1/jobs", json=TINY, headers=bob).status_code == 201  # per tenant
+        with session_scope(limited) as session:
+            assert session.scalar(select(func.count()).where(Job.tenant == "alice")) == 2
+        client.post(f"/v1/jobs/{ids[0]}/cancel", headers=alice)  # a slot frees up
+        assert client.post("/v1/jobs", json=TINY, headers=alice).status_code == 201
 
 
 def test_create_api_key_prints_a_working_key(tmp_path: Path) -> None:
