@@ -3,8 +3,9 @@
 Starts ``gradacc serve --workers 1`` (embedded broker, or PostgreSQL + Redis), submits ``--jobs``
 tiny built-in jobs one at a time — each waits for the previous one to finish plus ``--gap``
 seconds, as jobs from people arrive — and times the first GET showing ``running`` and the first
-showing ``progress.step >= 1``. Runs with the warm standby process (default) and without it
-(``GRADACC_WARM_STANDBY=false``: a cold training process per job). Prints a table.
+showing ``progress.step >= 1``. Runs with the worker's fork server (default: each job's process
+is forked from a pre-imported one) and without it (``GRADACC_WARM_STANDBY=false``: a cold
+training process per job). Prints a table.
 
     .venv/bin/python bench/service_start.py [--jobs 20] [--stack both]
 """
@@ -57,7 +58,7 @@ def measure(stack: str, jobs: int, gap: float, warm: bool) -> tuple[list[float],
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
                 wait_ready(client)
-                time.sleep(gap + 5)  # the worker's first standby imports
+                time.sleep(gap + 5)  # the worker starts; its fork server imports
                 runs = []
                 for _ in range(jobs):
                     runs.append(_time_one(client))
@@ -91,7 +92,7 @@ def main() -> None:
         for warm in (True, False):
             running, first = measure(stack, args.jobs, args.gap, warm)
             broker = "Redis (+PostgreSQL)" if stack == "pg-redis" else "embedded (SQLite)"
-            process = "warm standby" if warm else "cold start"
+            process = "forked (fork server)" if warm else "cold start"
             print(f"| {broker} | {process} | {statistics.median(running) * 1000:,.0f} ms | {_p90(running) * 1000:,.0f} ms "
                   f"| {statistics.median(first) * 1000:,.0f} ms | {_p90(first) * 1000:,.0f} ms |", flush=True)  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""Pay a training process's one-time costs before a job arrives (used by the worker's standby).
+"""Pay a training process's one-time costs before a job arrives (used by the worker's fork server).
 
 Imports the backends and the model code that transformers loads lazily, builds the built-in data
 sets, and runs one tiny forward/backward on the CPU so its kernels are initialised. Touches no

@@ -108,10 +108,8 @@ def run_forked(job_id: str, log_path: str) -> None:
     """In the forked child: a session of its own, normal priority, the job's log, then train."""
     os.setsid()  # a cancel kills the whole group (data-loader processes included)
     _let_server_die_with_worker()
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, 0)  # the server runs niced; the job must not
-    except PermissionError:
-        print("cannot restore normal priority (not root); training runs niced", flush=True)
+    if os.geteuid() == 0:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)  # the server runs niced (as root); the job must not
     with open(log_path, "ab") as log:
         os.dup2(log.fileno(), sys.stdout.fileno())
         os.dup2(log.fileno(), sys.stderr.fileno())

@@ -2,8 +2,9 @@
 starts with torch, transformers and the core already imported and warmed up.
 
 The warm-up runs single-threaded, so no OpenMP thread pool exists when the server forks (a
-pool does not survive a fork); ``restore_threads`` gives the child torch's default back. It runs
-at nice 10 and never touches CUDA.
+pool does not survive a fork); ``restore_threads`` gives the child torch's default back. It never
+touches CUDA. It runs at nice 10 where its children can return to 0 (as root); elsewhere (the
+compose image runs as a plain user) at normal priority, as it only imports at worker start.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def restore_threads() -> None:
 
 
 def _prepare() -> None:
-    os.setpriority(os.PRIO_PROCESS, 0, NICENESS)
+    if os.geteuid() == 0:  # only root may return its children to normal priority
+        os.setpriority(os.PRIO_PROCESS, 0, NICENESS)
     torch.set_num_threads(1)
     warm_up()
 
