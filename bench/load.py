@@ -25,6 +25,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import uvloop
@@ -88,10 +89,10 @@ async def _offer(
     seconds: float,
     headers: dict[str, str],
 ) -> tuple[list[float], float]:
-    """Latencies from the scheduled send times, and the seconds until the last answer."""
-    loop = asyncio.get_running_loop()
+    """Latencies from the scheduled send times, and the seconds until the last answer. Times
+    come from perf_counter: uvloop's own clock counts whole milliseconds."""
     interval = connections / rate  # between two requests of one connection
-    start = loop.time() + 0.5  # every connection is open by then
+    start = time.perf_counter() + 0.5  # every connection is open by then
     extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     latencies: list[float] = []
 
@@ -100,7 +101,7 @@ async def _offer(
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         k = 0
         while (scheduled := start + (k + n / connections) * interval) < start + seconds:
-            await asyncio.sleep(scheduled - loop.time())  # returns at once when late
+            await asyncio.sleep(scheduled - time.perf_counter())  # at once when late
             path = rng.choice(paths)
             writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\n{extra}\r\n".encode())
             head = await reader.readuntil(b"\r\n\r\n")
@@ -112,9 +113,9 @@ async def _offer(
                 if line.lower().startswith(b"content-length:")
             )
             await reader.readexactly(length)
-            latencies.append(loop.time() - scheduled)
+            latencies.append(time.perf_counter() - scheduled)
             k += 1
         writer.close()
 
     await asyncio.gather(*(client(n) for n in range(connections)))
-    return latencies, loop.time() - start
+    return latencies, time.perf_counter() - start
