@@ -101,7 +101,7 @@ def _check_limits(session: Session, *, tenant: str, settings: Settings) -> None:
         .where(Job.tenant == tenant, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
         .group_by(Job.status)
     )
-    counts: dict[str, int] = {status: n for status, n in session.execute(query).tuples()}
+    counts: dict[str, int] = {row[0]: row[1] for row in session.execute(query)}
     running, queued = counts.get(JobStatus.RUNNING, 0), counts.get(JobStatus.QUEUED, 0)
     if running >= settings.max_running_per_tenant:
         limit = settings.max_running_per_tenant
