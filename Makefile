@@ -30,7 +30,10 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy trainer_core gradacc api worker
 
+# service_poll.py measures with wrk when it is installed (a C client, lighter than Python's).
 bench: setup
+	command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q wrk >/dev/null; } \
+		|| echo "wrk is not installed: bench/service_poll.py falls back to its Python client"
 	$(PY) bench/run_all.py
 
 clean:

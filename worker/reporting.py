@@ -30,7 +30,12 @@ from trainer_core.callbacks import StopRequest, TrainingCallback
 DATABASE_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
 RETRY_MAX_S = 30.0
 Entry = dict[str, Any]  # one write that waits: JSON, so that it can wait on disk too
-PROGRESS_EVERY_S = 0.5  # progress arrives every micro-step; the database needs it far less often
+# Progress arrives every micro-step; the database needs it far less often. Every write wakes
+# other processes (the database server), and on a small CPU box each wake-up stalls a
+# multi-threaded training step: progress each second, the status every few seconds.
+PROGRESS_EVERY_S = 1.0
+STATUS_EVERY_S = 3.0  # the worker enforces a cancel by itself within ~1 s; this is the polite path
+PARENT_EVERY_S = 0.5  # a system call, no database
 _CREDENTIALS = re.compile(r"(\w+://)[^/@\s]+@")
 _API_KEYS = re.compile(r"\bgak_[\w-]+")
 
@@ -225,14 +230,16 @@ def _epoch_line(record: dict[str, Any]) -> str:
 
 class StopPoller:
     """``should_stop`` for the core: "cancel" once the job left "running"; "preempt" when the
-    worker shuts down (SIGUSR1) or died (this process was re-parented). Reads the database at
-    most every 0.5 s; the core calls it between micro-steps."""
+    worker shuts down (SIGUSR1) or died (this process was re-parented). Checks its parent every
+    ``PARENT_EVERY_S`` and reads the database every ``STATUS_EVERY_S``; the core calls it
+    between micro-steps."""
 
     def __init__(self, settings: Settings, job_id: str) -> None:
         self.settings = settings
         self.job_id = job_id
         self.parent = os.getppid()
         self._next_check = 0.0
+        self._next_read = 0.0
         self._answer: StopRequest | None = None
         signal.signal(signal.SIGUSR1, self._on_preempt_signal)
 
@@ -243,10 +250,13 @@ class StopPoller:
         now = time.monotonic()
         if self._answer is not None or now < self._next_check:
             return self._answer
-        self._next_check = now + 0.5
+        self._next_check = now + PARENT_EVERY_S
         if os.getppid() != self.parent:
             self._answer = "preempt"
             return self._answer
+        if now < self._next_read:
+            return None
+        self._next_read = now + STATUS_EVERY_S
         try:
             with session_scope(self.settings) as session:
                 status = session.get(Job, self.job_id)

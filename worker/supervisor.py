@@ -24,7 +24,7 @@ from worker.reporting import DATABASE_ERRORS
 
 log = logging.getLogger(__name__)
 
-STATUS_POLL_S = 0.5
+STATUS_POLL_S = 1.0  # how soon a cancel is seen; each read wakes the database server
 EXIT_PREEMPTED = 75  # the child stopped early and kept a checkpoint; another worker resumes it
 FINISH_GRACE_S = 60.0  # from writing its final status to exiting (saving the model, flushing)
 

@@ -135,7 +135,8 @@ def test_a_worker_killed_mid_queue_still_runs_every_job_once(
 def test_a_stopping_worker_preempts_its_job_and_another_resumes_it(
     api: TestClient, start_worker: StartWorker
 ) -> None:
-    job_id = api.post("/v1/jobs", json={**TINY, "max_train_samples": 2000}).json()["id"]
+    spec = {**TINY, "max_train_samples": 2000, "num_train_epochs": 3}  # 375 steps, several s
+    job_id = api.post("/v1/jobs", json=spec).json()["id"]
     stopping = start_worker("stopping")
     wait_for(api, job_id, lambda job: job["progress"]["step"] >= 5, timeout=60)
     stopping.process.send_signal(signal.SIGTERM)  # docker stop: warm shutdown
