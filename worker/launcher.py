@@ -35,9 +35,6 @@ class TrainingProcess(Protocol):
     @property
     def pid(self) -> int: ...
 
-    @property
-    def returncode(self) -> int | None: ...
-
     def wait(self, timeout: float | None = None) -> int: ...
 
     def send_signal(self, sig: int) -> None: ...
@@ -53,10 +50,6 @@ class ForkedProcess:
     def pid(self) -> int:
         assert self._process.pid is not None  # started
         return self._process.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._process.exitcode
 
     def wait(self, timeout: float | None = None) -> int:
         self._process.join(timeout)
@@ -105,18 +98,17 @@ def start(settings: Settings, *, job_id: str, log_path: Path) -> TrainingProcess
 
 
 def run_forked(job_id: str, log_path: str) -> None:
-    """In the forked child: a session of its own, normal priority, the job's log, then train."""
+    """In the forked child: a session of its own, the job's log, the server's settings undone
+    (``zygote.enter_job``), then train."""
     os.setsid()  # a cancel kills the whole group (data-loader processes included)
     _let_server_die_with_worker()
-    if os.geteuid() == 0:
-        os.setpriority(os.PRIO_PROCESS, 0, 0)  # the server runs niced (as root); the job must not
     with open(log_path, "ab") as log:
         os.dup2(log.fileno(), sys.stdout.fileno())
         os.dup2(log.fileno(), sys.stderr.fileno())
     from worker import zygote
     from worker.runner import main
 
-    zygote.restore_threads()
+    zygote.enter_job()
     sys.exit(main([job_id]))
 
 
