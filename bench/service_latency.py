@@ -16,19 +16,22 @@ import os
 import random
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 import redis
+
+from gradacc.demo import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -39,12 +42,6 @@ JOB = {
     "max_eval_samples": 32,
     "num_train_epochs": 1,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_server(stack: str, home: Path, port: int) -> tuple[subprocess.Popen[bytes], str | None]:
@@ -76,16 +73,24 @@ def stop_server(server: subprocess.Popen[bytes], database: str | None) -> None:
             client.delete(*leftovers)
 
 
-def wait_ready(client: httpx.Client) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+@contextmanager
+def serving(stack: str) -> Iterator[httpx.Client]:
+    """``gradacc serve --workers 1`` in a temporary home, on a free port, ready: a client for it.
+    Stopped (and its database and queue dropped) afterwards; on an error its log is kept."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        server, database = start_server(stack, Path(tmp), port)
         try:
-            if client.get("/readyz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("server not ready")
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                wait_ready(client)
+                yield client
+        except Exception:
+            kept = Path(tempfile.gettempdir()) / f"gradacc-bench-{stack}-serve.log"
+            kept.write_bytes((Path(tmp) / "serve.log").read_bytes())
+            print(f"server log kept in {kept}", file=sys.stderr)
+            raise
+        finally:
+            stop_server(server, database)
 
 
 def check_deadline(started: float, what: str, limit_s: float = 60.0) -> None:
@@ -158,26 +163,14 @@ def poll_throughput(
 
 
 def run(stack: str, jobs: int, threads: int, seconds: float) -> dict[str, Any]:
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        server, database = start_server(stack, Path(tmp), port)
-        base_url = f"http://127.0.0.1:{port}"
-        try:
-            with httpx.Client(base_url=base_url, timeout=30) as client:
-                wait_ready(client)
-                post_to_running(client, 1)  # warm-up: the worker may still be starting
-                latencies = post_to_running(client, jobs)
-                job_id = client.get("/v1/jobs", params={"limit": 1}).json()["data"][0]["id"]
-            polls = poll_throughput(base_url, f"/v1/jobs/{job_id}", threads, seconds)
-            # The same client against a route that does nothing: the ceiling this client sees.
-            ceiling = poll_throughput(base_url, "/healthz", threads, seconds)
-        except Exception:
-            kept = Path(tempfile.gettempdir()) / f"gradacc-bench-{stack}-serve.log"
-            kept.write_bytes((Path(tmp) / "serve.log").read_bytes())
-            print(f"server log kept in {kept}", file=sys.stderr)
-            raise
-        finally:
-            stop_server(server, database)
+    with serving(stack) as client:
+        post_to_running(client, 1)  # warm-up: the worker may still be starting
+        latencies = post_to_running(client, jobs)
+        job_id = client.get("/v1/jobs", params={"limit": 1}).json()["data"][0]["id"]
+        base_url = str(client.base_url).rstrip("/")
+        polls = poll_throughput(base_url, f"/v1/jobs/{job_id}", threads, seconds)
+        # The same client against a route that does nothing: the ceiling this client sees.
+        ceiling = poll_throughput(base_url, "/healthz", threads, seconds)
     return {
         "stack": stack,
         "post_running_ms": [x * 1000 for x in latencies],

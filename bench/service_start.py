@@ -16,14 +16,13 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_latency import JOB, free_port, start_server, stop_server, wait_ready
+from service_latency import JOB, serving
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
@@ -52,19 +51,12 @@ def _time_one(client: httpx.Client) -> tuple[float, float]:
 
 def measure(stack: str, jobs: int, gap: float, warm: bool) -> tuple[list[float], list[float]]:
     os.environ["GRADACC_WARM_STANDBY"] = "true" if warm else "false"
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        server, database = start_server(stack, Path(tmp), port)
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-                wait_ready(client)
-                time.sleep(gap + 5)  # the worker starts; its fork server imports
-                runs = []
-                for _ in range(jobs):
-                    runs.append(_time_one(client))
-                    time.sleep(gap)
-        finally:
-            stop_server(server, database)
+    with serving(stack) as client:
+        time.sleep(gap + 5)  # the worker starts; its fork server imports
+        runs = []
+        for _ in range(jobs):
+            runs.append(_time_one(client))
+            time.sleep(gap)
     return [r for r, _ in runs], [s for _, s in runs]
 
 

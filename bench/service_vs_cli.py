@@ -20,10 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_latency import ROOT, free_port, start_server, stop_server, wait_ready
+from service_latency import ROOT, serving
 
 
 def spec(epochs: int) -> dict[str, object]:
@@ -47,26 +45,19 @@ def via_cli(job: dict[str, object]) -> tuple[float, float]:
 
 
 def via_service(job: dict[str, object], stack: str) -> tuple[float, float]:
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        server, database = start_server(stack, Path(tmp), port)
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-                wait_ready(client)
-                time.sleep(8)  # the worker starts and its fork server imports, as when serving
-                started = time.perf_counter()
-                job_id = client.post("/v1/jobs", json=job).json()["id"]
-                while (status := client.get(f"/v1/jobs/{job_id}").json()["status"]) not in (
-                    "succeeded",
-                    "failed",
-                ):
-                    time.sleep(1.0)
-                wall = time.perf_counter() - started
-                if status != "succeeded":
-                    raise RuntimeError(client.get(f"/v1/jobs/{job_id}").json()["error"])
-                records = client.get(f"/v1/jobs/{job_id}/metrics").json()["data"]
-        finally:
-            stop_server(server, database)
+    with serving(stack) as client:
+        time.sleep(8)  # the worker starts and its fork server imports, as when serving
+        started = time.perf_counter()
+        job_id = client.post("/v1/jobs", json=job).json()["id"]
+        while (status := client.get(f"/v1/jobs/{job_id}").json()["status"]) not in (
+            "succeeded",
+            "failed",
+        ):
+            time.sleep(1.0)
+        wall = time.perf_counter() - started
+        if status != "succeeded":
+            raise RuntimeError(client.get(f"/v1/jobs/{job_id}").json()["error"])
+        records = client.get(f"/v1/jobs/{job_id}/metrics").json()["data"]
     return statistics.mean(r["samples_per_second"] for r in records), wall
 
 

@@ -44,7 +44,7 @@ def demo_specs() -> list[dict[str, Any]]:
 
 
 def run_demo(settings: Settings, *, port: int, workers: int, timeout_s: float = 600.0) -> int:
-    port = port or _free_port()
+    port = port or free_port()
     cmd = [
         sys.executable,
         "-m",
@@ -58,7 +58,7 @@ def run_demo(settings: Settings, *, port: int, workers: int, timeout_s: float = 
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-            wait_ready(client, deadline=time.monotonic() + 60)
+            wait_ready(client)
             jobs = [
                 client.post("/v1/jobs", json=spec).raise_for_status().json()
                 for spec in demo_specs()
@@ -75,13 +75,16 @@ def run_demo(settings: Settings, *, port: int, workers: int, timeout_s: float = 
         server.wait(timeout=60)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the benches and tests use it too)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def wait_ready(client: httpx.Client, *, deadline: float) -> None:
+def wait_ready(client: httpx.Client, *, timeout_s: float = 60.0) -> None:
+    """Poll ``/readyz`` until the service answers 200 (database and broker reachable)."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             if client.get("/readyz").status_code == 200:
@@ -89,7 +92,7 @@ def wait_ready(client: httpx.Client, *, deadline: float) -> None:
         except httpx.TransportError:
             pass
         time.sleep(0.2)
-    raise RuntimeError("the service did not become ready within 60 s")
+    raise RuntimeError(f"the service did not become ready within {timeout_s:.0f} s")
 
 
 def describe(job: dict[str, Any]) -> str:

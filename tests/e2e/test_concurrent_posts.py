@@ -21,11 +21,11 @@ import redis
 from sqlalchemy import func, select, text
 
 from gradacc.db import get_engine, session_scope
+from gradacc.demo import free_port, wait_ready
 from gradacc.models import EpochMetric, Job, JobEvent
 from gradacc.settings import Settings
 from tests.conftest import ROOT, TINY, unique_queue
 from tests.e2e.conftest import WorkerProcess, forget_queue, settings_env
-from tests.e2e.test_embedded import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -59,13 +59,8 @@ def server(pg_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[str, S
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        with httpx.Client(base_url=base, timeout=2) as probe:
+            wait_ready(probe, timeout_s=30)
         yield base, settings
     finally:
         process.terminate()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,19 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
+from gradacc.demo import free_port, wait_ready
 from gradacc.settings import Settings
 from tests.conftest import ROOT, TINY
 from tests.e2e.conftest import TERMINAL, settings_env
 
 # Starts real worker processes and trains real (tiny) models.
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture
@@ -54,17 +47,6 @@ def served(tmp_path: Path) -> Iterator[tuple[httpx.Client, Path, subprocess.Pope
                 server.kill()
                 server.wait()
             log.close()
-
-
-def wait_ready(client: httpx.Client, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if client.get("/readyz").status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.2)
-    raise AssertionError("gradacc serve did not become ready")
 
 
 def wait_final(client: httpx.Client, job_id: str, timeout: float = 90) -> dict[str, Any]:

@@ -17,10 +17,10 @@ from sqlalchemy import text
 
 from api.main import create_app
 from gradacc.db import get_engine
+from gradacc.demo import free_port
 from gradacc.settings import Settings
 from tests.conftest import TINY, unique_queue
 from tests.e2e.conftest import WorkerProcess, event_kinds, wait_final, wait_for
-from tests.e2e.test_embedded import free_port
 
 pytestmark = pytest.mark.integration
 
