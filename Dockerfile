@@ -9,8 +9,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 # Dependencies first, so that a code change does not reinstall torch.
 COPY pyproject.toml README.md ./
-RUN mkdir -p trainer_core api worker gradacc \
+RUN mkdir -p trainer_core api worker gradacc commands \
     && touch trainer_core/__init__.py api/__init__.py worker/__init__.py gradacc/__init__.py \
+       commands/__init__.py \
     && pip install . \
     && pip uninstall -y gradacc
 COPY alembic.ini ./
@@ -19,6 +20,7 @@ COPY trainer_core trainer_core
 COPY gradacc gradacc
 COPY api api
 COPY worker worker
+COPY commands commands
 # Editable, so `gradacc migrate` finds alembic.ini and migrations/ beside the code.
 RUN pip install --no-deps -e . \
     && useradd --create-home --uid 1000 gradacc \

@@ -18,17 +18,19 @@ setup: $(STAMP)
 
 # The embedded stack (SQLite + a filesystem broker under var/), a job per backend with K = 1 and 4.
 run: setup
-	$(PY) -m gradacc.cli demo
+	$(PY) -m commands.cli demo
 
 test: setup lint typecheck
 	$(PY) -m pytest -q
 
+# lint-imports checks the layer contracts in pyproject.toml ([tool.importlinter]).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: setup
-	$(VENV)/bin/mypy trainer_core gradacc api worker
+	$(VENV)/bin/mypy trainer_core gradacc api worker commands
 
 # service_poll.py measures with wrk when it is installed (a C client, lighter than Python's).
 bench: setup

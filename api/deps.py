@@ -18,7 +18,7 @@ from gradacc.settings import Settings
 
 async def get_session(request: Request) -> AsyncIterator[Session]:
     # An async generator on purpose: a sync one would cost every request a thread-pool hop,
-    # which FACTS.md measured as dearer than the query itself. Sync routes still get the session.
+    # which is dearer than the query itself (docs/benchmarks.md). Sync routes still get the session.
     with request.app.state.sessionmaker() as session:
         yield session
 

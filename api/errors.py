@@ -9,10 +9,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
+from gradacc.db import DATABASE_ERRORS
 from gradacc.errors import (
     DomainError,
     IdempotencyConflict,
@@ -101,6 +100,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DomainError, on_domain_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(HTTPException, on_http_error)
-    for unavailable in (OperationalError, InterfaceError, PoolTimeout):
+    for unavailable in DATABASE_ERRORS:
         app.add_exception_handler(unavailable, on_database_unavailable)
     app.add_exception_handler(Exception, on_unexpected_error)

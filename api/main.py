@@ -12,8 +12,8 @@ from api.errors import install_error_handlers
 from api.routes import health, jobs
 from gradacc.auth import KeyCache
 from gradacc.db import get_read_engine, get_sessionmaker
+from gradacc.queue import create_celery_app
 from gradacc.settings import Settings, get_settings
-from worker.celery_app import create_celery_app
 
 DESCRIPTION = """Submit a training job (the training core's job spec), poll its status, progress,
 per-epoch metrics and events, or cancel it. Errors always look like

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from sqlalchemy import Row
 
-from gradacc.models import Job, JobEvent
+from gradacc.models import Job, JobEvent, JobStatus
 from trainer_core.spec import JobSpec
 
 # The request body of POST /v1/jobs is the training core's spec itself, defined once.
@@ -33,7 +33,7 @@ class JobErrorInfo(BaseModel):
 class JobRead(BaseModel):
     object: Literal["job"] = "job"
     id: str
-    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    status: JobStatus
     spec: dict[str, Any]
     effective_batch_size: int
     created_at: int = Field(description="Unix seconds")

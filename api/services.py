@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session
 
 from gradacc.errors import IdempotencyConflict, JobNotFound, NotReady, TooManyJobs
 from gradacc.jobs import add_event, is_job_id, lock_tenant, new_job_id, require_transition
-from gradacc.models import EpochMetric, Job, JobEvent, JobStatus, utcnow
+from gradacc.models import ACTIVE_STATUSES, EpochMetric, Job, JobEvent, JobStatus, utcnow
+from gradacc.queue import enqueue_job
 from gradacc.settings import Settings
 from gradacc.sources import check_spec_allowed
 from trainer_core.spec import JobSpec
-from worker.celery_app import enqueue_job
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def _check_limits(session: Session, *, tenant: str, settings: Settings) -> None:
     queued, throttled, if starting them would go over the running limit.)"""
     query = (
         select(Job.status, func.count())
-        .where(Job.tenant == tenant, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
+        .where(Job.tenant == tenant, Job.status.in_(ACTIVE_STATUSES))
         .group_by(Job.status)
     )
     counts: dict[str, int] = {row[0]: row[1] for row in session.execute(query)}

@@ -29,7 +29,8 @@ from gradacc.models import Job, utcnow
 from gradacc.settings import Settings
 from trainer_core.spec import JobSpec
 from trainer_core.train import train
-from worker.reporting import DatabaseCallback, StopPoller
+from worker.child.reporting import DatabaseCallback
+from worker.child.stop import StopPoller
 
 SPEC = JobSpec(model="builtin:tiny-bert", dataset="builtin:sentiment", num_train_epochs=2, max_eval_samples=64,
                per_device_train_batch_size=8, gradient_accumulation_steps=4)  # fmt: skip
@@ -73,7 +74,7 @@ def main() -> None:
     try:
         env = {"GRADACC_DATABASE_URL": url, "PATH": "/usr/bin:/bin"}
         subprocess.run(
-            [sys.executable, "-m", "gradacc.cli", "migrate"],
+            [sys.executable, "-m", "commands.cli", "migrate"],
             env=env,
             check=True,
             capture_output=True,

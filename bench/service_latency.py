@@ -31,7 +31,7 @@ import httpx
 import psycopg
 import redis
 
-from gradacc.demo import free_port, wait_ready
+from commands.demo import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -54,8 +54,8 @@ def start_server(stack: str, home: Path, port: int) -> tuple[subprocess.Popen[by
         env["GRADACC_DATABASE_URL"] = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
         env["GRADACC_BROKER_URL"] = "redis://127.0.0.1:6379/0"
         env["GRADACC_QUEUE"] = database.replace("gradacc_bench_", "bench-")
-        subprocess.run([sys.executable, "-m", "gradacc.cli", "migrate"], env=env, check=True)
-    cmd = [sys.executable, "-m", "gradacc.cli", "serve", "--port", str(port), "--workers", "1"]
+        subprocess.run([sys.executable, "-m", "commands.cli", "migrate"], env=env, check=True)
+    cmd = [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "1"]
     log = (home / "serve.log").open("wb")
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log), database
 

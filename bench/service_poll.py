@@ -120,7 +120,7 @@ def main() -> None:
     server = None
     try:
         subprocess.run(
-            [sys.executable, "-m", "gradacc.cli", "migrate"],
+            [sys.executable, "-m", "commands.cli", "migrate"],
             env=env,
             check=True,
             capture_output=True,

@@ -4,7 +4,7 @@ Starts ``gradacc serve --workers 1`` (embedded broker, or PostgreSQL + Redis), s
 tiny built-in jobs one at a time — each waits for the previous one to finish plus ``--gap``
 seconds, as jobs from people arrive — and times the first GET showing ``running`` and the first
 showing ``progress.step >= 1``. Runs with the worker's fork server (default: each job's process
-is forked from a pre-imported one) and without it (``GRADACC_WARM_STANDBY=false``: a cold
+is forked from a pre-imported one) and without it (``GRADACC_FORK_SERVER=false``: a cold
 training process per job). Prints a table.
 
     .venv/bin/python bench/service_start.py [--jobs 20] [--stack both]
@@ -50,7 +50,7 @@ def _time_one(client: httpx.Client) -> tuple[float, float]:
 
 
 def measure(stack: str, jobs: int, gap: float, warm: bool) -> tuple[list[float], list[float]]:
-    os.environ["GRADACC_WARM_STANDBY"] = "true" if warm else "false"
+    os.environ["GRADACC_FORK_SERVER"] = "true" if warm else "false"
     with serving(stack) as client:
         time.sleep(gap + 5)  # the worker starts; its fork server imports
         runs = []

@@ -1,4 +1,6 @@
-"""Code the API and the worker share: settings, the database engine and the ORM models.
+"""The shared kernel: settings, the database engine, the ORM models, the job state machine, the
+queue's name and options, and the rules a spec must pass on this server.
 
-Nothing here imports torch, FastAPI or Celery: both sides import it with no arrow turning back.
+``api`` and ``worker`` both import it; it imports neither of them (``lint-imports`` checks), and
+nothing here imports torch or FastAPI. The commands that start everything live in ``commands``.
 """

@@ -8,9 +8,15 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from gradacc.settings import Settings
+
+# What an unreachable or overloaded database raises: the service waits these out (503 in the
+# API, retry with backoff in the worker) instead of failing the request or the job.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError, PoolTimeout)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

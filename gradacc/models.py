@@ -63,7 +63,9 @@ class JobStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
-TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+# A job holds resources (a queue slot, a worker, files it reads) until it leaves these.
+ACTIVE_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.RUNNING})
+TERMINAL_STATUSES = frozenset(JobStatus) - ACTIVE_STATUSES
 
 
 DEFAULT_TENANT = "default"  # every job's tenant while authentication is off
@@ -77,7 +79,7 @@ class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (
         CheckConstraint(
-            "status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')", name="status"
+            "status IN (" + ", ".join(f"'{status}'" for status in JobStatus) + ")", name="status"
         ),
         Index("ix_jobs_status_id", "status", "id"),
         Index("ix_jobs_tenant_id", "tenant", "id"),

@@ -6,20 +6,20 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
     """Embedded defaults (SQLite + a filesystem broker under ``home``) unless URLs are given."""
 
-    model_config = SettingsConfigDict(env_prefix="GRADACC_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GRADACC_", extra="ignore", populate_by_name=True)
 
     home: Path = Field(default=Path("var"), description="Database, broker folders and job outputs")
     database_url: str | None = Field(default=None, description="Default: SQLite under home")
     broker_url: str | None = Field(default=None, description="Default: filesystem:// under home")
     queue: str = "gradacc"
-    # The embedded broker polls; 0.1 s keeps enqueue -> start near 60-90 ms (see FACTS.md).
+    # The embedded broker polls; 0.1 s keeps enqueue -> start near 60-90 ms (docs/service.md).
     broker_polling_interval: float = Field(default=0.1, gt=0)
     # Redis re-delivers an unacked message after this long; it must exceed any job's run time,
     # or a long job would be handed to a second worker while the first still trains it.
@@ -36,9 +36,12 @@ class Settings(BaseSettings):
     # torch threads per training process; 0 keeps torch's default (every core). Two processes
     # that both use every core of a small CPU box spin against each other: ~25x slower here.
     train_threads: int = Field(default=0, ge=0)
-    # Fork each job's training process from a pre-imported server (worker/launcher.py), so a
-    # job's start does not wait ~4 s for torch and transformers to import. Off: a cold process.
-    warm_standby: bool = True
+    # Fork each job's training process from a fork server that imported torch and transformers
+    # once (worker/fork_server/), so a job's start does not wait ~4 s for them. Off: a cold
+    # ``python -m worker.child.entry`` per job. GRADACC_WARM_STANDBY is its former name.
+    fork_server: bool = Field(
+        default=True, validation_alias=AliasChoices("gradacc_fork_server", "gradacc_warm_standby")
+    )
     # After SIGTERM to a cancelled job's process group, SIGKILL follows this long after.
     kill_grace_s: float = Field(default=3.0, ge=0)
 

@@ -1,8 +1,9 @@
 """Which local files a job may read: local model and dataset paths must lie under a data root.
 
 Used by the API at POST and by the worker again before training (the worker's filesystem is the
-one that counts). Builtins and hub ids are not paths and pass. A hub-id-looking string that names
-an existing local directory or file is a path (the core would load it from disk), so it is checked.
+one that counts). What is a path is decided by ``trainer_core.sources.classify_source``, the very
+function the core loads with: builtins and hub ids pass, anything the core would read from disk
+(a hub-id-looking name of an existing file or directory included) is checked.
 """
 
 from __future__ import annotations
@@ -12,19 +13,8 @@ from pathlib import Path
 
 from gradacc.errors import InvalidRequest
 from gradacc.settings import Settings
-from trainer_core.spec import LOCAL_DATA_SUFFIXES, JobSpec
-
-
-def is_local_path(value: str) -> bool:
-    """Mirrors how the core tells a path from a hub id (``trainer_core.data``/``models``)."""
-    if value.startswith("builtin:"):
-        return False
-    if value.startswith(("/", ".", "~")) or value.endswith(LOCAL_DATA_SUFFIXES):
-        return True
-    try:
-        return Path(value.split(":", 1)[0]).exists() or Path(value).exists()
-    except (OSError, ValueError):
-        return True  # unencodable or otherwise odd: treat as a path, which must then pass below
+from trainer_core.sources import classify_source
+from trainer_core.spec import JobSpec
 
 
 def _real(path: str | Path) -> Path:
@@ -61,5 +51,5 @@ def check_spec_allowed(spec: JobSpec, settings: Settings) -> None:
     roots = settings.resolved_data_roots()
     for field in ("model", "dataset", "eval_dataset"):
         value = getattr(spec, field)
-        if value is not None and is_local_path(value):
+        if value is not None and classify_source(value) == "local":
             check_path_allowed(value, roots=roots, param=field)

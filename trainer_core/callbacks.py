@@ -28,7 +28,10 @@ class TrainingCallback:
                     "num_eval_samples", "effective_batch_size", "start_epoch", "start_step"}
     on_progress:   {"epoch", "step", "total_steps", "micro_step", "learning_rate"}; "step" counts
                    optimizer steps since the start of the job (resumes included).
-    on_epoch_end:  one metrics record (see ``trainer_core.metrics.EPOCH_FIELDS``).
+    on_epoch_end:  one metrics record: {"epoch", "train_loss", "eval_loss", then "eval_accuracy"
+                   and "eval_f1" (classification) or "eval_perplexity" (causal LM),
+                   "learning_rate", "optimizer_steps", "train_samples", "train_seconds",
+                   "samples_per_second", "peak_memory_bytes"} (``TrainingRun.end_epoch``).
     on_checkpoint: {"path", "epoch", "step"} after a checkpoint is complete on disk.
     """
 

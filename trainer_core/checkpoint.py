@@ -68,7 +68,7 @@ def save_checkpoint(
     shutil.rmtree(old, ignore_errors=True)
 
 
-def settle(path: Path) -> None:
+def recover_interrupted_swap(path: Path) -> None:
     """Finish a swap that a crash interrupted: if only ``path.old`` survived, it is the latest."""
     old = path.with_name(path.name + ".old")
     if old.is_dir() and not (path / STATE_FILE).is_file():
@@ -77,7 +77,7 @@ def settle(path: Path) -> None:
 
 
 def read_state(path: Path) -> dict[str, Any] | None:
-    settle(path)
+    recover_interrupted_swap(path)
     file = path / STATE_FILE
     if not file.is_file():
         return None

@@ -8,7 +8,6 @@ number of supervised *items* per row — 1 for classification, ``len(ids) - 1`` 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import datasets
@@ -16,7 +15,8 @@ from transformers import PreTrainedTokenizerBase
 
 from trainer_core.builtin.corpus import BUILDERS
 from trainer_core.errors import DatasetError
-from trainer_core.spec import LOCAL_DATA_SUFFIXES, JobSpec
+from trainer_core.sources import classify_source, local_path
+from trainer_core.spec import JobSpec
 
 _FILE_FORMATS = {".csv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
@@ -39,13 +39,16 @@ class JobData:
 
 
 def _load_source(source: str, param: str) -> datasets.DatasetDict:
-    if source in BUILDERS:
-        build = BUILDERS[source]
+    kind = classify_source(source)
+    if kind == "builtin":
+        build = BUILDERS[source]  # the spec admits only known builtins
         return datasets.DatasetDict(
             {split: datasets.Dataset.from_dict(build(split)) for split in ("train", "validation")}
         )
-    if source.endswith(LOCAL_DATA_SUFFIXES) or source.startswith(("/", ".", "~")):
-        path = Path(source).expanduser()
+    if kind == "local":
+        path = local_path(source)
+        if path.is_dir():
+            return _load_hub_or_folder(str(path), "", source, param)  # a folder of data files
         if not path.is_file():
             raise DatasetError(f"{param}: file {source!r} does not exist", param=param)
         fmt = _FILE_FORMATS.get(path.suffix.lower())
@@ -58,6 +61,10 @@ def _load_source(source: str, param: str) -> datasets.DatasetDict:
         except Exception as exc:  # a malformed file: report it, don't crash with a traceback
             raise DatasetError(f"{param}: cannot read {source!r}: {exc}", param=param) from exc
     name, _, config = source.partition(":")
+    return _load_hub_or_folder(name, config, source, param)
+
+
+def _load_hub_or_folder(name: str, config: str, source: str, param: str) -> datasets.DatasetDict:
     try:
         loaded = datasets.load_dataset(name, config or None)
     except Exception as exc:

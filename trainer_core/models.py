@@ -6,7 +6,6 @@ classification head) are initialised from the job's seed, so every backend start
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import cast
 
 import torch
@@ -21,11 +20,12 @@ from transformers import (
 
 from trainer_core.builtin.models import builtin_config, builtin_tokenizer
 from trainer_core.errors import ModelError
+from trainer_core.sources import classify_source, local_path
 from trainer_core.spec import JobSpec
 
 
 def load_tokenizer(spec: JobSpec) -> PreTrainedTokenizerBase:
-    if spec.model.startswith("builtin:"):
+    if classify_source(spec.model) == "builtin":
         return builtin_tokenizer(spec.model)
     try:
         tokenizer = AutoTokenizer.from_pretrained(_source(spec.model), trust_remote_code=False)
@@ -42,10 +42,13 @@ def load_tokenizer(spec: JobSpec) -> PreTrainedTokenizerBase:
 
 
 def _source(model: str) -> str:
-    path = Path(model).expanduser()
-    if model.startswith(("/", ".", "~")) and not path.is_dir():
+    """What ``from_pretrained`` gets: a local directory, or a hub id."""
+    if classify_source(model) == "hub":
+        return model
+    path = local_path(model)
+    if not path.is_dir():
         raise ModelError(f"model: directory {model!r} does not exist", param="model")
-    return str(path) if path.is_dir() else model
+    return str(path)
 
 
 def _label_kwargs(label_names: list[str]) -> dict[str, object]:
@@ -62,7 +65,7 @@ def load_model(
     torch.manual_seed(spec.seed)  # new weights (a built-in model, a fresh head) follow the seed
     auto = AutoModelForCausalLM if spec.task == "causal-lm" else AutoModelForSequenceClassification
     kwargs = _label_kwargs(label_names) if label_names is not None else {}
-    if spec.model.startswith("builtin:"):
+    if classify_source(spec.model) == "builtin":
         config: PretrainedConfig = builtin_config(spec.model, tokenizer)
         for key, value in kwargs.items():
             setattr(config, key, value)

@@ -11,10 +11,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from trainer_core.sources import classify_source
+
 BUILTIN_MODELS = ("builtin:tiny-bert", "builtin:tiny-gpt2")
 # builtin dataset -> does it carry labels?
 BUILTIN_DATASETS = {"builtin:sentiment": True, "builtin:tiny-stories": False}
-LOCAL_DATA_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")
 
 Task = Literal["sequence-classification", "causal-lm"]
 Backend = Literal["pytorch", "accelerate", "trainer"]
@@ -29,10 +30,6 @@ _COLUMN = re.compile(r"^[\w .-]{1,128}$")
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
-def _looks_like_path(value: str) -> bool:
-    return value.startswith(("/", ".", "~")) or value.endswith(LOCAL_DATA_SUFFIXES)
-
-
 def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
     """Accept a builtin name, a local path, or a hub id ("name" / "owner/name", optional ":config")."""
     value = value.strip()
@@ -40,13 +37,14 @@ def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
         raise ValueError(f"{what} must not be empty")
     if "\x00" in value or any(ord(ch) < 32 for ch in value):
         raise ValueError(f"{what} contains control characters")
-    if value.startswith("builtin:"):
+    kind = classify_source(value)
+    if kind == "builtin":
         if value not in builtins:
             raise ValueError(
                 f"unknown builtin {what} {value!r}; choose one of {', '.join(builtins)}"
             )
         return value
-    if _looks_like_path(value):
+    if kind == "local":
         return value
     hub_id = value.split(":", 1)[0] if what == "dataset" else value
     if not _HUB_ID.fullmatch(hub_id):

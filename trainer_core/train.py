@@ -27,13 +27,15 @@ from trainer_core.callbacks import (
     never_stop,
 )
 from trainer_core.checkpoint import load_training_state, read_state
+from trainer_core.context import RunContext
 from trainer_core.data import load_job_data
 from trainer_core.errors import JobError, OutOfMemory
 from trainer_core.loader import EpochLoader, EpochPlan
 from trainer_core.models import load_model, load_tokenizer
 from trainer_core.optim import build_optimizer, build_scheduler
-from trainer_core.session import RunContext, RunSession, TrainingPreempted
+from trainer_core.run import TrainingRun
 from trainer_core.spec import JobSpec
+from trainer_core.stopping import TrainingPreempted
 
 
 def resolve_device(spec: JobSpec) -> torch.device:
@@ -95,14 +97,14 @@ def _start_info(ctx: RunContext) -> dict[str, Any]:
 
 
 def _finish(
-    ctx: RunContext, session: RunSession, status: Status, info: dict[str, Any]
+    ctx: RunContext, run: TrainingRun, status: Status, info: dict[str, Any]
 ) -> dict[str, Any]:
     summary = {
         "status": status,
         "spec": ctx.spec.model_dump(),
-        "optimizer_steps": session.global_step,
-        "epochs_completed": len(session.metrics),
-        "final_metrics": session.metrics[-1] if session.metrics else None,
+        "optimizer_steps": run.global_step,
+        "epochs_completed": len(run.metrics),
+        "final_metrics": run.metrics[-1] if run.metrics else None,
         **info,
         "versions": {"python": platform.python_version(), "torch": torch.__version__},
     }
@@ -130,12 +132,12 @@ def train(
     # metrics.jsonl holds exactly the epochs the checkpoint has seen (a crash may have left more).
     with (output_dir / "metrics.jsonl").open("w") as out:
         out.writelines(json.dumps(m) + "\n" for m in ctx.resume_state.get("metrics", []))
-    session = RunSession(ctx, callback, should_stop, progress_bar)
+    run = TrainingRun(ctx, callback, should_stop, progress_bar)
     info = _start_info(ctx)
     callback.on_start(info)
     status: Status = "completed"
     try:
-        get_backend(spec.backend).run(session)
+        get_backend(spec.backend).run(run)
     except torch.OutOfMemoryError as exc:
         raise OutOfMemory(
             f"per_device_train_batch_size: out of memory at micro-batch "
@@ -147,8 +149,6 @@ def train(
     except TrainingPreempted:
         status = "preempted"
     finally:
-        session.close()
-    summary = _finish(ctx, session, status, info)
-    return TrainResult(
-        status=status, metrics=session.metrics, summary=summary, output_dir=output_dir
-    )
+        run.close()
+    summary = _finish(ctx, run, status, info)
+    return TrainResult(status=status, metrics=run.metrics, summary=summary, output_dir=output_dir)

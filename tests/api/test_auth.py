@@ -127,7 +127,7 @@ def test_over_the_running_limit_is_429(authed: TestClient, auth_settings: Settin
 def test_create_api_key_prints_a_working_key(tmp_path: Path) -> None:
     env = {**os.environ, "GRADACC_HOME": str(tmp_path)}
     env.pop("GRADACC_DATABASE_URL", None)
-    command = [sys.executable, "-m", "gradacc.cli", "create-api-key", "--tenant", "acme"]
+    command = [sys.executable, "-m", "commands.cli", "create-api-key", "--tenant", "acme"]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     token = result.stdout.strip()

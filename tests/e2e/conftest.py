@@ -51,7 +51,7 @@ class WorkerProcess:
         self.log_path = settings.home / f"{name}.log"
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "gradacc.cli", "worker", "--name", name],
+                [sys.executable, "-m", "commands.cli", "worker", "--name", name],
                 cwd=ROOT,
                 env=settings_env(settings),
                 stdout=log,

@@ -20,8 +20,8 @@ import pytest
 import redis
 from sqlalchemy import func, select, text
 
+from commands.demo import free_port, wait_ready
 from gradacc.db import get_engine, session_scope
-from gradacc.demo import free_port, wait_ready
 from gradacc.models import EpochMetric, Job, JobEvent
 from gradacc.settings import Settings
 from tests.conftest import ROOT, TINY, unique_queue

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gradacc.demo import free_port, wait_ready
+from commands.demo import free_port, wait_ready
 from gradacc.settings import Settings
 from tests.conftest import ROOT, TINY
 from tests.e2e.conftest import TERMINAL, settings_env
@@ -33,7 +33,7 @@ def served(tmp_path: Path) -> Iterator[tuple[httpx.Client, Path, subprocess.Pope
     port = free_port()
     log = (tmp_path / "serve.log").open("wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "gradacc.cli", "serve", "--port", str(port), "--workers", "2"],
+        [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "2"],
         cwd=ROOT,
         env=env,
         stdout=log,

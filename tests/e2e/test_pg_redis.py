@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from gradacc.db import session_scope
 from gradacc.models import Job
+from gradacc.queue import create_celery_app, enqueue_job
 from gradacc.settings import Settings
 from tests.conftest import TINY
 from tests.e2e.conftest import (
@@ -21,7 +22,6 @@ from tests.e2e.conftest import (
     wait_final,
     wait_for,
 )
-from worker.celery_app import create_celery_app, enqueue_job
 
 # Starts real worker processes and trains real (tiny) models.
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from api.main import create_app
+from commands.demo import free_port
 from gradacc.db import get_engine
-from gradacc.demo import free_port
 from gradacc.settings import Settings
 from tests.conftest import TINY, unique_queue
 from tests.e2e.conftest import WorkerProcess, event_kinds, wait_final, wait_for

@@ -18,10 +18,10 @@ from gradacc.auth import create_api_key
 from gradacc.db import get_engine, session_scope
 from gradacc.jobs import new_job_id
 from gradacc.models import Job, utcnow
+from gradacc.queue import create_celery_app, enqueue_job
 from gradacc.settings import Settings
 from tests.conftest import TINY
 from tests.e2e.conftest import TERMINAL, WorkerProcess
-from worker.celery_app import create_celery_app, enqueue_job
 
 pytestmark = pytest.mark.integration
 

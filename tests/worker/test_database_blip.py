@@ -18,8 +18,9 @@ from gradacc.jobs import new_job_id
 from gradacc.models import EpochMetric, Job, JobEvent, JobStatus, utcnow
 from gradacc.settings import Settings
 from tests.worker.tcp_proxy import CuttableProxy
-from worker import reporting
-from worker.reporting import DatabaseCallback, StopPoller
+from worker.child import reporting
+from worker.child.reporting import DatabaseCallback
+from worker.child.stop import StopPoller
 
 
 @pytest.fixture

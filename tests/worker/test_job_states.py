@@ -13,9 +13,9 @@ from gradacc.db import session_scope
 from gradacc.errors import InvalidTransition, JobNotFound
 from gradacc.jobs import claim_job, new_job_id, record_epoch_metrics, require_transition
 from gradacc.models import EpochMetric, Job, JobStatus, utcnow
+from gradacc.queue import create_celery_app, enqueue_job
 from gradacc.settings import Settings
-from worker.celery_app import create_celery_app, enqueue_job
-from worker.reconciler import reconcile_jobs
+from worker.consumer.reconciler import reconcile_jobs
 
 SPEC: dict[str, Any] = {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment"}
 

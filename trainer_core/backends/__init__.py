@@ -1,16 +1,24 @@
-"""The three backends behind one small Protocol. Each is an adapter around the shared math in
-``trainer_core.accumulation`` and the shared run state in ``trainer_core.session``."""
+"""The three backends behind one small Protocol.
+
+The rule for a backend, as torchtune writes it for its recipes: the interface is not a vehicle for
+code reuse. A backend holds only what differs between libraries: its forward/backward/step lines
+and how its library decides that an optimizer window closes. The epoch loop, the loss meter, stop
+requests, progress, evaluation and checkpoints belong to the run (``trainer_core.run``); the
+accumulation math (windows, item counts, normalisation) to ``trainer_core.accumulation``. Two
+backends let the run drive them (``TrainingRun.drive``); the Trainer drives itself and calls the
+run's hooks from its callbacks, and the run checks its windows against the plan all the same.
+"""
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from trainer_core.session import RunSession
+from trainer_core.run import TrainingRun
 
 
 class Backend(Protocol):
-    def run(self, session: RunSession) -> None:
-        """Train from the session's start position to the last epoch, calling its hooks."""
+    def run(self, run: TrainingRun) -> None:
+        """Train from the run's start position to the last epoch, calling its hooks."""
 
 
 def get_backend(name: str) -> Backend:

@@ -1,45 +1,54 @@
 """Hugging Face Accelerate: ``Accelerator(gradient_accumulation_steps=K)`` and ``accumulate``.
 
 Accelerate decides when to sync and step (every K micro-batches, and at the end of the prepared
-dataloader for a partial window). Its ``backward`` always divides the loss by K, which under-weights
-a partial window; our loss is already normalised by the window's item count, so we hand it over
-multiplied by K and Accelerate's division cancels exactly.
+dataloader for a partial window); the run checks that decision against the plan. Its ``backward``
+always divides the loss by K, which under-weights a partial window; our loss is already normalised
+by the window's item count, so we hand it over multiplied by K and Accelerate's division cancels
+exactly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
+import torch
 from accelerate import Accelerator
 
 from trainer_core.accumulation import micro_step_loss
-from trainer_core.session import RunSession
+from trainer_core.run import TrainingRun
 
 
 class AccelerateLoop:
-    def run(self, session: RunSession) -> None:
-        ctx = session.ctx
-        k = ctx.spec.gradient_accumulation_steps
-        accelerator = Accelerator(gradient_accumulation_steps=k, cpu=ctx.device.type == "cpu")
-        model, optimizer, loader, scheduler = accelerator.prepare(
+    def run(self, run: TrainingRun) -> None:
+        ctx = run.ctx
+        self.causal, self.max_grad_norm = ctx.causal, ctx.spec.max_grad_norm
+        self.accelerator = Accelerator(
+            gradient_accumulation_steps=ctx.spec.gradient_accumulation_steps,
+            cpu=ctx.device.type == "cpu",
+        )
+        self.model, self.optimizer, self.loader, self.scheduler = self.accelerator.prepare(
             ctx.model, ctx.optimizer, ctx.loader, ctx.scheduler
         )
-        model.train()
-        ctx.loader.dataset.resume_at(ctx.start_epoch, ctx.start_micro_step)
-        for epoch in range(ctx.start_epoch, ctx.spec.num_train_epochs):
-            loader.set_epoch(epoch)  # DataLoaderShard re-applies its own epoch on every iter()
-            session.begin_epoch(epoch)
-            for batch in loader:
-                with accelerator.accumulate(model):
-                    loss, summed = micro_step_loss(model, batch, ctx.causal)
-                    accelerator.backward(loss * accelerator.gradient_accumulation_steps)
-                    session.after_micro_step(batch, summed)
-                    if accelerator.sync_gradients != batch["last_in_window"]:
-                        raise RuntimeError("Accelerate's window disagrees with the plan")
-                    if accelerator.sync_gradients and ctx.spec.max_grad_norm > 0:
-                        accelerator.clip_grad_norm_(model.parameters(), ctx.spec.max_grad_norm)
-                    optimizer.step()  # a no-op until the window's last micro-batch
-                    scheduler.step()
-                    optimizer.zero_grad()
-                if accelerator.sync_gradients:
-                    session.after_optimizer_step()
-            session.end_epoch()
-        accelerator.free_memory()
+        run.drive(self)
+        self.accelerator.free_memory()
+
+    def batches(self, epoch: int) -> Iterator[dict[str, Any]]:
+        self.loader.set_epoch(epoch)  # DataLoaderShard re-applies its own epoch on every iter()
+        yield from self.loader
+
+    def forward_backward(self, batch: dict[str, Any]) -> torch.Tensor:
+        with self.accelerator.accumulate(self.model):  # decides sync_gradients for this batch
+            loss, summed = micro_step_loss(self.model, batch, self.causal)
+            self.accelerator.backward(loss * self.accelerator.gradient_accumulation_steps)
+        return summed
+
+    def window_closes(self, batch: dict[str, Any]) -> bool:
+        return bool(self.accelerator.sync_gradients)
+
+    def optimizer_step(self) -> None:
+        if self.max_grad_norm > 0:
+            self.accelerator.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad()

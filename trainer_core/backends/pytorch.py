@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from trainer_core.accumulation import micro_step_loss
-from trainer_core.session import RunSession
+from trainer_core.run import TrainingRun
 
 
 def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -18,24 +19,27 @@ def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
 
 
 class PlainLoop:
-    def run(self, session: RunSession) -> None:
-        ctx = session.ctx
-        model, optimizer, scheduler = ctx.model, ctx.optimizer, ctx.scheduler
-        model.train()
-        ctx.loader.dataset.resume_at(ctx.start_epoch, ctx.start_micro_step)
-        for epoch in range(ctx.start_epoch, ctx.spec.num_train_epochs):
-            ctx.loader.set_epoch(epoch)
-            session.begin_epoch(epoch)
-            for cpu_batch in ctx.loader:
-                batch = to_device(cpu_batch, ctx.device)
-                loss, summed = micro_step_loss(model, batch, ctx.causal)
-                loss.backward()  # type: ignore[no-untyped-call]  # loss is already Σ/N_window: gradients add up to the window mean
-                session.after_micro_step(batch, summed)
-                if batch["last_in_window"]:
-                    if ctx.spec.max_grad_norm > 0:
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), ctx.spec.max_grad_norm)
-                    optimizer.step()
-                    scheduler.step()
-                    optimizer.zero_grad(set_to_none=True)
-                    session.after_optimizer_step()
-            session.end_epoch()
+    def run(self, run: TrainingRun) -> None:
+        self.ctx = run.ctx
+        run.drive(self)
+
+    def batches(self, epoch: int) -> Iterator[dict[str, Any]]:
+        self.ctx.loader.set_epoch(epoch)
+        for batch in self.ctx.loader:
+            yield to_device(batch, self.ctx.device)
+
+    def forward_backward(self, batch: dict[str, Any]) -> torch.Tensor:
+        loss, summed = micro_step_loss(self.ctx.model, batch, self.ctx.causal)
+        loss.backward()  # type: ignore[no-untyped-call]  # loss is already Σ/N_window: gradients add up to the window mean
+        return summed
+
+    def window_closes(self, batch: dict[str, Any]) -> bool:
+        return bool(batch["last_in_window"])  # the plan is this loop's only rule
+
+    def optimizer_step(self) -> None:
+        ctx = self.ctx
+        if ctx.spec.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), ctx.spec.max_grad_norm)
+        ctx.optimizer.step()
+        ctx.scheduler.step()
+        ctx.optimizer.zero_grad(set_to_none=True)

@@ -9,6 +9,9 @@ and scheduler steps, resume), but two of its loss rules break exactness and are 
 ``compute_loss`` returns Σ item losses / N_window (our shared math) and ``loss_is_scaled_for_ga``
 tells the Trainer not to divide again. The Trainer's Accelerator has K = 1, so its backward does
 not divide either.
+
+The Trainer drives its own loop; its callbacks call the run's hooks, and the run checks each of its
+optimizer steps against the plan's windows.
 """
 
 from __future__ import annotations
@@ -28,15 +31,15 @@ from transformers import (
 )
 
 from trainer_core.accumulation import micro_step_loss
-from trainer_core.session import RunSession
+from trainer_core.run import TrainingRun
 
 
 class _ExactTrainer(Trainer):
     loss_is_scaled_for_ga = True
-    session: RunSession
+    training_run: TrainingRun
 
     def get_train_dataloader(self) -> Any:
-        return self.session.ctx.loader
+        return self.training_run.ctx.loader
 
     def compute_loss(
         self,
@@ -45,37 +48,37 @@ class _ExactTrainer(Trainer):
         return_outputs: bool = False,
         num_items_in_batch: Any = None,
     ) -> Any:
-        loss, summed = micro_step_loss(model, inputs, self.session.ctx.causal)
-        self.session.after_micro_step(inputs, summed)
+        loss, summed = micro_step_loss(model, inputs, self.training_run.ctx.causal)
+        self.training_run.after_micro_step(inputs, summed)
         return loss
 
 
-class _SessionHooks(TrainerCallback):
-    def __init__(self, session: RunSession) -> None:
-        self.session = session
+class _RunHooks(TrainerCallback):
+    def __init__(self, run: TrainingRun) -> None:
+        self.run = run
 
     def on_epoch_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         # The Trainer's resume wraps the loader in a skip-loader without set_epoch: plan here too.
         epoch = math.floor(state.epoch + 1e-9) if state.epoch else 0
-        self.session.ctx.loader.set_epoch(epoch)
-        self.session.begin_epoch(epoch)
+        self.run.ctx.loader.set_epoch(epoch)
+        self.run.begin_epoch(epoch)
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
-        self.session.after_optimizer_step()
+        self.run.after_optimizer_step()
 
     def on_epoch_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
-        self.session.end_epoch()
+        self.run.end_epoch()
 
 
 class TrainerLoop:
-    def run(self, session: RunSession) -> None:
-        ctx = session.ctx
+    def run(self, run: TrainingRun) -> None:
+        ctx = run.ctx
         spec = ctx.spec
         with tempfile.TemporaryDirectory(prefix="gradacc-trainer-") as scratch:
             args = TrainingArguments(
@@ -98,9 +101,9 @@ class TrainerLoop:
                 model=ctx.model,
                 args=args,
                 optimizers=(ctx.optimizer, ctx.scheduler),  # type: ignore[arg-type]
-                callbacks=[_SessionHooks(session)],
+                callbacks=[_RunHooks(run)],
             )
-            trainer.session = session
-            trainer.remove_callback(PrinterCallback)  # the session reports; no stray prints
+            trainer.training_run = run
+            trainer.remove_callback(PrinterCallback)  # the run reports; no stray prints
             resume = str(ctx.checkpoint_dir) if ctx.start_global_step > 0 else None
             trainer.train(resume_from_checkpoint=resume)

@@ -25,7 +25,7 @@ def wordpiece() -> Tokenizer:
         all_texts(), trainers.WordPieceTrainer(vocab_size=400, special_tokens=special)
     )
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    # Without a post-processor the tokenizer adds no [CLS]/[SEP] (FACTS.md).
+    # A WordPiece tokenizer built with the tokenizers library adds no [CLS]/[SEP] without one.
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",

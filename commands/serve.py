@@ -38,7 +38,7 @@ def start_worker(settings: Settings, index: int, count: int) -> subprocess.Popen
     of the cores: N processes that each use every core spin against each other."""
     threads = settings.train_threads or max(1, (os.cpu_count() or 1) // max(count, 1))
     env = {**os.environ, "GRADACC_TRAIN_THREADS": str(threads)}
-    argv = [sys.executable, "-m", "gradacc.cli", "worker", "--name", f"worker{index + 1}"]
+    argv = [sys.executable, "-m", "commands.cli", "worker", "--name", f"worker{index + 1}"]
     return subprocess.Popen(argv, env=env)
 
 
@@ -98,7 +98,7 @@ def serve(settings: Settings, *, host: str, port: int, workers: int) -> int:
 
 
 def run_worker(settings: Settings, *, name: str) -> int:
-    from worker.celery_app import default_app
+    from worker.consumer.tasks import default_app
 
     default_app().worker_main(worker_argv(name, settings))
     return 0

@@ -11,17 +11,19 @@ from gradacc.settings import Settings, get_settings
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gradacc", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="the API and N workers (embedded defaults: SQLite)")
+    subcommands = parser.add_subparsers(dest="command", required=True)
+    serve = subcommands.add_parser(
+        "serve", help="the API and N workers (embedded defaults: SQLite)"
+    )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1, help="worker processes (one job each)")
-    worker = commands.add_parser("worker", help="one Celery worker (one job at a time)")
+    worker = subcommands.add_parser("worker", help="one Celery worker (one job at a time)")
     worker.add_argument("--name", default="worker")
-    commands.add_parser("migrate", help="bring the database schema to the latest revision")
-    key = commands.add_parser("create-api-key", help="print a new API key for a tenant")
+    subcommands.add_parser("migrate", help="bring the database schema to the latest revision")
+    key = subcommands.add_parser("create-api-key", help="print a new API key for a tenant")
     key.add_argument("--tenant", required=True, help="1-64 letters, digits, '_', '.', '-'")
-    demo = commands.add_parser("demo", help="serve, train a demo job per backend and K, stop")
+    demo = subcommands.add_parser("demo", help="serve, train a demo job per backend and K, stop")
     demo.add_argument("--port", type=int, default=0, help="default: any free port")
     demo.add_argument("--workers", type=int, default=2)
     return parser
@@ -36,11 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     settings = get_settings()
     if args.command == "serve":
-        from gradacc.serve import serve
+        from commands.serve import serve
 
         return serve(settings, host=args.host, port=args.port, workers=args.workers)
     if args.command == "worker":
-        from gradacc.serve import run_worker
+        from commands.serve import run_worker
 
         return run_worker(settings, name=args.name)
     if args.command == "migrate":
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "create-api-key":
         return _create_api_key(settings, tenant=args.tenant)
-    from gradacc.demo import run_demo
+    from commands.demo import run_demo
 
     return run_demo(settings, port=args.port, workers=args.workers)
 

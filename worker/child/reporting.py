@@ -10,32 +10,27 @@ import json
 import math
 import os
 import re
-import signal
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
-from gradacc.db import session_scope
+from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.jobs import add_event, record_epoch_metrics, update_running_job
 from gradacc.models import Job, JobStatus, utcnow
+from gradacc.retry import Backoff, retry
 from gradacc.settings import Settings
-from trainer_core.callbacks import StopRequest, TrainingCallback
+from trainer_core.callbacks import TrainingCallback
 
-DATABASE_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
 RETRY_MAX_S = 30.0
 Entry = dict[str, Any]  # one write that waits: JSON, so that it can wait on disk too
 # Progress arrives every micro-step; the database needs it far less often. Every write wakes
 # other processes (the database server), and on a small CPU box each wake-up stalls a
 # multi-threaded training step: progress each second, the status every few seconds.
 PROGRESS_EVERY_S = 1.0
-STATUS_EVERY_S = 3.0  # the worker enforces a cancel by itself within ~1 s; this is the polite path
-PARENT_EVERY_S = 0.5  # a system call, no database
 _CREDENTIALS = re.compile(r"(\w+://)[^/@\s]+@")
 _API_KEYS = re.compile(r"\bgak_[\w-]+")
 
@@ -83,7 +78,7 @@ class DatabaseCallback(TrainingCallback):
         self._last_progress = 0.0
         self._pending: list[Entry] = _read_journal(journal)
         self._journaled = bool(self._pending)  # the journal holds entries not yet written
-        self._failures = 0
+        self._backoff = Backoff(first=1.0, cap=RETRY_MAX_S)
         self._retry_at = 0.0
 
     def _submit(self, entry: Entry, *, keep: bool = True) -> None:
@@ -98,8 +93,7 @@ class DatabaseCallback(TrainingCallback):
             if not keep:
                 self._run(entry)
         except DATABASE_ERRORS as exc:
-            self._failures += 1
-            backoff = min(RETRY_MAX_S, 0.5 * 2**self._failures)
+            backoff = self._backoff.next_delay()
             self._retry_at = time.monotonic() + backoff
             self._save_journal()
             print(
@@ -113,7 +107,7 @@ class DatabaseCallback(TrainingCallback):
         while self._pending:
             self._run(self._pending[0])
             self._pending.pop(0)
-        self._failures = 0
+        self._backoff.reset()
         if self._journaled and self.journal is not None:
             self.journal.unlink(missing_ok=True)  # all of it is in the database now
             self._journaled = False
@@ -133,17 +127,23 @@ class DatabaseCallback(TrainingCallback):
 
     def flush(self, timeout_s: float = 300.0) -> bool:
         """Retry the waiting writes until none is left (True) or ``timeout_s`` passed (False)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                self._drain()
-                return True
-            except DATABASE_ERRORS:
-                self._save_journal()
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(min(RETRY_MAX_S, 0.5 * 2 ** min(self._failures, 6)))
-                self._failures += 1
+        try:
+            retry(
+                self._drain_or_save,
+                errors=DATABASE_ERRORS,
+                timeout_s=timeout_s,
+                backoff=self._backoff,
+            )
+            return True
+        except DATABASE_ERRORS:
+            return False
+
+    def _drain_or_save(self) -> None:
+        try:
+            self._drain()
+        except DATABASE_ERRORS:
+            self._save_journal()  # what is still waiting, on disk, before the next try
+            raise
 
     def _update(self, event: tuple[str, str] | None = None, **values: Any) -> None:
         # An event keeps the time it happened, even if written later.
@@ -226,42 +226,3 @@ def _epoch_line(record: dict[str, Any]) -> str:
     shown = ("train_loss", "eval_loss", "eval_accuracy", "eval_f1", "eval_perplexity")
     parts = [f"{k}={record[k]:.4f}" for k in shown if isinstance(record.get(k), float)]
     return f"epoch {record['epoch']} done: " + ", ".join(parts)
-
-
-class StopPoller:
-    """``should_stop`` for the core: "cancel" once the job left "running"; "preempt" when the
-    worker shuts down (SIGUSR1) or died (this process was re-parented). Checks its parent every
-    ``PARENT_EVERY_S`` and reads the database every ``STATUS_EVERY_S``; the core calls it
-    between micro-steps."""
-
-    def __init__(self, settings: Settings, job_id: str) -> None:
-        self.settings = settings
-        self.job_id = job_id
-        self.parent = os.getppid()
-        self._next_check = 0.0
-        self._next_read = 0.0
-        self._answer: StopRequest | None = None
-        signal.signal(signal.SIGUSR1, self._on_preempt_signal)
-
-    def _on_preempt_signal(self, _signum: int, _frame: object) -> None:
-        self._answer = "preempt"  # the worker is shutting down: checkpoint and stop
-
-    def __call__(self) -> StopRequest | None:
-        now = time.monotonic()
-        if self._answer is not None or now < self._next_check:
-            return self._answer
-        self._next_check = now + PARENT_EVERY_S
-        if os.getppid() != self.parent:
-            self._answer = "preempt"
-            return self._answer
-        if now < self._next_read:
-            return None
-        self._next_read = now + STATUS_EVERY_S
-        try:
-            with session_scope(self.settings) as session:
-                status = session.get(Job, self.job_id)
-                if status is None or status.status != JobStatus.RUNNING:
-                    self._answer = "cancel"
-        except DATABASE_ERRORS:
-            pass  # the database blipped: keep training, ask again at the next check
-        return self._answer

@@ -1,13 +1,19 @@
-"""The Celery task: claim the job (idempotently), then supervise its training process."""
+"""The Celery side's entry: the app, the run-job task (claim the job idempotently, then supervise
+its training process) and every Celery signal this worker hooks (reconciler, fork server,
+preemption at shutdown).
+
+Start a worker with ``gradacc worker`` or ``celery -A worker.consumer.tasks:app worker``.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 from datetime import timedelta
+from functools import lru_cache
 from typing import Any
 
-from celery import current_app, shared_task
+from celery import Celery, current_app, shared_task
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 from pydantic import ValidationError
 
@@ -15,12 +21,13 @@ from gradacc.db import session_scope
 from gradacc.errors import InvalidRequest
 from gradacc.jobs import add_event, claim_job, throttle_if_busy, transition_job
 from gradacc.models import Job, JobStatus, utcnow
+from gradacc.queue import RUN_JOB_TASK, create_celery_app, enqueue_job
 from gradacc.settings import Settings, get_settings
 from gradacc.sources import check_spec_allowed
 from trainer_core.spec import JobSpec
-from worker.celery_app import RUN_JOB_TASK, enqueue_job
-from worker.reconciler import start_reconciler_thread
-from worker.supervisor import shutdown_requested, supervise, worker_name
+from worker.consumer import launcher
+from worker.consumer.reconciler import start_reconciler_thread
+from worker.consumer.supervisor import shutdown_requested, supervise, worker_name
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +94,12 @@ _reconciler_stop = threading.Event()
 
 
 @worker_ready.connect
+def _start_fork_server(sender: Any = None, **_: Any) -> None:
+    """Before the first job: the fork server imports torch and the core (seconds), not the job."""
+    launcher.warm(get_settings())
+
+
+@worker_ready.connect
 def _start_reconciler(sender: Any = None, **_: Any) -> None:
     settings = get_settings()
     app = current_app._get_current_object()
@@ -103,3 +116,17 @@ def _stop_reconciler(sender: Any = None, **_: Any) -> None:
 @worker_shutting_down.connect
 def _preempt_running_job(sender: Any = None, **_: Any) -> None:
     shutdown_requested.set()
+
+
+@lru_cache(maxsize=1)
+def default_app() -> Celery:
+    """This worker's app: the kernel's queue settings with this module's task."""
+    return create_celery_app(get_settings(), include=[__name__])
+
+
+def __getattr__(name: str) -> Any:
+    # ``celery -A worker.consumer.tasks:app`` looks the app up by name; build it on first use,
+    # so that importing this module creates no broker folders and reads no settings.
+    if name == "app":
+        return default_app()
+    raise AttributeError(name)

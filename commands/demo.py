@@ -48,7 +48,7 @@ def run_demo(settings: Settings, *, port: int, workers: int, timeout_s: float = 
     cmd = [
         sys.executable,
         "-m",
-        "gradacc.cli",
+        "commands.cli",
         "serve",
         "--port",
         str(port),

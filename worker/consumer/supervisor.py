@@ -15,17 +15,16 @@ import threading
 import time
 from datetime import UTC, datetime
 
-from gradacc.db import session_scope
+from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.jobs import add_event, transition_job, update_running_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.settings import Settings
-from worker.launcher import TrainingProcess, start
-from worker.reporting import DATABASE_ERRORS
+from worker import exit_codes
+from worker.consumer.launcher import TrainingProcess, start
 
 log = logging.getLogger(__name__)
 
 STATUS_POLL_S = 1.0  # how soon a cancel is seen; each read wakes the database server
-EXIT_PREEMPTED = 75  # the child stopped early and kept a checkpoint; another worker resumes it
 FINISH_GRACE_S = 60.0  # from writing its final status to exiting (saving the model, flushing)
 
 
@@ -42,7 +41,7 @@ def worker_name() -> str:
 def supervise(settings: Settings, *, job_id: str) -> str:
     output_dir = settings.jobs_dir / job_id
     output_dir.mkdir(parents=True, exist_ok=True)
-    # Forked from a pre-imported server (worker.launcher): no import on the job's path.
+    # Forked from a pre-imported server (worker.consumer.launcher): no import on the job's path.
     child = start(settings, job_id=job_id, log_path=output_dir / "train.log")
     with session_scope(settings) as session:
         update_running_job(session, job_id=job_id, pid=child.pid)
@@ -124,7 +123,7 @@ def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | 
     """Record how the training process ended; returns the job's outcome for the task log."""
     # SIGUSR1 can arrive before the runner installed its handler (while Python starts): that
     # kills it, which is a preemption too; nothing was trained that a checkpoint would lose.
-    if returncode in (EXIT_PREEMPTED, -signal.SIGUSR1):
+    if returncode in (exit_codes.PREEMPTED, -signal.SIGUSR1):
         return "preempted"  # still "running", no heartbeat: the reconciler hands it on
     if returncode == -signal.SIGKILL and stopped_by is None:
         return _hand_on_killed(settings, job_id)

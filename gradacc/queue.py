@@ -1,16 +1,18 @@
-"""The Celery app. Importing it is cheap (no torch): the API uses it to enqueue by task name.
+"""The job queue: its name, the run-job task's name, the broker's options and the Celery app.
 
-Start a worker with ``gradacc worker`` (or ``celery -A worker.celery_app:app worker --pool solo``).
+Both sides use it: the API sends the run-job task by name (it never imports the task or the
+training core), and the worker builds its app from ``create_celery_app`` with the task module
+included. Importing it is cheap (Celery, no torch).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery
 
-from gradacc.settings import Settings, get_settings
+from gradacc.settings import Settings
 
 RUN_JOB_TASK = "gradacc.run_job"
 
@@ -44,8 +46,9 @@ def broker_transport_options(settings: Settings) -> dict[str, Any]:
     return {"visibility_timeout": settings.visibility_timeout_s}
 
 
-def create_celery_app(settings: Settings) -> Celery:
-    app = Celery("gradacc", broker=settings.resolved_broker_url(), include=["worker.tasks"])
+def create_celery_app(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
+    """The app with gradacc's queue settings; ``include`` names task modules (the worker's)."""
+    app = Celery("gradacc", broker=settings.resolved_broker_url(), include=list(include))
     app.conf.update(
         broker_transport_options=broker_transport_options(settings),
         broker_connection_retry_on_startup=True,
@@ -60,19 +63,6 @@ def create_celery_app(settings: Settings) -> Celery:
         accept_content=["json"],
     )
     return app
-
-
-@lru_cache(maxsize=1)
-def default_app() -> Celery:
-    return create_celery_app(get_settings())
-
-
-def __getattr__(name: str) -> Any:
-    # ``celery -A worker.celery_app:app`` looks the app up by name; build it on first use, so that
-    # importing this module (the API does) creates no broker folders and reads no settings.
-    if name == "app":
-        return default_app()
-    raise AttributeError(name)
 
 
 def enqueue_job(celery: Celery, settings: Settings, job_id: str) -> None:

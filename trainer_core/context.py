@@ -1,0 +1,50 @@
+"""What a training run is built from: the spec, data, model, optimizer, scheduler, the epoch plan's
+loader, and where the run starts (non-zero after a resume)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from trainer_core.data import JobData
+from trainer_core.loader import EpochLoader
+from trainer_core.spec import JobSpec
+
+
+@dataclass
+class RunContext:
+    spec: JobSpec
+    data: JobData
+    model: PreTrainedModel
+    pad_id: int
+    device: torch.device
+    loader: EpochLoader
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    output_dir: Path
+    steps_per_epoch: int
+    total_steps: int
+    # Where this run starts (non-zero after a resume); all at window boundaries.
+    start_epoch: int = 0
+    start_micro_step: int = 0
+    start_global_step: int = 0
+    resume_state: dict[str, Any] = field(default_factory=dict)
+    tokenizer: Any = None  # saved with the final model
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the spec a checkpoint belongs to: resuming under another spec is refused."""
+        return hashlib.sha256(self.spec.model_dump_json().encode()).hexdigest()[:16]
+
+    @property
+    def causal(self) -> bool:
+        return self.spec.task == "causal-lm"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.output_dir / "checkpoint"

@@ -1,0 +1,44 @@
+"""The run's measurements between host syncs: the exact mean train loss of an epoch (Σ item losses
+/ Σ items, kept on the device), samples seen and the epoch's clock; and the process's peak memory."""
+
+from __future__ import annotations
+
+import resource
+import time
+from typing import Any
+
+import torch
+
+
+class LossMeter:
+    def __init__(self, device: torch.device, saved: dict[str, Any] | None = None) -> None:
+        saved = saved or {}
+        self.device = device
+        self.loss_sum = torch.tensor(saved.get("loss_sum", 0.0), device=device)
+        self.loss_items = int(saved.get("loss_items", 0))
+        self.samples = 0
+        self.started_at = time.perf_counter()
+
+    def add(self, batch: dict[str, Any], summed: torch.Tensor) -> None:
+        self.loss_sum += summed  # stays on the device: no host sync, no graph (summed is detached)
+        self.loss_items += int(batch["n_items"])
+        self.samples += int(batch["input_ids"].shape[0])
+
+    def start_clock(self) -> None:
+        self.started_at = time.perf_counter()
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started_at
+
+    def mean_loss(self) -> float:
+        return self.loss_sum.item() / max(self.loss_items, 1)  # host sync: once per epoch
+
+    def saved(self) -> dict[str, Any]:
+        """What a checkpoint taken inside an epoch must keep to finish its mean exactly."""
+        return {"loss_sum": self.loss_sum.item(), "loss_items": self.loss_items}
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB

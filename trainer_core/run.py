@@ -1,0 +1,199 @@
+"""One training run: the epoch loop, written once, and what happens between micro-steps.
+
+``TrainingRun.drive`` runs epochs and micro-batches for a backend that lets itself be driven (the
+plain loop, Accelerate); the Trainer drives itself and calls the same hooks from its callbacks.
+Either way the run checks each window against the epoch plan, meters the loss (``LossMeter``),
+polls for a stop (``StopPolling``), reports progress, and ends each epoch with evaluation, a
+metrics record and a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import torch
+from tqdm import tqdm
+from transformers import TrainerState
+
+from trainer_core.accumulation import micro_batches_per_epoch
+from trainer_core.callbacks import StopCheck, TrainingCallback
+from trainer_core.checkpoint import save_checkpoint
+from trainer_core.context import RunContext
+from trainer_core.evaluation import evaluate
+from trainer_core.metering import LossMeter, peak_memory_bytes
+from trainer_core.stopping import StopPolling, TrainingPreempted
+
+
+class SteppingBackend(Protocol):
+    """A library the run can drive: its own lines for a micro-step and an optimizer step, and its
+    own decision of when a window closes (which the run checks against the plan)."""
+
+    def batches(self, epoch: int) -> Iterable[dict[str, Any]]: ...
+
+    def forward_backward(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Back-propagate the micro-batch's share of its window's loss; the detached Σ of its
+        item losses (for the meter)."""
+        ...
+
+    def window_closes(self, batch: dict[str, Any]) -> bool: ...
+
+    def optimizer_step(self) -> None:
+        """Clip, step the optimizer and the scheduler, zero the gradients."""
+        ...
+
+
+class WindowMismatch(RuntimeError):
+    """A library closed an optimizer window where the epoch plan does not (or did not close one
+    where it does): accumulation would no longer be exact, so the run stops."""
+
+
+class TrainingRun:
+    def __init__(
+        self,
+        ctx: RunContext,
+        callback: TrainingCallback,
+        should_stop: StopCheck,
+        progress_bar: bool,
+    ) -> None:
+        self.ctx = ctx
+        self.callback = callback
+        self.stop = StopPolling(should_stop)
+        self.global_step = ctx.start_global_step
+        self.metrics: list[dict[str, Any]] = list(ctx.resume_state.get("metrics", []))
+        self.bar = tqdm(total=ctx.total_steps, initial=self.global_step, disable=not progress_bar)
+        self.epoch = ctx.start_epoch
+        self.micro_step = ctx.start_micro_step
+        self.meter = LossMeter(ctx.device, ctx.resume_state)
+        # The last micro-batch closed its window in the plan, and no optimizer step followed yet.
+        self._plan_closed_window = False
+        if ctx.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(ctx.device)  # peak of this run, not of the process
+
+    def drive(self, backend: SteppingBackend) -> None:
+        """Train from the run's start position to the last epoch with ``backend``."""
+        ctx = self.ctx
+        ctx.model.train()
+        ctx.loader.dataset.resume_at(ctx.start_epoch, ctx.start_micro_step)
+        for epoch in range(ctx.start_epoch, ctx.spec.num_train_epochs):
+            self.begin_epoch(epoch)
+            for batch in backend.batches(epoch):
+                summed = backend.forward_backward(batch)
+                self.after_micro_step(batch, summed)
+                if backend.window_closes(batch):
+                    backend.optimizer_step()
+                    self.after_optimizer_step()
+            self.end_epoch()
+
+    def begin_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch, self.micro_step = epoch, 0
+            self.meter = LossMeter(self.ctx.device)
+        # The epoch's clock starts here, after the backend's own setup (the Trainer's is ~0.3 s),
+        # so samples_per_second measures training alike in every backend.
+        self.meter.start_clock()
+        self.bar.set_description(f"epoch {epoch + 1}/{self.ctx.spec.num_train_epochs}")
+
+    def after_micro_step(self, batch: dict[str, Any], summed: torch.Tensor) -> None:
+        self._check_window(library_stepped=False)
+        self._plan_closed_window = bool(batch["last_in_window"])
+        self.meter.add(batch, summed)
+        self.micro_step += 1
+        self.stop.poll()
+
+    def after_optimizer_step(self) -> None:
+        self._check_window(library_stepped=True)
+        self._plan_closed_window = False
+        self.global_step += 1
+        self.bar.update(1)
+        self.callback.on_progress(
+            {
+                "epoch": self.epoch + 1,
+                "step": self.global_step,
+                "total_steps": self.ctx.total_steps,
+                "micro_step": self.micro_step,
+                "learning_rate": self.learning_rate(),
+            }
+        )
+        if self.stop.preempt_requested:
+            self.save(epoch=self.epoch, micro_step=self.micro_step)
+            raise TrainingPreempted
+
+    def _check_window(self, *, library_stepped: bool) -> None:
+        """The library steps exactly where the plan closes a window: right after the window's
+        last micro-batch, never inside a window, and never leaves a closed window unstepped."""
+        if library_stepped != self._plan_closed_window:
+            what = (
+                "stepped inside a window of the plan"
+                if library_stepped
+                else "did not step where the plan closes a window"
+            )
+            where = f"epoch {self.epoch + 1}, micro-step {self.micro_step}"
+            raise WindowMismatch(f"{self.ctx.spec.backend}: the library {what} ({where})")
+
+    def learning_rate(self) -> float:
+        return float(self.ctx.optimizer.param_groups[0]["lr"])
+
+    def end_epoch(self) -> dict[str, Any]:
+        self._check_window(library_stepped=False)
+        ctx, meter = self.ctx, self.meter
+        seconds = meter.seconds()
+        record: dict[str, Any] = {"epoch": self.epoch + 1, "train_loss": meter.mean_loss()}
+        record |= evaluate(
+            ctx.model,
+            ctx.data.eval,
+            batch_size=ctx.spec.per_device_eval_batch_size,
+            pad_id=ctx.pad_id,
+            device=ctx.device,
+            num_classes=len(ctx.data.label_names) if ctx.data.label_names else None,
+        )
+        record |= {
+            "learning_rate": self.learning_rate(),
+            "optimizer_steps": self.global_step,
+            "train_samples": meter.samples,
+            "train_seconds": round(seconds, 4),
+            "samples_per_second": round(meter.samples / seconds, 2) if seconds > 0 else None,
+            "peak_memory_bytes": peak_memory_bytes(ctx.device),
+        }
+        self.metrics.append(record)
+        with (ctx.output_dir / "metrics.jsonl").open("a") as out:
+            out.write(json.dumps(record) + "\n")
+        self.callback.on_epoch_end(record)
+        self.save(epoch=self.epoch + 1, micro_step=0)
+        return record
+
+    def save(self, *, epoch: int, micro_step: int) -> None:
+        ctx = self.ctx
+        batch_size = ctx.spec.per_device_train_batch_size
+        trainer_state = TrainerState(
+            global_step=self.global_step,
+            epoch=epoch + micro_step / micro_batches_per_epoch(len(ctx.data.train), batch_size),
+            max_steps=ctx.total_steps,
+            num_train_epochs=ctx.spec.num_train_epochs,
+            train_batch_size=batch_size,
+        )
+        partial = micro_step > 0
+        state = {
+            "epoch": epoch,
+            "micro_step": micro_step,
+            "global_step": self.global_step,
+            "metrics": self.metrics,
+            **(self.meter.saved() if partial else {"loss_sum": 0.0, "loss_items": 0}),
+            "backend": ctx.spec.backend,
+            "spec": ctx.fingerprint,
+        }
+        save_checkpoint(
+            ctx.checkpoint_dir,
+            model=ctx.model,
+            optimizer=ctx.optimizer,
+            scheduler=ctx.scheduler,
+            trainer_state=trainer_state,
+            state=state,
+        )
+        self.callback.on_checkpoint(
+            {"path": str(ctx.checkpoint_dir), "epoch": epoch, "step": self.global_step}
+        )
+
+    def close(self) -> None:
+        self.bar.close()

@@ -1,0 +1,55 @@
+"""The training process's stop check: ``should_stop`` for the core, from the job's status, the
+worker's preemption signal and the liveness of the worker itself."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from gradacc.db import DATABASE_ERRORS, session_scope
+from gradacc.models import Job, JobStatus
+from gradacc.settings import Settings
+from trainer_core.callbacks import StopRequest
+
+STATUS_EVERY_S = 3.0  # the worker enforces a cancel by itself within ~1 s; this is the polite path
+PARENT_EVERY_S = 0.5  # a system call, no database
+
+
+class StopPoller:
+    """``should_stop`` for the core: "cancel" once the job left "running"; "preempt" when the
+    worker shuts down (SIGUSR1) or died (this process was re-parented). Checks its parent every
+    ``PARENT_EVERY_S`` and reads the database every ``STATUS_EVERY_S``; the core calls it
+    between micro-steps."""
+
+    def __init__(self, settings: Settings, job_id: str) -> None:
+        self.settings = settings
+        self.job_id = job_id
+        self.parent = os.getppid()
+        self._next_check = 0.0
+        self._next_read = 0.0
+        self._answer: StopRequest | None = None
+        signal.signal(signal.SIGUSR1, self._on_preempt_signal)
+
+    def _on_preempt_signal(self, _signum: int, _frame: object) -> None:
+        self._answer = "preempt"  # the worker is shutting down: checkpoint and stop
+
+    def __call__(self) -> StopRequest | None:
+        now = time.monotonic()
+        if self._answer is not None or now < self._next_check:
+            return self._answer
+        self._next_check = now + PARENT_EVERY_S
+        if os.getppid() != self.parent:
+            self._answer = "preempt"
+            return self._answer
+        if now < self._next_read:
+            return None
+        self._next_read = now + STATUS_EVERY_S
+        try:
+            with session_scope(self.settings) as session:
+                status = session.get(Job, self.job_id)
+                if status is None or status.status != JobStatus.RUNNING:
+                    self._answer = "cancel"
+        except DATABASE_ERRORS:
+            pass  # the database blipped: keep training, ask again at the next check
+        return self._answer
