@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from sqlalchemy import Row
 
-from gradacc.models import Job, JobEvent, JobStatus
+from gradacc.models import Job, JobEvent, JobStatus, Worker
 from trainer_core.spec import JobSpec
 
 # The request body of POST /v1/jobs is the training core's spec itself, defined once.
@@ -103,16 +103,55 @@ class EventList(BaseModel):
         )
 
 
-class ErrorDetail(BaseModel):
-    code: str
+class FieldError(BaseModel):
+    param: str | None = Field(description="The field, dotted for nested ones; null: the body")
     message: str
-    param: str | None = None
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable, machine-readable: e.g. invalid_request, no_workers")
+    message: str = Field(description="For a person; names the field when there is one")
+    param: str | None = Field(default=None, description="The field at fault, if any")
+    errors: list[FieldError] | None = Field(
+        default=None, description="Validation errors only: every one found, the first as above"
+    )
 
 
 class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
+class WorkerRead(BaseModel):
+    object: Literal["worker"] = "worker"
+    name: str = Field(description="host:pid, as in a job's events")
+    hostname: str
+    pid: int
+    devices: list[str] = Field(description="cpu, and cuda:N for each GPU the host has")
+    current_job: str | None = Field(description="The job it is running, if any (and yours)")
+    started_at: int = Field(description="Unix seconds")
+    heartbeat_at: int = Field(description="Unix seconds; alive while recent")
+
+    @classmethod
+    def of(cls, worker: Worker, *, show_job: bool = True) -> WorkerRead:
+        return cls(
+            name=worker.name,
+            hostname=worker.hostname,
+            pid=worker.pid,
+            devices=list(worker.devices),
+            current_job=worker.current_job if show_job else None,
+            started_at=int(worker.started_at.timestamp()),
+            heartbeat_at=int(worker.heartbeat_at.timestamp()),
+        )
+
+
+class WorkerList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[WorkerRead] = Field(description="Workers alive now, by name")
+
+
 class Health(BaseModel):
     status: Literal["ok", "ready"]
     checks: dict[str, str] = Field(default_factory=dict)
+    workers: list[WorkerRead] | None = Field(
+        default=None, description="/readyz: the workers alive and their current jobs"
+    )

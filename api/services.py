@@ -12,12 +12,13 @@ from sqlalchemy import Engine, Row, bindparam, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gradacc.errors import IdempotencyConflict, JobNotFound, NotReady, TooManyJobs
+from gradacc.errors import IdempotencyConflict, JobNotFound, NotReady, NoWorkers, TooManyJobs
 from gradacc.jobs import add_event, is_job_id, lock_tenant, new_job_id, require_transition
-from gradacc.models import ACTIVE_STATUSES, EpochMetric, Job, JobEvent, JobStatus, utcnow
+from gradacc.models import ACTIVE_STATUSES, EpochMetric, Job, JobEvent, JobStatus, Worker, utcnow
 from gradacc.queue import enqueue_job
 from gradacc.settings import Settings
 from gradacc.sources import check_spec_allowed
+from gradacc.workers import alive_workers
 from trainer_core.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -187,8 +188,26 @@ def cancel_job(session: Session, *, job_id: str, tenant: str) -> Job:
     return get_job(session, job_id=job_id, tenant=tenant)
 
 
-def check_readiness(session: Session, *, celery: Celery) -> dict[str, str]:
-    """Raise ``NotReady`` naming what cannot be reached: the database or the broker."""
+def list_workers(session: Session, *, settings: Settings) -> list[Worker]:
+    return alive_workers(session, alive_s=settings.worker_alive_s)
+
+
+def list_workers_for(
+    session: Session, *, settings: Settings, tenant: str
+) -> tuple[list[Worker], set[str]]:
+    """The live workers, and which of their current jobs belong to ``tenant`` (a job id of
+    another tenant is not shown to this one)."""
+    workers = list_workers(session, settings=settings)
+    running = [w.current_job for w in workers if w.current_job is not None]
+    own = select(Job.id).where(Job.id.in_(running), Job.tenant == tenant)
+    return workers, set(session.scalars(own)) if running else set()
+
+
+def check_readiness(
+    session: Session, *, celery: Celery, settings: Settings
+) -> tuple[dict[str, str], list[Worker]]:
+    """Raise ``NotReady`` naming what cannot be reached (the database, the broker), or
+    ``NoWorkers`` when no worker is alive to start what would be accepted."""
     try:
         session.execute(text("SELECT 1"))
     except Exception as exc:
@@ -198,4 +217,7 @@ def check_readiness(session: Session, *, celery: Celery) -> dict[str, str]:
             connection.ensure_connection(max_retries=1, timeout=2)
     except Exception as exc:
         raise NotReady(f"broker unreachable: {type(exc).__name__}") from exc
-    return {"database": "ok", "broker": "ok"}
+    workers = list_workers(session, settings=settings)
+    if not workers:
+        raise NoWorkers("no worker is alive: accepted jobs would wait until one starts")
+    return {"database": "ok", "broker": "ok", "workers": f"{len(workers)} alive"}, workers

@@ -34,6 +34,12 @@ class NotReady(DomainError):
     code = "not_ready"
 
 
+class NoWorkers(NotReady):
+    """The database and broker answer, but no worker is alive to run what is accepted."""
+
+    code = "no_workers"
+
+
 class InvalidRequest(DomainError):
     """A request that parses but is not allowed: over a configured limit, a path outside the roots."""
 

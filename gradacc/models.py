@@ -160,3 +160,19 @@ class ApiKey(Base):
     tenant: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Worker(Base):
+    """A Celery worker that is up: written by the worker itself when it is ready, refreshed by a
+    heartbeat thread, deleted at its warm shutdown. A row whose heartbeat is old is a worker that
+    died without saying so; it is not counted alive (``gradacc.workers``)."""
+
+    __tablename__ = "workers"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)  # host:pid, as on jobs
+    hostname: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    devices: Mapped[list[str]] = mapped_column(JSON)
+    current_job: Mapped[str | None] = mapped_column(String(32))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

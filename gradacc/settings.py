@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     # than ``stale_after_s`` lost its worker and is handed to another one.
     heartbeat_interval_s: float = Field(default=2.0, gt=0)
     stale_after_s: float = Field(default=60.0, gt=0)
+    # A worker's registry row (gradacc.workers) is refreshed every heartbeat_interval_s; the API
+    # counts it alive while it is younger than this (a few missed beats, a slow database).
+    worker_alive_s: float = Field(default=15.0, gt=0)
     # A queued job not started this long after its last enqueue is enqueued again (duplicates
     # are harmless: only one task can claim a job).
     requeue_after_s: float = Field(default=300.0, gt=0)

@@ -25,9 +25,14 @@ from gradacc.queue import RUN_JOB_TASK, create_celery_app, enqueue_job
 from gradacc.settings import Settings, get_settings
 from gradacc.sources import check_spec_allowed
 from trainer_core.spec import JobSpec
-from worker.consumer import launcher
+from worker.consumer import launcher, registry
 from worker.consumer.reconciler import start_reconciler_thread
-from worker.consumer.supervisor import shutdown_requested, supervise, worker_name
+from worker.consumer.supervisor import (
+    release_preempted,
+    shutdown_requested,
+    supervise,
+    worker_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +80,18 @@ def run_job(job_id: str) -> str:
         message = f"started on {worker} (attempt {job.attempts})"
         add_event(session, job_id=job_id, kind="started", message=message)
         session.commit()
-    return supervise(settings, job_id=job_id)
+    log.info("job %s started (attempt %d)", job_id, job.attempts)
+    registry.mark_job(settings, job_id)
+    try:
+        outcome = supervise(settings, job_id=job_id)
+    finally:
+        registry.mark_job(settings, None)
+    stopping = outcome == "preempted" and shutdown_requested.is_set()
+    if stopping and release_preempted(settings, job_id=job_id):
+        enqueue_job(current_app._get_current_object(), settings, job_id)
+        outcome = "released"
+    log.info("job %s %s", job_id, outcome)
+    return outcome
 
 
 def _refusal(job: Job, settings: Settings) -> str | None:
@@ -108,9 +124,19 @@ def _start_reconciler(sender: Any = None, **_: Any) -> None:
     )
 
 
+@worker_ready.connect
+def _register(sender: Any = None, **_: Any) -> None:
+    """Last of the ready hooks: the fork server is warm, so a registered worker can take a job."""
+    settings = get_settings()
+    registry.register(settings)
+    registry.start_heartbeat_thread(settings, stop=_reconciler_stop)
+    log.info("worker %s ready", worker_name())
+
+
 @worker_shutdown.connect
 def _stop_reconciler(sender: Any = None, **_: Any) -> None:
     _reconciler_stop.set()
+    registry.unregister(get_settings())
 
 
 @worker_shutting_down.connect
