@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
-from starlette.routing import Match, Route
+from starlette.routing import Match
 
 from gradacc.db import DATABASE_ERRORS
 from gradacc.errors import (
@@ -112,14 +112,20 @@ async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "invalid_request", message, first["param"], errors=errors)
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
 def _allowed_methods(request: Request) -> str:
-    """Every method some route serves at this path. Starlette's own ``Allow`` names only the
-    first route that matched the path (GET /v1/jobs hides POST /v1/jobs)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
-            methods |= route.methods or set()
-    return ", ".join(sorted(methods))
+    """Every method some route serves at this path, found by asking the routes as if the request
+    had used it. Starlette's own ``Allow`` names only the first route that matched the path
+    (GET /v1/jobs hid POST /v1/jobs)."""
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] == Match.FULL for r in routes)
+    ]
+    return ", ".join(allowed)
 
 
 async def on_http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -33,6 +33,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         docs_url=None,  # served offline by api.docs
         redoc_url=None,
+        # A body with no content type at all (curl --data-binary without -H) is read as JSON;
+        # one with another type is refused with a message saying so (api.errors).
+        strict_content_type=False,
     )
     app.state.settings = settings
     app.state.sessionmaker = get_sessionmaker(settings)

@@ -69,6 +69,7 @@ def create_job(
             raise
         return _replayed(earlier, request_hash), False
     _enqueue(session, job=job, celery=celery, settings=settings)
+    log.info("job %s queued", job.id)
     return job, True
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -45,6 +46,9 @@ class Settings(BaseSettings):
     fork_server: bool = Field(
         default=True, validation_alias=AliasChoices("gradacc_fork_server", "gradacc_warm_standby")
     )
+    # ``gradacc serve`` and its workers: "info" prints one line per component ready and per job
+    # event (libraries at WARNING); "debug" brings back every library's log and Celery's banner.
+    log_level: Literal["info", "debug"] = "info"
     # After SIGTERM to a cancelled job's process group, SIGKILL follows this long after.
     kill_grace_s: float = Field(default=3.0, ge=0)
 
