@@ -45,6 +45,11 @@ def run_job(job_id: str) -> str:
     """
     settings = get_settings()
     worker = worker_name()
+    if shutdown_requested.is_set():
+        # A stopping worker can still be handed a message (the one it just re-sent, even): leave
+        # the job to the others. Its row says it needs sending, so a reconciler will re-send it.
+        log.info("job %s left for another worker: this one is stopping", job_id)
+        return "skipped"
     with session_scope(settings) as session:
         if throttle_if_busy(session, job_id=job_id, max_running=settings.max_running_per_tenant):
             session.commit()
