@@ -31,7 +31,7 @@ PositiveInt = Annotated[int, Field(ge=1)]
 
 
 def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
-    """Accept a builtin name, a local path, or a hub id ("name" / "owner/name", optional ":config")."""
+    """Accept a builtin name, an uploaded file's id, a local path, or a hub id ("name" / "owner/name", optional ":config")."""
     value = value.strip()
     if not value:
         raise ValueError(f"{what} must not be empty")
@@ -44,7 +44,7 @@ def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
                 f"unknown builtin {what} {value!r}; choose one of {', '.join(builtins)}"
             )
         return value
-    if kind == "local":
+    if kind in ("local", "file"):
         return value
     hub_id = value.split(":", 1)[0] if what == "dataset" else value
     if not _HUB_ID.fullmatch(hub_id):
@@ -62,11 +62,13 @@ class JobSpec(BaseModel):
     task: Task = "sequence-classification"
     backend: Backend = "pytorch"
     model: str = Field(
-        description="builtin:tiny-bert, builtin:tiny-gpt2, a save_pretrained directory, or a hub id",
+        description="builtin:tiny-bert, builtin:tiny-gpt2, an uploaded model (file-…), "
+        "a save_pretrained directory, or a hub id",
         examples=["builtin:tiny-bert"],
     )
     dataset: str = Field(
-        description="builtin:sentiment, builtin:tiny-stories, a .csv/.jsonl/.parquet file, "
+        description="builtin:sentiment, builtin:tiny-stories, an uploaded dataset (file-…), "
+        "a .csv/.jsonl/.parquet file, "
         "or a hub dataset id ('name' or 'name:config')",
         examples=["builtin:sentiment"],
     )
