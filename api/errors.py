@@ -13,10 +13,14 @@ from starlette.exceptions import HTTPException
 
 from gradacc.db import DATABASE_ERRORS
 from gradacc.errors import (
+    ArtifactNotFound,
     DomainError,
+    FileInUse,
+    FileNotFound,
     IdempotencyConflict,
     InvalidRequest,
     InvalidTransition,
+    JobActive,
     JobNotFound,
     NotReady,
     TooManyJobs,
@@ -29,7 +33,11 @@ STATUS_OF: dict[type[DomainError], int] = {
     InvalidRequest: 422,
     Unauthorized: 401,
     JobNotFound: 404,
+    FileNotFound: 404,
+    ArtifactNotFound: 404,
     InvalidTransition: 409,
+    FileInUse: 409,
+    JobActive: 409,
     IdempotencyConflict: 409,
     TooManyJobs: 429,
     NotReady: 503,
@@ -40,6 +48,7 @@ _HTTP_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     413: "body_too_large",
+    416: "range_not_satisfiable",
 }
 
 

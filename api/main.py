@@ -9,14 +9,15 @@ from fastapi import FastAPI
 
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
-from api.routes import health, jobs
+from api.routes import artifacts, files, health, jobs
 from gradacc.auth import KeyCache
 from gradacc.db import get_read_engine, get_sessionmaker
 from gradacc.queue import create_celery_app
 from gradacc.settings import Settings, get_settings
 
-DESCRIPTION = """Submit a training job (the training core's job spec), poll its status, progress,
-per-epoch metrics and events, or cancel it. Errors always look like
+DESCRIPTION = """Upload datasets and models, submit a training job (the training core's job spec),
+poll its status, progress, per-epoch metrics and events, cancel it, and download its model,
+checkpoint and log. Errors always look like
 `{"error": {"code": ..., "message": ..., "param": ...}}`."""
 
 
@@ -30,9 +31,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.key_cache = KeyCache(settings.api_key_cache_s)
     app.state.celery = create_celery_app(settings)
     install_error_handlers(app)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    # Uploads stream to disk, so their limit is the upload setting, not the in-memory body one.
+    upload_limits = {"/v1/files": settings.max_upload_bytes}
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, limits=upload_limits)
     app.include_router(health.router)
     app.include_router(jobs.router, prefix="/v1")
+    app.include_router(artifacts.router, prefix="/v1")
+    app.include_router(files.router, prefix="/v1")
     return app
 
 
