@@ -2,14 +2,17 @@
 as a tar.gz built while it is sent, the log's tail and the checkpoint's state. No database here.
 
 The tar.gz stream is written by hand (a tar header per file from ``TarInfo.tobuf``, the file in
-1 MiB pieces, through one gzip compressor) so that memory stays constant whatever the model's
-size: ``tarfile.addfile`` would copy a whole file into the output before yielding anything.
+1 MiB pieces) so that memory stays constant whatever the model's size: ``tarfile.addfile`` would
+copy a whole file into the output before yielding anything. It is one gzip member whose deflate
+stream changes level per file (``_Gzip``): weights barely compress, and deflating them capped a
+download at ~16 MB/s on this machine (level 1), so they are stored; text files are compressed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import struct
 import tarfile
 import zlib
 from collections.abc import Iterator
@@ -29,8 +32,7 @@ KINDS = {
 HIDDEN = {"pending_writes.jsonl"}  # the worker's own journal, not an output
 CHUNK = 1 << 20
 BLOCK = tarfile.BLOCKSIZE
-# Fast gzip: weights barely compress, and level 6 would cap a download at tens of MB/s.
-GZIP_LEVEL = 1
+STORED_SUFFIXES = (".safetensors", ".pt", ".bin", ".pth")  # weights and optimizer state
 CHECKPOINT_STATE = "gradacc_state.json"
 
 
@@ -85,20 +87,47 @@ def folder_path(root: Path, name: str) -> Path:
     return folder
 
 
+class _Gzip:
+    """One gzip member written by hand: a raw deflate stream to which each file contributes
+    blocks at its own level. ``Z_FULL_FLUSH`` ends a compressor's output on a byte boundary with
+    no history, so the next compressor's blocks continue the same valid stream."""
+
+    HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, no mtime, unknown OS
+
+    def __init__(self) -> None:
+        self.crc, self.size = 0, 0
+        self.deflate = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+
+    def level(self, level: int) -> bytes:
+        out = self.deflate.flush(zlib.Z_FULL_FLUSH)
+        self.deflate = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+        return out
+
+    def compress(self, data: bytes) -> bytes:
+        self.crc = zlib.crc32(data, self.crc)
+        self.size += len(data)
+        return self.deflate.compress(data)
+
+    def finish(self) -> bytes:
+        trailer = struct.pack("<II", self.crc, self.size & 0xFFFFFFFF)
+        return self.deflate.flush(zlib.Z_FINISH) + trailer
+
+
 def tar_gz(folder: Path, arcname: str) -> Iterator[bytes]:
     """The folder as a gzip'd tar, produced piece by piece (constant memory)."""
-    gzip = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # wbits 31: a gzip header and trailer
+    gzip = _Gzip()
+    yield _Gzip.HEADER
     for path, name in _tar_members(folder, arcname):
         info = tarfile.TarInfo(name)
         stat = path.stat()
         info.size, info.mtime, info.mode = stat.st_size, int(stat.st_mtime), 0o644
+        yield gzip.level(0 if path.suffix in STORED_SUFFIXES else 6)
         yield gzip.compress(info.tobuf(format=tarfile.PAX_FORMAT))
         with path.open("rb") as source:
             while piece := source.read(CHUNK):
-                if out := gzip.compress(piece):
-                    yield out
+                yield gzip.compress(piece)
         yield gzip.compress(b"\0" * (-stat.st_size % BLOCK))
-    yield gzip.compress(b"\0" * (2 * BLOCK)) + gzip.flush()  # the end-of-archive marker
+    yield gzip.compress(b"\0" * (2 * BLOCK)) + gzip.finish()  # the end-of-archive marker
 
 
 def _tar_members(folder: Path, arcname: str) -> Iterator[tuple[Path, str]]:

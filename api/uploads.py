@@ -3,13 +3,15 @@
 Starlette's ``request.form()`` would spool the file into the system temporary folder and leave
 the hashing for a second pass; here the ``python-multipart`` streaming parser hands each piece of
 the ``file`` part straight to a temporary file beside its final place (so the final move is a
-rename) and to sha256. Chunks are gathered to ~1 MiB and parsed in a worker thread: disk writes
-and hashing (which releases the GIL) never block the event loop. The body's size limit is the
+rename) and to sha256. Chunks are gathered to ~1 MiB and parsed in a worker thread while the next
+MiB arrives: disk writes and hashing (which release the GIL) never block the event loop, and at
+most two batches are held. The body's size limit is the
 ``BodySizeLimit`` middleware's, raised inside ``request.stream()``; any failure removes the file.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import secrets
@@ -128,21 +130,27 @@ async def receive_upload(request: Request, *, folder: Path) -> Upload:
     folder.mkdir(parents=True, exist_ok=True)
     receiver = _Receiver(folder)
     parser = MultipartParser(boundary, _callbacks(receiver))
+    writing: asyncio.Future[int] | None = None  # the previous batch, written while this arrives
     batch = bytearray()
     try:
         async for chunk in request.stream():
             batch += chunk
             if len(batch) >= BATCH_BYTES:
-                await run_in_threadpool(parser.write, bytes(batch))
+                if writing is not None:
+                    await writing
+                writing = asyncio.ensure_future(run_in_threadpool(parser.write, bytes(batch)))
                 batch.clear()
+        if writing is not None:
+            await writing
         await run_in_threadpool(parser.write, bytes(batch))
         parser.finalize()
         receiver.close()
-    except MultipartParseError as exc:
+    except BaseException as exc:
+        if writing is not None:  # let the thread finish before its file is removed
+            await asyncio.gather(writing, return_exceptions=True)
         receiver.discard()
-        raise InvalidRequest(f"malformed multipart body: {exc}", param="file") from exc
-    except BaseException:
-        receiver.discard()
+        if isinstance(exc, MultipartParseError):
+            raise InvalidRequest(f"malformed multipart body: {exc}", param="file") from exc
         raise
     if receiver.path is None or receiver.filename is None:
         raise InvalidRequest("the upload has no 'file' field", param="file")

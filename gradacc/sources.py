@@ -32,7 +32,11 @@ def check_path_allowed(value: str, *, roots: list[Path], param: str) -> None:
         real_root = _real(root)
         if real == real_root or real_root in real.parents:
             return
-    raise InvalidRequest("local paths must lie inside the configured data roots", param=param)
+    raise InvalidRequest(
+        "local paths must lie inside the configured data roots; to use a file of your own, "
+        "upload it (POST /v1/files) and name its file-… id instead",
+        param=param,
+    )
 
 
 def check_spec_allowed(spec: JobSpec, settings: Settings) -> None:

@@ -21,7 +21,10 @@ def configure_job_logging() -> None:
     logging.captureWarnings(True)  # warnings.warn(...) -> the "py.warnings" logger -> here
     # transformers keeps its own stderr handler; send its records through ours instead, so
     # they carry the same time stamps (imported here: the child loads it to train anyway).
+    from datasets.utils import logging as datasets_logging
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_default_handler()
     hf_logging.enable_propagation()
+    # Progress bars are terminal animations: in a file they are noise ("Generating train split").
+    datasets_logging.disable_progress_bar()
