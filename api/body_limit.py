@@ -5,7 +5,8 @@ A declared Content-Length over the limit is answered without parsing, a body wit
 read and thrown away (up to ``DRAIN_LIMIT_BYTES``) before the answer: a server that closes a
 socket with unread data in it makes the kernel send a reset, and a client that sent the whole
 body before reading (Python's urllib, no ``Expect: 100-continue``) sees "connection reset by
-peer" instead of the 413.
+peer" instead of the 413. ``limits`` gives POST routes that stream their body to disk (uploads)
+a limit of their own.
 """
 
 from __future__ import annotations
@@ -33,17 +34,23 @@ async def drain(receive: Receive, *, limit: int = DRAIN_LIMIT_BYTES) -> None:
 
 
 class BodySizeLimit:
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_bytes: int, limits: dict[str, int] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.limits = limits or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        message = f"request body over {self.max_bytes} bytes"
+        max_bytes = self.max_bytes
+        if scope["method"] == "POST":
+            max_bytes = self.limits.get(scope["path"].rstrip("/"), max_bytes)
+        message = f"request body over {max_bytes} bytes"
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+        if declared is not None and (not declared.isdigit() or int(declared) > max_bytes):
             await drain(receive)
             await error_response(413, "body_too_large", message)(scope, receive, send)
             return
@@ -54,7 +61,7 @@ class BodySizeLimit:
             chunk = await receive()
             if chunk["type"] == "http.request":
                 received += len(chunk.get("body", b""))
-                if received > self.max_bytes:
+                if received > max_bytes:
                     if chunk.get("more_body", False):
                         await drain(receive)
                     # Raised inside body parsing; FastAPI re-raises HTTPExceptions unchanged and

@@ -15,10 +15,14 @@ from starlette.routing import Match
 
 from gradacc.db import DATABASE_ERRORS
 from gradacc.errors import (
+    ArtifactNotFound,
     DomainError,
+    FileInUse,
+    FileNotFound,
     IdempotencyConflict,
     InvalidRequest,
     InvalidTransition,
+    JobActive,
     JobNotFound,
     NotReady,
     NoWorkers,
@@ -33,7 +37,11 @@ STATUS_OF: dict[type[DomainError], int] = {
     InvalidRequest: 422,
     Unauthorized: 401,
     JobNotFound: 404,
+    FileNotFound: 404,
+    ArtifactNotFound: 404,
     InvalidTransition: 409,
+    FileInUse: 409,
+    JobActive: 409,
     IdempotencyConflict: 409,
     TooManyJobs: 429,
     NotReady: 503,
@@ -46,6 +54,7 @@ _HTTP_CODES = {
     405: "method_not_allowed",
     413: "body_too_large",
     415: "unsupported_media_type",
+    416: "range_not_satisfiable",
 }
 
 

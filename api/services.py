@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 from typing import Any
 
 from celery import Celery
@@ -12,7 +13,15 @@ from sqlalchemy import Engine, Row, bindparam, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gradacc.errors import IdempotencyConflict, JobNotFound, NotReady, NoWorkers, TooManyJobs
+from gradacc.errors import (
+    IdempotencyConflict,
+    JobActive,
+    JobNotFound,
+    NotReady,
+    NoWorkers,
+    TooManyJobs,
+)
+from gradacc.files import check_file_refs
 from gradacc.jobs import add_event, is_job_id, lock_tenant, new_job_id, require_transition
 from gradacc.models import ACTIVE_STATUSES, EpochMetric, Job, JobEvent, JobStatus, Worker, utcnow
 from gradacc.queue import enqueue_job
@@ -43,7 +52,8 @@ def create_job(
         earlier = _job_with_key(session, tenant=tenant, key=idempotency_key)
         if earlier is not None:
             return _replayed(earlier, request_hash), False
-    lock_tenant(session, tenant=tenant)
+    lock_tenant(session, tenant=tenant)  # also keeps a file it names from being deleted now
+    check_file_refs(session, spec=spec, tenant=tenant)
     _check_limits(session, tenant=tenant, settings=settings)
     job = Job(
         id=new_job_id(),
@@ -69,7 +79,7 @@ def create_job(
             raise
         return _replayed(earlier, request_hash), False
     _enqueue(session, job=job, celery=celery, settings=settings)
-    log.info("job %s queued", job.id)
+    log.info("job %s queued (tenant %s)", job.id, tenant)
     return job, True
 
 
@@ -126,7 +136,7 @@ def get_job(session: Session, *, job_id: str, tenant: str) -> Job:
 _POLL_JOB = select(
     Job.id, Job.status, Job.spec, Job.effective_batch_size, Job.created_at, Job.started_at,
     Job.finished_at, Job.attempts, Job.epoch, Job.step, Job.total_steps, Job.latest_metrics,
-    Job.error_code, Job.error_message,
+    Job.error_code, Job.error_message, Job.summary,
 ).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))  # fmt: skip
 _POLL_METRICS = (
     select(EpochMetric.record)
@@ -187,6 +197,18 @@ def cancel_job(session: Session, *, job_id: str, tenant: str) -> Job:
     add_event(session, job_id=job_id, kind="cancelled", message="cancelled by request")
     session.commit()
     return get_job(session, job_id=job_id, tenant=tenant)
+
+
+def delete_job(session: Session, *, settings: Settings, job_id: str, tenant: str) -> None:
+    """A finished job: its rows (metrics and events too), then its outputs. Queued or running:
+    ``JobActive`` (cancel first), so no worker is writing what is deleted."""
+    job = get_job(session, job_id=job_id, tenant=tenant)
+    if job.status in ACTIVE_STATUSES:
+        raise JobActive(job_id, job.status)
+    session.delete(job)
+    session.commit()
+    shutil.rmtree(settings.jobs_dir / job_id, ignore_errors=True)
+    log.info("job %s deleted with its outputs", job_id)
 
 
 def list_workers(session: Session, *, settings: Settings) -> list[Worker]:

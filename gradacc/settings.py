@@ -55,6 +55,12 @@ class Settings(BaseSettings):
     # Limits on what a client may ask for (see docs/security.md). The body limit is enforced
     # before the body is parsed.
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    # POST /v1/files streams its body to disk, so its limit is on disk space, not memory.
+    max_upload_bytes: int = Field(default=8 * 1024**3, ge=1024)
+    # An uploaded model archive may unpack to at most this much, in at most this many files:
+    # past either it is refused as an archive bomb.
+    max_model_unpacked_bytes: int = Field(default=32 * 1024**3, ge=1024)
+    max_model_files: int = Field(default=1000, ge=1)
     max_epochs: int = Field(default=100, ge=1)
     max_samples: int = Field(default=10_000_000, ge=1, description="max_train/eval_samples cap")
     # Local model and dataset paths must lie under one of these directories (``os.pathsep``
@@ -75,6 +81,11 @@ class Settings(BaseSettings):
     @property
     def jobs_dir(self) -> Path:
         return self.home / "jobs"
+
+    @property
+    def files_dir(self) -> Path:
+        """Uploaded files: ``files/<file id>/`` each (see ``gradacc.files``)."""
+        return self.home / "files"
 
     @property
     def broker_dir(self) -> Path:

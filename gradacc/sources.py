@@ -37,8 +37,8 @@ def check_path_allowed(value: str, *, roots: list[Path], param: str) -> None:
                 raise InvalidRequest(f"no such file or directory under {where}", param=param)
             return
     raise InvalidRequest(
-        f"local paths must lie inside the configured data roots ({where}); "
-        "put the file there, or use a builtin: name or a hub id",
+        f"local paths must lie inside the configured data roots ({where}); put the file there, "
+        "upload it (POST /v1/files) and name its file-… id, or use a builtin: name or a hub id",
         param=param,
     )
 

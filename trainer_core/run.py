@@ -10,6 +10,7 @@ metrics record and a checkpoint.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -24,6 +25,8 @@ from trainer_core.context import RunContext
 from trainer_core.evaluation import evaluate
 from trainer_core.metering import LossMeter, peak_memory_bytes
 from trainer_core.stopping import StopPolling, TrainingPreempted
+
+log = logging.getLogger(__name__)
 
 
 class SteppingBackend(Protocol):
@@ -157,6 +160,7 @@ class TrainingRun:
             "peak_memory_bytes": peak_memory_bytes(ctx.device),
         }
         self.metrics.append(record)
+        log.info("epoch %d/%d: %s", record["epoch"], ctx.spec.num_train_epochs, _brief(record))
         with (ctx.output_dir / "metrics.jsonl").open("a") as out:
             out.write(json.dumps(record) + "\n")
         self.callback.on_epoch_end(record)
@@ -197,3 +201,14 @@ class TrainingRun:
 
     def close(self) -> None:
         self.bar.close()
+
+
+def _brief(record: dict[str, Any]) -> str:
+    """The epoch's numbers for a log line: losses and quality first, 4 significant digits."""
+    skip = {"epoch", "peak_memory_bytes"}
+    parts = [
+        f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
+        for key, value in record.items()
+        if key not in skip and value is not None
+    ]
+    return ", ".join(parts)

@@ -40,7 +40,8 @@ PositiveInt = Annotated[int, Field(ge=1)]
 
 
 def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
-    """Accept a builtin name, a local path, or a hub id ("name" / "owner/name", optional ":config")."""
+    """Accept a builtin name, an uploaded file's id, a local path, or a hub id ("name" /
+    "owner/name", optional ":config")."""
     if not value.strip():
         raise ValueError(f"{what} must not be empty")
     if value != value.strip():
@@ -54,7 +55,7 @@ def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
                 f"unknown builtin {what} {value!r}; choose one of {', '.join(builtins)}"
             )
         return value
-    if kind == "local":
+    if kind in ("local", "file"):
         return value
     hub_id = value.split(":", 1)[0] if what == "dataset" else value
     if not _HUB_ID.fullmatch(hub_id):
@@ -82,13 +83,14 @@ class JobSpec(BaseModel):
     )
     model: str = Field(
         description="builtin:tiny-bert (sequence-classification only), builtin:tiny-gpt2, "
-        "a save_pretrained directory under a data root, or a hub id ('owner/name')",
+        "an uploaded model (file-…), a save_pretrained directory under a data root, or a hub id "
+        "('owner/name')",
         examples=["builtin:tiny-bert"],
     )
     dataset: str = Field(
-        description="builtin:sentiment (labelled), builtin:tiny-stories (text only), a "
-        ".csv/.jsonl/.json/.parquet file under a data root, or a hub dataset id "
-        "('name' or 'name:config')",
+        description="builtin:sentiment (labelled), builtin:tiny-stories (text only), an uploaded "
+        "dataset (file-…), a .csv/.jsonl/.json/.parquet file under a data root, or a hub dataset "
+        "id ('name' or 'name:config')",
         examples=["builtin:sentiment"],
     )
     eval_dataset: str | None = Field(

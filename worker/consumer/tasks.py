@@ -38,11 +38,16 @@ log = logging.getLogger(__name__)
 
 
 @shared_task(name=RUN_JOB_TASK, ignore_result=True)
-def run_job(job_id: str) -> str:
-    """Train job ``job_id`` unless another delivery already did (or is doing) it.
+def run_job(job_id: str) -> None:
+    """Train job ``job_id`` unless another delivery already did (or is doing) it. Logs the job's
+    outcome under the job id; returns nothing, so Celery's own line reads "succeeded: None"
+    (the task did its work) instead of "succeeded: 'failed'" for a failed job."""
+    log.info("job %s: %s", job_id, handle_job(job_id))
 
-    Returns what happened, for the log: "skipped" when the job was not ours to run.
-    """
+
+def handle_job(job_id: str) -> str:
+    """Claim and supervise; returns what happened: "skipped" when the job was not ours to run,
+    "throttled", or the job's outcome ("succeeded", "failed", "preempted"...)."""
     settings = get_settings()
     worker = worker_name()
     if shutdown_requested.is_set():
