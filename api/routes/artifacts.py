@@ -22,6 +22,7 @@ router = APIRouter(
 async def list_artifacts(
     job_id: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
 ) -> ArtifactList:
+    """The files in a job's output folder: path, bytes and kind."""
     services.read_job(engine, job_id=job_id, tenant=tenant)
     return ArtifactList.model_validate(
         {"data": artifacts.list_artifacts(settings.jobs_dir / job_id)}

@@ -25,12 +25,39 @@ UPLOAD_DOC = """Multipart form: `file` (the bytes) and `purpose`: `dataset` (def
 directory with safetensors weights). Streamed to disk; over `GRADACC_MAX_UPLOAD_BYTES` is 413."""
 
 
+# The body is parsed as a stream (api/uploads.py), so FastAPI cannot infer it: declared here.
+UPLOAD_BODY = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["file"],
+                "properties": {
+                    "file": {"type": "string", "format": "binary", "description": "The bytes"},
+                    "purpose": {
+                        "type": "string",
+                        "enum": ["dataset", "model"],
+                        "default": "dataset",
+                    },
+                },
+            }
+        }
+    },
+}
+
+
 @router.post(
     "",
     response_model=FileRead,
     status_code=201,
+    summary="Upload a dataset or a model",
     description=UPLOAD_DOC,
-    responses={413: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
+    responses={
+        413: {"model": ErrorResponse, "description": "Over the upload size limit"},
+        422: {"model": ErrorResponse, "description": "Not a readable dataset or a safe model"},
+    },
+    openapi_extra={"requestBody": UPLOAD_BODY},
 )
 async def upload_file(
     request: Request, session: SessionDep, settings: SettingsDep, tenant: TenantDep
@@ -50,6 +77,7 @@ async def list_files(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     after: Annotated[str | None, Query(pattern=FILE_ID_PATTERN, description="last_id")] = None,
 ) -> FileList:
+    """Your uploaded files, newest first; page with `after` = the last `last_id`."""
     files, has_more = file_services.list_files(session, tenant=tenant, limit=limit, after=after)
     last_id = files[-1].id if files else None
     return FileList(data=[FileRead.of(f) for f in files], has_more=has_more, last_id=last_id)
@@ -57,6 +85,7 @@ async def list_files(
 
 @router.get("/{file_id}", response_model=FileRead)
 async def get_file(file_id: str, session: ReadSessionDep, tenant: TenantDep) -> FileRead:
+    """One uploaded file: name, size, sha256, purpose and what validation found."""
     return FileRead.of(file_services.get_file(session, file_id=file_id, tenant=tenant))
 
 

@@ -13,6 +13,7 @@ router = APIRouter(tags=["health"])
 
 @router.get("/healthz", response_model=Health, summary="Liveness: the API process answers")
 async def healthz() -> Health:
+    """Liveness: the API process answers (nothing else is checked)."""
     return Health(status="ok")
 
 
