@@ -36,6 +36,10 @@ class JobRead(BaseModel):
     status: JobStatus
     spec: dict[str, Any]
     effective_batch_size: int
+    micro_batch_size: int | None = Field(
+        description="Micro-batch rows in force (null until an 'auto' job has chosen it)"
+    )
+    gradient_accumulation_steps: int | None = Field(description="K in force, with micro_batch_size")
     created_at: int = Field(description="Unix seconds")
     started_at: int | None
     finished_at: int | None
@@ -55,6 +59,8 @@ class JobRead(BaseModel):
             status=job.status,
             spec=job.spec,
             effective_batch_size=job.effective_batch_size,
+            micro_batch_size=job.micro_batch_size,
+            gradient_accumulation_steps=job.gradient_accumulation_steps,
             created_at=int(job.created_at.timestamp()),
             started_at=unix(job.started_at),
             finished_at=unix(job.finished_at),

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from trainer_core.batching import resolve_effective_batch
 from trainer_core.sources import classify_source
 
 BUILTIN_MODELS = ("builtin:tiny-bert", "builtin:tiny-gpt2")
@@ -28,6 +29,11 @@ _HUB_ID = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,9
 _COLUMN = re.compile(r"^[\w .-]{1,128}$")
 
 PositiveInt = Annotated[int, Field(ge=1)]
+MicroBatch = Annotated[int, Field(ge=1, le=65536)]
+MixedPrecision = Literal["no", "bf16", "fp16"]
+# Names as in TrainingArguments.optim.
+Optimizer = Literal["adamw_torch", "adamw_torch_fused", "sgd", "adafactor"]
+_MODULE = re.compile(r"^[\w.-]{1,128}$")
 
 
 def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
@@ -54,6 +60,29 @@ def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
     return value
 
 
+class LoraSpec(BaseModel):
+    """Low-rank adapters (the ``peft`` library): only they (and a new classification head) train."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    r: int = Field(default=8, ge=1, le=1024, description="Rank of the adapters")
+    alpha: int = Field(default=16, ge=1, le=1_000_000, description="Scaling: alpha / r")
+    dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the adapters' input")
+    target_modules: tuple[str, ...] | None = Field(
+        default=None,
+        max_length=64,
+        description="Module names to adapt; default: peft's choice for the model type",
+        examples=[["query", "value"]],
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _module_names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and not all(_MODULE.fullmatch(name) for name in value):
+            raise ValueError("module names are 1-128 letters, digits, '_', '-' or '.'")
+        return value
+
+
 class JobSpec(BaseModel):
     """What to train, on what, and how. Unknown fields are rejected."""
 
@@ -78,8 +107,25 @@ class JobSpec(BaseModel):
     label_column: str | None = Field(
         default=None, description="Classification only; defaults to 'label'"
     )
-    gradient_accumulation_steps: int = Field(default=1, ge=1, le=4096)
-    per_device_train_batch_size: int = Field(default=8, ge=1, le=65536)
+    per_device_train_batch_size: MicroBatch | Literal["auto"] = Field(
+        default=8,
+        description="Micro-batch rows per device, or 'auto': the largest that fits the memory "
+        "budget (then effective_batch_size is required)",
+    )
+    gradient_accumulation_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="K, micro-batches per optimizer step; default 1, or effective_batch_size / "
+        "per_device_train_batch_size; chosen by the machine with 'auto'",
+    )
+    effective_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 24,
+        validate_default=True,
+        description="Rows per optimizer step (micro-batch x K); give it instead of K",
+    )
     per_device_eval_batch_size: int = Field(default=32, ge=1, le=65536)
     num_train_epochs: int = Field(default=3, ge=1, le=10000)
     learning_rate: float = Field(default=5e-4, gt=0, le=10)
@@ -93,6 +139,26 @@ class JobSpec(BaseModel):
     max_eval_samples: PositiveInt | None = None
     validation_split_percentage: int = Field(default=10, ge=1, le=50)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    max_memory_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Memory budget of the 'auto' micro-batch: a fraction of the device's memory "
+        "(default 0.9)",
+    )
+    max_memory_bytes: int | None = Field(
+        default=None, ge=1, description="Memory budget of the 'auto' micro-batch, in bytes"
+    )
+    mixed_precision: MixedPrecision = Field(
+        default="no", description="bf16 (CPU or GPU) or fp16 (GPU, with a gradient scaler)"
+    )
+    gradient_checkpointing: bool = False
+    optim: Optimizer = "adamw_torch"
+    max_steps: PositiveInt | None = Field(
+        default=None, description="Optimizer steps in all; overrides num_train_epochs"
+    )
+    lora: LoraSpec | None = None
+    merge_lora: bool = Field(default=False, description="Also save the merged model (with lora)")
 
     @field_validator("model")
     @classmethod
@@ -121,10 +187,41 @@ class JobSpec(BaseModel):
             raise ValueError("a causal-lm task has no label column")
         return value
 
+    @field_validator("effective_batch_size")
+    @classmethod
+    def _effective_batch(cls, value: int | None, info: ValidationInfo) -> int | None:
+        """Two of (micro-batch, K, effective batch) decide the third; they must agree exactly."""
+        if "per_device_train_batch_size" not in info.data:
+            return value  # the micro-batch itself was invalid: reported on its own
+        return resolve_effective_batch(
+            info.data["per_device_train_batch_size"],
+            info.data.get("gradient_accumulation_steps"),
+            value,
+        )
+
+    @field_validator("mixed_precision")
+    @classmethod
+    def _precision_fits_device(cls, value: str, info: ValidationInfo) -> str:
+        if value == "fp16" and info.data.get("device") == "cpu":
+            raise ValueError("fp16 needs a GPU (its gradient scaler is CUDA's); use bf16 on CPU")
+        return value
+
+    @model_validator(mode="after")
+    def _derived_fields(self) -> JobSpec:
+        if self.max_memory_fraction is not None and self.max_memory_bytes is not None:
+            raise ValueError("give max_memory_fraction or max_memory_bytes, not both")
+        if self.merge_lora and self.lora is None:
+            raise ValueError("merge_lora needs lora")
+        b = self.per_device_train_batch_size
+        if b != "auto" and self.gradient_accumulation_steps is None:
+            assert self.effective_batch_size is not None  # resolved with b
+            # Derived, not chosen: K = effective / micro-batch (x world size, here 1).
+            object.__setattr__(self, "gradient_accumulation_steps", self.effective_batch_size // b)
+        return self
+
     @property
-    def effective_batch_size(self) -> int:
-        """Samples per optimizer step on one device: micro-batch x K (x world size, here 1)."""
-        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+    def auto_micro_batch(self) -> bool:
+        return self.per_device_train_batch_size == "auto"
 
     @property
     def resolved_label_column(self) -> str | None:
