@@ -21,9 +21,10 @@ from typing import Any
 
 from gradacc.errors import ArtifactNotFound
 
-FOLDERS = ("model", "checkpoint")  # downloaded as tar.gz
+FOLDERS = ("model", "adapter", "checkpoint")  # downloaded as tar.gz (adapter: a LoRA job's)
 KINDS = {
     "model": "model",
+    "adapter": "model",
     "checkpoint": "checkpoint",
     "train.log": "log",
     "metrics.jsonl": "metrics",

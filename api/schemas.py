@@ -36,6 +36,10 @@ class JobRead(BaseModel):
     status: JobStatus
     spec: dict[str, Any]
     effective_batch_size: int
+    micro_batch_size: int | None = Field(
+        description="Micro-batch rows in force (null until an 'auto' job has chosen it)"
+    )
+    gradient_accumulation_steps: int | None = Field(description="K in force, with micro_batch_size")
     created_at: int = Field(description="Unix seconds")
     started_at: int | None
     finished_at: int | None
@@ -65,6 +69,8 @@ class JobRead(BaseModel):
             status=job.status,
             spec=job.spec,
             effective_batch_size=job.effective_batch_size,
+            micro_batch_size=job.micro_batch_size,
+            gradient_accumulation_steps=job.gradient_accumulation_steps,
             created_at=int(job.created_at.timestamp()),
             started_at=unix(job.started_at),
             finished_at=unix(job.finished_at),
@@ -82,7 +88,8 @@ def public_summary(summary: dict[str, Any] | None) -> dict[str, Any] | None:
     server's business (its paths)."""
     if summary is None:
         return None
-    return {k: v for k, v in summary.items() if k not in ("spec", "model_dir", "status")}
+    hidden = ("spec", "model_dir", "adapter_dir", "status")  # server paths: see /artifacts
+    return {k: v for k, v in summary.items() if k not in hidden}
 
 
 class JobList(BaseModel):

@@ -63,6 +63,8 @@ def create_job(
         status=JobStatus.QUEUED,
         spec=payload,
         effective_batch_size=spec.effective_batch_size,
+        micro_batch_size=None if spec.auto_micro_batch else spec.per_device_train_batch_size,
+        gradient_accumulation_steps=spec.gradient_accumulation_steps,
         enqueued_at=utcnow(),
     )
     session.add(job)
@@ -134,7 +136,8 @@ def get_job(session: Session, *, job_id: str, tenant: str) -> Job:
 # The poll endpoints read plain rows through statements built once: on the ORM path, building a
 # select and loading a ``Job`` cost more than the query itself (docs/benchmarks.md).
 _POLL_JOB = select(
-    Job.id, Job.status, Job.spec, Job.effective_batch_size, Job.created_at, Job.started_at,
+    Job.id, Job.status, Job.spec, Job.effective_batch_size, Job.micro_batch_size,
+    Job.gradient_accumulation_steps, Job.created_at, Job.started_at,
     Job.finished_at, Job.attempts, Job.epoch, Job.step, Job.total_steps, Job.latest_metrics,
     Job.error_code, Job.error_message, Job.summary,
 ).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))  # fmt: skip

@@ -98,6 +98,10 @@ class Job(Base):
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     effective_batch_size: Mapped[int] = mapped_column(Integer)
+    # In force now: the spec's, chosen by the machine ("auto"), or halved after running out of
+    # memory; micro-batch x K is always effective_batch_size.
+    micro_batch_size: Mapped[int | None] = mapped_column(Integer)
+    gradient_accumulation_steps: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -33,6 +33,10 @@ class TrainingCallback:
                    "learning_rate", "optimizer_steps", "train_samples", "train_seconds",
                    "samples_per_second", "peak_memory_bytes"} (``TrainingRun.end_epoch``).
     on_checkpoint: {"path", "epoch", "step"} after a checkpoint is complete on disk.
+    on_batch_size: {"micro_batch_size", "gradient_accumulation_steps", "effective_batch_size",
+                    "reason", "tried", ...} when the run starts and whenever the micro-batch
+                   changes: "spec", "probe" (with "budget_bytes"), "checkpoint" (a resume),
+                   "out_of_memory" (halved: "tried" lists every size so far).
     """
 
     def on_start(self, info: dict[str, Any]) -> None:
@@ -45,6 +49,9 @@ class TrainingCallback:
         pass
 
     def on_checkpoint(self, info: dict[str, Any]) -> None:
+        pass
+
+    def on_batch_size(self, info: dict[str, Any]) -> None:
         pass
 
 

@@ -87,4 +87,14 @@ def load_model(
         model.config.pad_token_id = tokenizer.pad_token_id
     if tokenizer.pad_token_id is not None and tokenizer.pad_token_id >= model.config.vocab_size:
         raise ModelError("model: tokenizer and model vocabularies disagree", param="model")
+    if spec.gradient_checkpointing:
+        # Re-computes activations in backward instead of keeping them; non-reentrant, so frozen
+        # inputs (LoRA) still get gradients.
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False}
+        )
+    if spec.lora is not None:
+        from trainer_core.lora import apply_lora  # peft is imported only for LoRA jobs
+
+        return cast(PreTrainedModel, apply_lora(model, spec))
     return cast(PreTrainedModel, model)

@@ -69,6 +69,8 @@ class TrainingRun:
         self.epoch = ctx.start_epoch
         self.micro_step = ctx.start_micro_step
         self.meter = LossMeter(ctx.device, ctx.resume_state)
+        self.window_start = ctx.start_micro_step  # micro-steps of the epoch before this window
+        self.evaluating = False
         # The last micro-batch closed its window in the plan, and no optimizer step followed yet.
         self._plan_closed_window = False
         if ctx.device.type == "cuda":
@@ -79,7 +81,7 @@ class TrainingRun:
         ctx = self.ctx
         ctx.model.train()
         ctx.loader.dataset.resume_at(ctx.start_epoch, ctx.start_micro_step)
-        for epoch in range(ctx.start_epoch, ctx.spec.num_train_epochs):
+        for epoch in range(ctx.start_epoch, ctx.num_epochs):
             self.begin_epoch(epoch)
             for batch in backend.batches(epoch):
                 summed = backend.forward_backward(batch)
@@ -87,16 +89,18 @@ class TrainingRun:
                 if backend.window_closes(batch):
                     backend.optimizer_step()
                     self.after_optimizer_step()
+                    if self.global_step >= ctx.total_steps:
+                        break  # max_steps reached inside the epoch
             self.end_epoch()
 
     def begin_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
-            self.epoch, self.micro_step = epoch, 0
+            self.epoch, self.micro_step, self.window_start = epoch, 0, 0
             self.meter = LossMeter(self.ctx.device)
         # The epoch's clock starts here, after the backend's own setup (the Trainer's is ~0.3 s),
         # so samples_per_second measures training alike in every backend.
         self.meter.start_clock()
-        self.bar.set_description(f"epoch {epoch + 1}/{self.ctx.spec.num_train_epochs}")
+        self.bar.set_description(f"epoch {epoch + 1}/{self.ctx.num_epochs}")
 
     def after_micro_step(self, batch: dict[str, Any], summed: torch.Tensor) -> None:
         self._check_window(library_stepped=False)
@@ -108,6 +112,8 @@ class TrainingRun:
     def after_optimizer_step(self) -> None:
         self._check_window(library_stepped=True)
         self._plan_closed_window = False
+        self.meter.close_window()
+        self.window_start = self.micro_step
         self.global_step += 1
         self.bar.update(1)
         self.callback.on_progress(
@@ -143,6 +149,7 @@ class TrainingRun:
         ctx, meter = self.ctx, self.meter
         seconds = meter.seconds()
         record: dict[str, Any] = {"epoch": self.epoch + 1, "train_loss": meter.mean_loss()}
+        self.evaluating = True
         record |= evaluate(
             ctx.model,
             ctx.data.eval,
@@ -151,6 +158,7 @@ class TrainingRun:
             device=ctx.device,
             num_classes=len(ctx.data.label_names) if ctx.data.label_names else None,
         )
+        self.evaluating = False
         record |= {
             "learning_rate": self.learning_rate(),
             "optimizer_steps": self.global_step,
@@ -167,14 +175,31 @@ class TrainingRun:
         self.save(epoch=self.epoch + 1, micro_step=0)
         return record
 
-    def save(self, *, epoch: int, micro_step: int) -> None:
+    def restart_window_with(self, micro_batch_size: int, accumulation: int) -> None:
+        """Drop the window in progress and checkpoint its start for a micro-batch of
+        ``micro_batch_size`` rows and K = ``accumulation``: the weights, optimizer and schedule
+        have not moved since the window began, so the checkpoint is that moment exactly."""
+        self.ctx.optimizer.zero_grad(set_to_none=True)
+        self.meter.drop_window()
+        windows_done = self.window_start // self.ctx.accumulation
+        self.save(
+            epoch=self.epoch,
+            micro_step=windows_done * accumulation,
+            micro_batch=(micro_batch_size, accumulation),
+        )
+
+    def save(
+        self, *, epoch: int, micro_step: int, micro_batch: tuple[int, int] | None = None
+    ) -> None:
+        """A checkpoint at a window boundary; ``micro_step`` counts micro-batches of
+        ``micro_batch`` (default: the size in force) done in ``epoch``."""
         ctx = self.ctx
-        batch_size = ctx.spec.per_device_train_batch_size
+        batch_size, accumulation = micro_batch or (ctx.micro_batch_size, ctx.accumulation)
         trainer_state = TrainerState(
             global_step=self.global_step,
             epoch=epoch + micro_step / micro_batches_per_epoch(len(ctx.data.train), batch_size),
             max_steps=ctx.total_steps,
-            num_train_epochs=ctx.spec.num_train_epochs,
+            num_train_epochs=ctx.num_epochs,
             train_batch_size=batch_size,
         )
         partial = micro_step > 0
@@ -182,6 +207,8 @@ class TrainingRun:
             "epoch": epoch,
             "micro_step": micro_step,
             "global_step": self.global_step,
+            "micro_batch_size": batch_size,
+            "gradient_accumulation_steps": accumulation,
             "metrics": self.metrics,
             **(self.meter.saved() if partial else {"loss_sum": 0.0, "loss_items": 0}),
             "backend": ctx.spec.backend,

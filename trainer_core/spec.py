@@ -10,8 +10,9 @@ import difflib
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from trainer_core.batching import resolve_effective_batch
 from trainer_core.sources import classify_source
 
 BUILTIN_MODELS = ("builtin:tiny-bert", "builtin:tiny-gpt2")
@@ -37,6 +38,11 @@ _HUB_ID = re.compile(HUB_ID_PATTERN)
 _COLUMN = re.compile(COLUMN_PATTERN)
 
 PositiveInt = Annotated[int, Field(ge=1)]
+MicroBatch = Annotated[int, Field(ge=1, le=65536)]
+MixedPrecision = Literal["no", "bf16", "fp16"]
+# Names as in TrainingArguments.optim.
+Optimizer = Literal["adamw_torch", "adamw_torch_fused", "sgd", "adafactor"]
+_MODULE = re.compile(r"^[\w.-]{1,128}$")
 
 
 def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
@@ -63,6 +69,29 @@ def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
             f"{what} {value!r} is neither a builtin, a local path, nor a hub id like 'owner/name'"
         )
     return value
+
+
+class LoraSpec(BaseModel):
+    """Low-rank adapters (the ``peft`` library): only they (and a new classification head) train."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    r: int = Field(default=8, ge=1, le=1024, description="Rank of the adapters")
+    alpha: int = Field(default=16, ge=1, le=1_000_000, description="Scaling: alpha / r")
+    dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the adapters' input")
+    target_modules: tuple[str, ...] | None = Field(
+        default=None,
+        max_length=64,
+        description="Module names to adapt; default: peft's choice for the model type",
+        examples=[["query", "value"]],
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _module_names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and not all(_MODULE.fullmatch(name) for name in value):
+            raise ValueError("module names are 1-128 letters, digits, '_', '-' or '.'")
+        return value
 
 
 class JobSpec(BaseModel):
@@ -108,15 +137,28 @@ class JobSpec(BaseModel):
         description="Classification only (none for causal-lm); defaults to 'label'",
         examples=["label"],
     )
-    gradient_accumulation_steps: int = Field(
-        default=1,
+    per_device_train_batch_size: MicroBatch | Literal["auto"] = Field(
+        default=8,
+        description="Samples per micro-batch, or 'auto': the largest that fits the memory "
+        "budget (then effective_batch_size is required)",
+        examples=[8],
+    )
+    gradient_accumulation_steps: int | None = Field(
+        default=None,
         ge=1,
         le=4096,
-        description="K: micro-batches whose gradients make one optimizer step (exactly)",
+        description="K: micro-batches whose gradients make one optimizer step (exactly); "
+        "default 1, or effective_batch_size / per_device_train_batch_size; chosen by the "
+        "machine with 'auto'",
         examples=[4],
     )
-    per_device_train_batch_size: int = Field(
-        default=8, ge=1, le=65536, description="Samples per micro-batch", examples=[8]
+    effective_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 24,
+        validate_default=True,
+        description="Samples per optimizer step (micro-batch x K); give it instead of K",
+        examples=[32],
     )
     per_device_eval_batch_size: int = Field(
         default=32, ge=1, le=65536, description="Samples per evaluation batch", examples=[32]
@@ -168,6 +210,50 @@ class JobSpec(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = Field(
         default="auto", description="auto: CUDA when present, else the CPU", examples=["auto"]
     )
+    max_memory_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Memory budget of the 'auto' micro-batch: a fraction of the device's memory "
+        "(default 0.9)",
+        examples=[0.8],
+    )
+    max_memory_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Memory budget of the 'auto' micro-batch, in bytes",
+        examples=[8_000_000_000],
+    )
+    mixed_precision: MixedPrecision = Field(
+        default="no",
+        description="bf16 (CPU or GPU) or fp16 (GPU only, with a gradient scaler)",
+        examples=["bf16"],
+    )
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="Recompute activations in the backward pass: less memory, more time",
+        examples=[True],
+    )
+    optim: Optimizer = Field(
+        default="adamw_torch",
+        description="adamw_torch, adamw_torch_fused, sgd or adafactor (TrainingArguments names)",
+        examples=["adamw_torch"],
+    )
+    max_steps: PositiveInt | None = Field(
+        default=None,
+        description="Optimizer steps in all; overrides num_train_epochs",
+        examples=[100],
+    )
+    lora: LoraSpec | None = Field(
+        default=None,
+        description="Train low-rank adapters only (peft): {r, alpha, dropout, target_modules}",
+        examples=[{"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["query", "value"]}],
+    )
+    merge_lora: bool = Field(
+        default=False,
+        description="With lora: also save the adapters merged into a plain model",
+        examples=[False],
+    )
 
     @field_validator("model")
     @classmethod
@@ -201,10 +287,41 @@ class JobSpec(BaseModel):
             raise ValueError("a causal-lm task has no label column")
         return value
 
+    @field_validator("effective_batch_size")
+    @classmethod
+    def _effective_batch(cls, value: int | None, info: ValidationInfo) -> int | None:
+        """Two of (micro-batch, K, effective batch) decide the third; they must agree exactly."""
+        if "per_device_train_batch_size" not in info.data:
+            return value  # the micro-batch itself was invalid: reported on its own
+        return resolve_effective_batch(
+            info.data["per_device_train_batch_size"],
+            info.data.get("gradient_accumulation_steps"),
+            value,
+        )
+
+    @field_validator("mixed_precision")
+    @classmethod
+    def _precision_fits_device(cls, value: str, info: ValidationInfo) -> str:
+        if value == "fp16" and info.data.get("device") == "cpu":
+            raise ValueError("fp16 needs a GPU (its gradient scaler is CUDA's); use bf16 on CPU")
+        return value
+
+    @model_validator(mode="after")
+    def _derived_fields(self) -> JobSpec:
+        if self.max_memory_fraction is not None and self.max_memory_bytes is not None:
+            raise ValueError("give max_memory_fraction or max_memory_bytes, not both")
+        if self.merge_lora and self.lora is None:
+            raise ValueError("merge_lora needs lora")
+        b = self.per_device_train_batch_size
+        if b != "auto" and self.gradient_accumulation_steps is None:
+            assert self.effective_batch_size is not None  # resolved with b
+            # Derived, not chosen: K = effective / micro-batch (x world size, here 1).
+            object.__setattr__(self, "gradient_accumulation_steps", self.effective_batch_size // b)
+        return self
+
     @property
-    def effective_batch_size(self) -> int:
-        """Samples per optimizer step on one device: micro-batch x K (x world size, here 1)."""
-        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+    def auto_micro_batch(self) -> bool:
+        return self.per_device_train_batch_size == "auto"
 
     @property
     def resolved_label_column(self) -> str | None:
@@ -228,8 +345,8 @@ HABITS = {
     "dataset_name": "dataset",
 }
 UNSUPPORTED = {
-    "fp16": "mixed precision is not supported yet: training runs in float32",
-    "bf16": "mixed precision is not supported yet: training runs in float32",
+    "fp16": "did you mean 'mixed_precision': 'fp16'?",
+    "bf16": "did you mean 'mixed_precision': 'bf16'?",
 }
 
 

@@ -91,7 +91,7 @@ def test_every_validation_error_at_once_with_hints(live: tuple[str, str, Setting
     assert found["lr"] == "unknown field; did you mean 'learning_rate'?"
     assert "'per_device_train_batch_size'" in found["batch_size"]
     assert "'num_train_epochs'" in found["epochs"]
-    assert "not supported yet" in found["fp16"]
+    assert "mixed_precision" in found["fp16"]
     assert "'learning_rate'" in found["learning_rat"]  # a near miss, by difflib
     assert "seed" in found and len(found) == 6
     assert error["param"] == error["errors"][0]["param"]
