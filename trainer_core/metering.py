@@ -22,7 +22,7 @@ class LossMeter:
     def add(self, batch: dict[str, Any], summed: torch.Tensor) -> None:
         self.loss_sum += summed  # stays on the device: no host sync, no graph (summed is detached)
         self.loss_items += int(batch["n_items"])
-        self.samples += int(batch["input_ids"].shape[0])
+        self.samples += int(batch.get("n_rows", batch["input_ids"].shape[0]))  # 0: a padding row
 
     def start_clock(self) -> None:
         self.started_at = time.perf_counter()

@@ -93,6 +93,19 @@ class JobSpec(BaseModel):
     max_eval_samples: PositiveInt | None = None
     validation_split_percentage: int = Field(default=10, ge=1, le=50)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    num_processes: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Data-parallel world size: processes (one per GPU, or gloo CPU processes) "
+        "over all machines; the effective batch is micro-batch x K x num_processes",
+    )
+    num_machines: int = Field(
+        default=1,
+        ge=1,
+        le=128,
+        description="Machines the processes are spread over (num_processes must be a multiple)",
+    )
 
     @field_validator("model")
     @classmethod
@@ -121,10 +134,24 @@ class JobSpec(BaseModel):
             raise ValueError("a causal-lm task has no label column")
         return value
 
+    @field_validator("num_machines")
+    @classmethod
+    def _machines_divide_processes(cls, value: int, info: ValidationInfo) -> int:
+        processes = info.data.get("num_processes", 1)
+        if processes % value:
+            raise ValueError(f"num_processes ({processes}) must be a multiple of num_machines")
+        return value
+
     @property
     def effective_batch_size(self) -> int:
-        """Samples per optimizer step on one device: micro-batch x K (x world size, here 1)."""
-        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+        """Samples per optimizer step: micro-batch x K x world size (every rank's b rows)."""
+        return (
+            self.per_device_train_batch_size * self.gradient_accumulation_steps * self.num_processes
+        )
+
+    @property
+    def processes_per_machine(self) -> int:
+        return self.num_processes // self.num_machines
 
     @property
     def resolved_label_column(self) -> str | None:

@@ -29,6 +29,7 @@ from trainer_core.callbacks import (
 from trainer_core.checkpoint import load_training_state, read_state
 from trainer_core.context import RunContext
 from trainer_core.data import load_job_data
+from trainer_core.distributed import World, barrier, join, launched_world
 from trainer_core.errors import JobError, OutOfMemory
 from trainer_core.loader import EpochLoader, EpochPlan
 from trainer_core.models import load_model, load_tokenizer
@@ -46,25 +47,41 @@ def resolve_device(spec: JobSpec) -> torch.device:
     return torch.device(spec.device)
 
 
+def _join_world(spec: JobSpec, device: torch.device) -> tuple[World, torch.device]:
+    """This process's rank: a job of W processes runs under a launcher that started W of them."""
+    world = launched_world()
+    if world.size != spec.num_processes:
+        raise JobError(
+            f"num_processes: the job asks for {spec.num_processes} processes but runs in "
+            f"{world.size}; start it with torchrun --nproc_per_node {spec.num_processes} "
+            f"(on each of num_machines machines)",
+            param="num_processes",
+        )
+    if world.distributed:
+        device = join(world, device)
+    return world, device
+
+
 def _build_context(spec: JobSpec, output_dir: Path, resume: bool) -> RunContext:
-    device = resolve_device(spec)
+    world, device = _join_world(spec, resolve_device(spec))
     tokenizer = load_tokenizer(spec)
     data = load_job_data(spec, tokenizer)
     model = load_model(spec, tokenizer, data.label_names)
     model.to(device)  # type: ignore[arg-type]
     pad_id = int(tokenizer.pad_token_id)  # load_tokenizer guarantees a pad token
     b, k = spec.per_device_train_batch_size, spec.gradient_accumulation_steps
-    loader = EpochLoader(
-        EpochPlan(data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=pad_id)
+    plan = EpochPlan(
+        data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=pad_id, world=world
     )
-    steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b, k)
+    loader = EpochLoader(plan)
+    steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b * world.size, k)
     total_steps = steps_per_epoch * spec.num_train_epochs
     optimizer = build_optimizer(model, spec)
     scheduler = build_scheduler(optimizer, spec, total_steps)
     ctx = RunContext(
         spec, data, model, pad_id, device, loader, optimizer, scheduler, output_dir,
         steps_per_epoch, total_steps,
-        tokenizer=tokenizer,
+        tokenizer=tokenizer, world=world,
     )  # fmt: skip
     state = read_state(ctx.checkpoint_dir) if resume else None
     if state is not None:
@@ -84,8 +101,9 @@ def _start_info(ctx: RunContext) -> dict[str, Any]:
         "total_steps": ctx.total_steps,
         "steps_per_epoch": ctx.steps_per_epoch,
         "micro_batches_per_epoch": micro_batches_per_epoch(
-            len(ctx.data.train), spec.per_device_train_batch_size
+            len(ctx.data.train), spec.per_device_train_batch_size * ctx.world.size
         ),
+        "num_processes": ctx.world.size,
         "num_train_samples": len(ctx.data.train),
         "num_eval_samples": len(ctx.data.eval),
         "effective_batch_size": spec.effective_batch_size,
@@ -108,6 +126,8 @@ def _finish(
         **info,
         "versions": {"python": platform.python_version(), "torch": torch.__version__},
     }
+    if not ctx.world.is_main:
+        return summary  # rank 0 writes the run's files
     if status == "completed":
         ctx.model.save_pretrained(ctx.output_dir / "model", safe_serialization=True)
         ctx.tokenizer.save_pretrained(ctx.output_dir / "model")
@@ -129,9 +149,12 @@ def train(
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     ctx = _build_context(spec, output_dir, resume)
+    if not ctx.world.is_main:
+        callback = NULL_CALLBACK  # metrics, progress and events come from rank 0
     # metrics.jsonl holds exactly the epochs the checkpoint has seen (a crash may have left more).
-    with (output_dir / "metrics.jsonl").open("w") as out:
-        out.writelines(json.dumps(m) + "\n" for m in ctx.resume_state.get("metrics", []))
+    if ctx.world.is_main:
+        with (output_dir / "metrics.jsonl").open("w") as out:
+            out.writelines(json.dumps(m) + "\n" for m in ctx.resume_state.get("metrics", []))
     run = TrainingRun(ctx, callback, should_stop, progress_bar)
     info = _start_info(ctx)
     callback.on_start(info)
@@ -151,4 +174,5 @@ def train(
     finally:
         run.close()
     summary = _finish(ctx, run, status, info)
+    barrier(ctx.world)  # the final model is on disk before any rank reports the run done
     return TrainResult(status=status, metrics=run.metrics, summary=summary, output_dir=output_dir)

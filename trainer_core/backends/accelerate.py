@@ -5,6 +5,11 @@ dataloader for a partial window); the run checks that decision against the plan.
 always divides the loss by K, which under-weights a partial window; our loss is already normalised
 by the window's item count, so we hand it over multiplied by K and Accelerate's division cancels
 exactly.
+
+With several processes (``accelerate launch`` or torchrun) ``prepare`` wraps the model in DDP and
+``accumulate`` holds the all-reduce back until the window's last micro-batch. Our loader already
+hands each rank its own share, so it is wrapped for a single process (no second sharding), and the
+scheduler is stepped by us, once per window (a prepared one would step once per process).
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.data_loader import prepare_data_loader
 
 from trainer_core.accumulation import micro_step_loss
+from trainer_core.distributed import ddp_ready
 from trainer_core.run import TrainingRun
 
 
@@ -27,9 +34,18 @@ class AccelerateLoop:
             gradient_accumulation_steps=ctx.spec.gradient_accumulation_steps,
             cpu=ctx.device.type == "cpu",
         )
-        self.model, self.optimizer, self.loader, self.scheduler = self.accelerator.prepare(
-            ctx.model, ctx.optimizer, ctx.loader, ctx.scheduler
+        self.model, self.optimizer = self.accelerator.prepare(ctx.model, ctx.optimizer)
+        self.scheduler = ctx.scheduler
+        # Wrapped like prepare() would, for a world of one: it still marks the end of the epoch,
+        # which closes a partial last window.
+        self.loader = prepare_data_loader(
+            ctx.loader,
+            self.accelerator.device,
+            num_processes=1,
+            process_index=0,
+            put_on_device=True,
         )
+        ddp_ready(self.model)
         run.drive(self)
         self.accelerator.free_memory()
 
