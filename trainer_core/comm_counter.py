@@ -9,6 +9,7 @@ each), buckets and bytes, and otherwise does exactly what DDP's default hook doe
 
 import torch
 import torch.distributed as dist
+from torch.distributed import GradBucket  # type: ignore[attr-defined]  # public, re-exported from C++
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
@@ -28,7 +29,7 @@ class CommCounter:
         model.register_comm_hook(None, self._hook)
 
     def _hook(
-        self, process_group: dist.ProcessGroup, bucket: dist.GradBucket
+        self, process_group: dist.ProcessGroup, bucket: GradBucket
     ) -> torch.futures.Future[torch.Tensor]:
         buffer = bucket.buffer()
         self.buckets += 1
