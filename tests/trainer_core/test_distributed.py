@@ -101,7 +101,8 @@ def test_two_ranks_equal_one_process(
     ranks = final_weights(out)
     bound = tolerance(initial_weights(make_spec(TASKS[task])), ranks)
     assert bound > 1e-6, "training must move the weights for the comparison to mean anything"
-    for b, k in ((B, 2 * K), (2 * B, K)):  # world size 1 with 2K; (2b, K) on one process
+    # World size 1 with 2K; and (2b, K) on one process (classification only, to save CI time).
+    for b, k in ((B, 2 * K), (2 * B, K))[: 2 if task == "classification" else 1]:
         weights, metrics = single(task, b, k)
         assert max_abs_diff(ranks, weights) <= bound, (b, k)
     # Rank 0's metrics cover both ranks' rows and the whole eval set, as one process's do.
@@ -156,7 +157,7 @@ def _ranks(agent: subprocess.Popen[bytes]) -> list[psutil.Process]:
 def test_kill_9_at_world_size_2_then_resume(tmp_path: Path, single: Any) -> None:
     spec = {**make_spec(CLASSIFICATION, per_device_train_batch_size=B,
                         gradient_accumulation_steps=K, num_processes=2,
-                        max_train_samples=400).model_dump()}  # fmt: skip
+                        max_train_samples=240).model_dump()}  # fmt: skip
     spec_file, out = tmp_path / "spec.json", tmp_path / "out"
     spec_file.write_text(json.dumps(spec))
     command = torchrun("-m", "trainer_core", "run", str(spec_file), "--output-dir", str(out))
