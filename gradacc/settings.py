@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     fork_server: bool = Field(
         default=True, validation_alias=AliasChoices("gradacc_fork_server", "gradacc_warm_standby")
     )
+    # Devices this worker trains a job on: GPUs, or gloo CPU processes where there is none. A job
+    # with num_processes n goes to queue "<queue>.devices-n"; this worker takes n <= devices.
+    devices: int = Field(default=1, ge=1, le=1024)
     # After SIGTERM to a cancelled job's process group, SIGKILL follows this long after.
     kill_grace_s: float = Field(default=3.0, ge=0)
 

@@ -49,20 +49,19 @@ def _env() -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
+def _two_rank_spec(task: str, backend: str) -> dict[str, Any]:
+    spec = make_spec(TASKS[task], backend=backend, per_device_train_batch_size=B,
+                     gradient_accumulation_steps=K, num_processes=2, device="cpu")  # fmt: skip
+    return spec.model_dump()
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
     """Each pair trained with (b, K) = (4, 2) on 2 processes; its output directory."""
     root = tmp_path_factory.mktemp("ddp")
     outs = {pair: root / "-".join(pair) for pair in PAIRS}
-    jobs = [
-        {
-            "spec": make_spec(TASKS[task], backend=backend, per_device_train_batch_size=B,
-                              gradient_accumulation_steps=K, num_processes=2,
-                              device="cpu").model_dump(),
-            "out": str(outs[(task, backend)]),
-        }  # fmt: skip
-        for task, backend in PAIRS
-    ]
+    jobs = [{"spec": _two_rank_spec(task, backend), "out": str(outs[(task, backend)])}
+            for task, backend in PAIRS]  # fmt: skip
     (root / "jobs.json").write_text(json.dumps(jobs))
     runner = str(Path(__file__).with_name("dist_runner.py"))
     done = subprocess.run(
@@ -114,9 +113,7 @@ def test_two_ranks_equal_one_process(
         assert mine["optimizer_steps"] == theirs["optimizer_steps"]
 
 
-def test_half_the_window_is_told_apart(
-    two_ranks: dict[tuple[str, str], Path], single: Any
-) -> None:
+def test_half_the_window_is_told_apart(two_ranks: dict[tuple[str, str], Path], single: Any) -> None:
     """Negative control: one process with K (half the effective batch) is far outside the bound."""
     ranks = final_weights(two_ranks[("classification", "pytorch")])
     bound = tolerance(initial_weights(make_spec(CLASSIFICATION)), ranks)
@@ -137,7 +134,7 @@ def test_one_all_reduce_per_window(
 def test_shard_splits_without_duplicates() -> None:
     rows = list(range(11))
     shares = [shard(rows, World(rank=r, size=3)) for r in range(3)]
-    assert sorted(sum(shares, [])) == rows
+    assert sorted(row for share in shares for row in share) == rows
     assert [len(s) for s in shares] == [3, 4, 4]
     assert [shard([5], World(rank=r, size=2)) for r in range(2)] == [[], [5]]
 

@@ -20,6 +20,7 @@ from trainer_core.callbacks import TrainResult
 from trainer_core.errors import JobError
 from trainer_core.spec import JobSpec
 from worker import exit_codes
+from worker.child.ranks import launch_ranks
 from worker.child.reporting import DatabaseCallback, describe_error, jsonable
 from worker.child.stop import StopPoller
 from worker.child.training import run_training
@@ -30,11 +31,25 @@ T = TypeVar("T")
 def main(argv: list[str]) -> int:
     (job_id,) = argv
     settings = get_settings()
+    spec = running_spec(settings, job_id)
+    if spec is None:
+        return exit_codes.OUTCOME_RECORDED  # not ours to train (any more)
+    if spec.num_processes > 1:
+        return launch_ranks(settings.jobs_dir / job_id, job_id, spec.num_processes)
+    return train_and_record(settings, job_id, spec)
+
+
+def running_spec(settings: Settings, job_id: str) -> JobSpec | None:
+    """The job's spec while it is running; None once it is not (or no longer) ours to train."""
     with session_scope(settings) as session:
         job = session.get(Job, job_id)
         if job is None or job.status != JobStatus.RUNNING:
-            return exit_codes.OUTCOME_RECORDED  # not ours to train (any more)
-        spec = JobSpec.model_validate(job.spec)
+            return None
+        return JobSpec.model_validate(job.spec)
+
+
+def train_and_record(settings: Settings, job_id: str, spec: JobSpec) -> int:
+    """Train (a one-process job, or rank 0 of several) and record the outcome; exit status."""
     # Writes a database outage held back, kept on disk by an earlier attempt, go out first.
     journal = settings.jobs_dir / job_id / "pending_writes.jsonl"
     callback = DatabaseCallback(settings, job_id, journal=journal)
