@@ -22,6 +22,8 @@ from worker.child.training import run_training
 
 def main(argv: list[str]) -> int:
     die_with_parent()  # torchrun gone (SIGKILLed with the job's group): no rank survives it
+    if os.getppid() == 1:
+        return exit_codes.CRASHED  # torchrun died while this rank started: nobody to train with
     (job_id,) = argv
     settings = get_settings()
     spec = running_spec(settings, job_id)
