@@ -3,6 +3,7 @@
 #   1. memory vs K with torch.cuda.max_memory_allocated (K = 1, 2, 4, 8, 16 and the b·K batch)
 #   2. samples/s of each backend against its hand-driven twin
 #   3. the accumulation-equivalence tests, on CUDA
+#   4. with 2 GPUs or more: 2 data-parallel processes over NCCL (bench/ddp_comm.py --device cuda)
 #
 # The GPU image has torch, transformers and accelerate but not datasets or pydantic, and no
 # network. Prepare the missing wheels here first, then carry bench/wheelhouse with the run:
@@ -38,3 +39,10 @@ echo "## throughput vs hand-driven twins (CUDA)"
 timeout 150 $PY bench/core_throughput.py --repeats 2 | tee "$OUT/gpu_throughput.md"
 echo "## equivalence tests on CUDA"
 timeout 120 $PY -m pytest -q -p no:cacheprovider --noconftest tests/trainer_core/test_equivalence.py | tail -3 | tee "$OUT/gpu_tests.txt"
+GPUS=$(nvidia-smi -L | wc -l)
+if [ "$GPUS" -ge 2 ]; then
+  echo "## two processes over NCCL: all-reduce per window vs every micro-batch"
+  timeout 150 $PY bench/ddp_comm.py --device cuda --rows 8192 | tee "$OUT/gpu_ddp.md"
+else
+  echo "## two-process NCCL case skipped: $GPUS GPU (NCCL needs one GPU per rank)" | tee "$OUT/gpu_ddp.md"
+fi
