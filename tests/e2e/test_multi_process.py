@@ -77,23 +77,29 @@ def test_refused_when_no_live_worker_holds_it(api: TestClient) -> None:
     assert response.json()["error"]["param"] == "num_machines"
 
 
-def test_two_process_job_end_to_end(
+def test_two_process_jobs_end_to_end_on_two_workers(
     api: TestClient, pg_redis_settings: Settings, two_device_worker: Callable[[str], WorkerProcess]
 ) -> None:
-    worker = two_device_worker("gpus2")
-    job_id = post_when_accepted(api, TWO)
-    job = wait_final(api, job_id, timeout=180)
-    assert job["status"] == "succeeded", (job, worker.log())
-    assert job["effective_batch_size"] == 4 * 2 * 2
-    metrics = api.get(f"/v1/jobs/{job_id}/metrics").json()["data"]
-    assert [m["epoch"] for m in metrics] == [1]
-    assert metrics[0]["train_samples"] == 64  # both ranks' rows, each once
-    assert metrics[0]["optimizer_steps"] == 64 // (4 * 2 * 2)
+    """Two 2-process jobs at once on two workers with 2 devices each: they spread, one per
+    worker (each takes one job at a time), and each job's ranks train in one worker's set."""
+    workers = [two_device_worker("gpus2x"), two_device_worker("gpus2y")]
+    job_ids = [post_when_accepted(api, TWO), post_when_accepted(api, {**TWO, "seed": 1})]
+    for job_id in job_ids:
+        job = wait_final(api, job_id, timeout=240)
+        assert job["status"] == "succeeded", (job, [w.log() for w in workers])
+        assert job["effective_batch_size"] == 4 * 2 * 2
+        metrics = api.get(f"/v1/jobs/{job_id}/metrics").json()["data"]
+        assert [m["epoch"] for m in metrics] == [1]
+        assert metrics[0]["train_samples"] == 64  # both ranks' rows, each once
+        assert metrics[0]["optimizer_steps"] == 64 // (4 * 2 * 2)
     with session_scope(pg_redis_settings) as session:
-        stored = session.get(Job, job_id)
-        assert stored is not None and stored.summary is not None
-        assert stored.summary["num_processes"] == 2  # rank 0 trained in a world of 2
-    assert all_gone(rank_processes(job_id), timeout=30)  # they exit once rank 0 recorded it
+        stored = [session.get(Job, job_id) for job_id in job_ids]
+        assert all(job is not None and job.summary is not None for job in stored)
+        # rank 0 trained in a world of 2, and the two jobs ran on different workers
+        assert [job.summary["num_processes"] for job in stored if job and job.summary] == [2, 2]
+        assert len({job.worker for job in stored if job}) == 2, [j.worker for j in stored if j]
+    for job_id in job_ids:
+        assert all_gone(rank_processes(job_id), timeout=30)  # they exit once rank 0 recorded it
 
 
 def test_cancel_and_preemption_stop_every_rank(
