@@ -7,6 +7,7 @@ included. Importing it is cheap (Celery, no torch).
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -80,5 +81,8 @@ def worker_queues(settings: Settings) -> list[str]:
 
 
 def enqueue_job(celery: Celery, settings: Settings, job_id: str, num_processes: int = 1) -> None:
-    """Send the run-job task by name: the sender never imports the task or the training core."""
-    celery.send_task(RUN_JOB_TASK, args=[job_id], queue=job_queue(settings, num_processes))
+    """Send the run-job task by name: the sender never imports the task or the training core.
+    The task id starts with the job id, so Celery's own log lines name the job."""
+    task_id = f"{job_id}-{secrets.token_hex(4)}"  # unique per delivery: a job is sent again
+    queue = job_queue(settings, num_processes)
+    celery.send_task(RUN_JOB_TASK, args=[job_id], queue=queue, task_id=task_id)

@@ -43,8 +43,11 @@ def load_tokenizer(spec: JobSpec) -> PreTrainedTokenizerBase:
 
 def _source(model: str) -> str:
     """What ``from_pretrained`` gets: a local directory, or a hub id."""
-    if classify_source(model) == "hub":
+    kind = classify_source(model)
+    if kind == "hub":
         return model
+    if kind == "file":  # the service resolves upload ids to paths; reaching here is a bug there
+        raise ModelError(f"model: uploaded file {model!r} was not resolved", param="model")
     path = local_path(model)
     if not path.is_dir():
         raise ModelError(f"model: directory {model!r} does not exist", param="model")

@@ -10,6 +10,7 @@ metrics record and a checkpoint.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -25,6 +26,8 @@ from trainer_core.distributed import agree_on_stop, barrier, sum_over_ranks
 from trainer_core.evaluation import evaluate
 from trainer_core.metering import LossMeter, peak_memory_bytes
 from trainer_core.stopping import StopPolling, TrainingPreempted
+
+log = logging.getLogger(__name__)
 
 
 class SteppingBackend(Protocol):
@@ -176,6 +179,7 @@ class TrainingRun:
         }
         self.metrics.append(record)
         if self.world.is_main:
+            log.info("epoch %d/%d: %s", record["epoch"], ctx.spec.num_train_epochs, _brief(record))
             with (ctx.output_dir / "metrics.jsonl").open("a") as out:
                 out.write(json.dumps(record) + "\n")
         self.callback.on_epoch_end(record)
@@ -229,3 +233,14 @@ class TrainingRun:
 
     def close(self) -> None:
         self.bar.close()
+
+
+def _brief(record: dict[str, Any]) -> str:
+    """The epoch's numbers for a log line: losses and quality first, 4 significant digits."""
+    skip = {"epoch", "peak_memory_bytes"}
+    parts = [
+        f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
+        for key, value in record.items()
+        if key not in skip and value is not None
+    ]
+    return ", ".join(parts)

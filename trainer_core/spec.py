@@ -6,6 +6,7 @@ Field names follow ``transformers.TrainingArguments`` where one exists.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Annotated, Literal
 
@@ -14,6 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from trainer_core.sources import classify_source
 
 BUILTIN_MODELS = ("builtin:tiny-bert", "builtin:tiny-gpt2")
+# builtin model -> the tasks it can do (a BERT encoder has no causal attention mask)
+BUILTIN_MODEL_TASKS = {
+    "builtin:tiny-bert": ("sequence-classification",),
+    "builtin:tiny-gpt2": ("sequence-classification", "causal-lm"),
+}
 # builtin dataset -> does it carry labels?
 BUILTIN_DATASETS = {"builtin:sentiment": True, "builtin:tiny-stories": False}
 
@@ -24,17 +30,22 @@ SchedulerType = Literal[
 ]
 
 # A hub id: "name" or "owner/name", letters, digits, "-", "_", "." (no "..", no leading dot).
-_HUB_ID = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?$")
-_COLUMN = re.compile(r"^[\w .-]{1,128}$")
+# ASCII only (hub ids are); the API's schema states these very patterns (api/openapi.py).
+HUB_ID_PATTERN = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$"
+COLUMN_PATTERN = r"^[\w .-]{1,128}$"
+_HUB_ID = re.compile(HUB_ID_PATTERN)
+_COLUMN = re.compile(COLUMN_PATTERN)
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
 def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
-    """Accept a builtin name, a local path, or a hub id ("name" / "owner/name", optional ":config")."""
-    value = value.strip()
-    if not value:
+    """Accept a builtin name, an uploaded file's id, a local path, or a hub id ("name" /
+    "owner/name", optional ":config")."""
+    if not value.strip():
         raise ValueError(f"{what} must not be empty")
+    if value != value.strip():
+        raise ValueError(f"{what} must not start or end with whitespace")
     if "\x00" in value or any(ord(ch) < 32 for ch in value):
         raise ValueError(f"{what} contains control characters")
     kind = classify_source(value)
@@ -44,7 +55,7 @@ def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
                 f"unknown builtin {what} {value!r}; choose one of {', '.join(builtins)}"
             )
         return value
-    if kind == "local":
+    if kind in ("local", "file"):
         return value
     hub_id = value.split(":", 1)[0] if what == "dataset" else value
     if not _HUB_ID.fullmatch(hub_id):
@@ -59,58 +70,129 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", str_max_length=1024, frozen=True)
 
-    task: Task = "sequence-classification"
-    backend: Backend = "pytorch"
+    task: Task = Field(
+        default="sequence-classification",
+        description="sequence-classification (needs labels) or causal-lm (next-token prediction)",
+        examples=["sequence-classification"],
+    )
+    backend: Backend = Field(
+        default="pytorch",
+        description="The training loop: plain PyTorch, HF Accelerate or the HF Trainer; "
+        "all three give the same update for the same spec",
+        examples=["pytorch"],
+    )
     model: str = Field(
-        description="builtin:tiny-bert, builtin:tiny-gpt2, a save_pretrained directory, or a hub id",
+        description="builtin:tiny-bert (sequence-classification only), builtin:tiny-gpt2, "
+        "an uploaded model (file-…), a save_pretrained directory under a data root, or a hub id "
+        "('owner/name')",
         examples=["builtin:tiny-bert"],
     )
     dataset: str = Field(
-        description="builtin:sentiment, builtin:tiny-stories, a .csv/.jsonl/.parquet file, "
-        "or a hub dataset id ('name' or 'name:config')",
+        description="builtin:sentiment (labelled), builtin:tiny-stories (text only), an uploaded "
+        "dataset (file-…), a .csv/.jsonl/.json/.parquet file under a data root, or a hub dataset "
+        "id ('name' or 'name:config')",
         examples=["builtin:sentiment"],
     )
     eval_dataset: str | None = Field(
         default=None,
         description="Same forms as dataset; default: its validation split or a hold-out",
+        examples=["builtin:sentiment"],
     )
-    text_column: str = "text"
+    text_column: str = Field(
+        default="text",
+        description="The column holding the text: 1-128 letters, digits, spaces, '_', '-', '.'",
+        examples=["text"],
+    )
     label_column: str | None = Field(
-        default=None, description="Classification only; defaults to 'label'"
+        default=None,
+        description="Classification only (none for causal-lm); defaults to 'label'",
+        examples=["label"],
     )
-    gradient_accumulation_steps: int = Field(default=1, ge=1, le=4096)
-    per_device_train_batch_size: int = Field(default=8, ge=1, le=65536)
-    per_device_eval_batch_size: int = Field(default=32, ge=1, le=65536)
-    num_train_epochs: int = Field(default=3, ge=1, le=10000)
-    learning_rate: float = Field(default=5e-4, gt=0, le=10)
-    weight_decay: float = Field(default=0.0, ge=0, le=10)
-    warmup_steps: int = Field(default=0, ge=0, le=10_000_000)
-    lr_scheduler_type: SchedulerType = "linear"
-    max_grad_norm: float = Field(default=1.0, ge=0, le=1e6, description="0 disables clipping")
-    seed: int = Field(default=42, ge=0, le=2**32 - 1)
-    max_seq_length: int = Field(default=128, ge=2, le=32768)
-    max_train_samples: PositiveInt | None = None
-    max_eval_samples: PositiveInt | None = None
-    validation_split_percentage: int = Field(default=10, ge=1, le=50)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    gradient_accumulation_steps: int = Field(
+        default=1,
+        ge=1,
+        le=4096,
+        description="K: micro-batches whose gradients make one optimizer step (exactly)",
+        examples=[4],
+    )
+    per_device_train_batch_size: int = Field(
+        default=8, ge=1, le=65536, description="Samples per micro-batch", examples=[8]
+    )
+    per_device_eval_batch_size: int = Field(
+        default=32, ge=1, le=65536, description="Samples per evaluation batch", examples=[32]
+    )
+    num_train_epochs: int = Field(
+        default=3, ge=1, le=10000, description="Passes over the training data", examples=[3]
+    )
+    learning_rate: float = Field(
+        default=5e-4, gt=0, le=10, description="Peak learning rate (AdamW)", examples=[1e-3]
+    )
+    weight_decay: float = Field(
+        default=0.0, ge=0, le=10, description="AdamW decoupled weight decay", examples=[0.01]
+    )
+    warmup_steps: int = Field(
+        default=0,
+        ge=0,
+        le=10_000_000,
+        description="Optimizer steps of linear warm-up before the schedule",
+        examples=[0],
+    )
+    lr_scheduler_type: SchedulerType = Field(
+        default="linear", description="The schedule after warm-up", examples=["linear"]
+    )
+    max_grad_norm: float = Field(
+        default=1.0, ge=0, le=1e6, description="Clip the gradient norm; 0 disables clipping",
+        examples=[1.0],
+    )  # fmt: skip
+    seed: int = Field(
+        default=42, ge=0, le=2**32 - 1, description="Seeds weights, shuffling and dropout",
+        examples=[42],
+    )  # fmt: skip
+    max_seq_length: int = Field(
+        default=128, ge=2, le=32768, description="Tokens per sample (longer is cut)",
+        examples=[128],
+    )  # fmt: skip
+    max_train_samples: PositiveInt | None = Field(
+        default=None, description="Train on the first N samples only", examples=[64]
+    )
+    max_eval_samples: PositiveInt | None = Field(
+        default=None, description="Evaluate on the first N samples only", examples=[32]
+    )
+    validation_split_percentage: int = Field(
+        default=10,
+        ge=1,
+        le=50,
+        description="Hold-out share of the training data when there is no eval dataset",
+        examples=[10],
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="auto: CUDA when present, else the CPU", examples=["auto"]
+    )
     num_processes: int = Field(
         default=1,
         ge=1,
         le=1024,
         description="Data-parallel world size: processes (one per GPU, or gloo CPU processes) "
         "over all machines; the effective batch is micro-batch x K x num_processes",
+        examples=[1],
     )
     num_machines: int = Field(
         default=1,
         ge=1,
         le=128,
         description="Machines the processes are spread over (num_processes must be a multiple)",
+        examples=[1],
     )
 
     @field_validator("model")
     @classmethod
-    def _model_source(cls, value: str) -> str:
-        return _check_source(value, builtins=BUILTIN_MODELS, what="model")
+    def _model_source(cls, value: str, info: ValidationInfo) -> str:
+        value = _check_source(value, builtins=BUILTIN_MODELS, what="model")
+        task = info.data.get("task")
+        if task is not None and task not in BUILTIN_MODEL_TASKS.get(value, (task,)):
+            able = ", ".join(BUILTIN_MODEL_TASKS[value])
+            raise ValueError(f"{value} cannot do task {task}; it does {able}")
+        return value
 
     @field_validator("dataset", "eval_dataset")
     @classmethod
@@ -158,6 +240,41 @@ class JobSpec(BaseModel):
         if self.task == "causal-lm":
             return None
         return self.label_column or "label"
+
+
+# Names users bring from other trainers, and what this spec calls them.
+HABITS = {
+    "lr": "learning_rate",
+    "batch_size": "per_device_train_batch_size",
+    "train_batch_size": "per_device_train_batch_size",
+    "eval_batch_size": "per_device_eval_batch_size",
+    "epochs": "num_train_epochs",
+    "num_epochs": "num_train_epochs",
+    "grad_accum": "gradient_accumulation_steps",
+    "accumulation_steps": "gradient_accumulation_steps",
+    "scheduler": "lr_scheduler_type",
+    "model_name_or_path": "model",
+    "dataset_name": "dataset",
+}
+UNSUPPORTED = {
+    "fp16": "mixed precision is not supported yet: training runs in float32",
+    "bf16": "mixed precision is not supported yet: training runs in float32",
+}
+
+
+def unknown_field_hint(name: str) -> str | None:
+    """What to say about an unknown field: the known name it probably means, or why it has none.
+
+    Example:
+        >>> unknown_field_hint("lr")
+        "did you mean 'learning_rate'?"
+    """
+    if name in UNSUPPORTED:
+        return UNSUPPORTED[name]
+    known = HABITS.get(name) or next(
+        iter(difflib.get_close_matches(name, list(JobSpec.model_fields), n=1, cutoff=0.75)), None
+    )
+    return f"did you mean {known!r}?" if known else None
 
 
 def example_spec() -> dict[str, object]:

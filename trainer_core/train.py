@@ -8,11 +8,13 @@ from ``output_dir/checkpoint`` when one exists, runs the backend, and writes ``m
 from __future__ import annotations
 
 import json
+import logging
 import platform
 from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from transformers.utils import logging as hf_logging
 
 from trainer_core.accumulation import micro_batches_per_epoch, optimizer_steps_per_epoch
@@ -37,6 +39,8 @@ from trainer_core.optim import build_optimizer, build_scheduler
 from trainer_core.run import TrainingRun
 from trainer_core.spec import JobSpec
 from trainer_core.stopping import TrainingPreempted
+
+log = logging.getLogger(__name__)
 
 
 def resolve_device(spec: JobSpec) -> torch.device:
@@ -114,6 +118,21 @@ def _start_info(ctx: RunContext) -> dict[str, Any]:
     }
 
 
+def _log_start(ctx: RunContext, info: dict[str, Any]) -> None:
+    spec = ctx.spec
+    log.info(
+        "start: %s on %s, %s backend, device %s, %d parameters; effective batch %d "
+        "(micro-batch %d x K %d); %d train rows, %d eval rows; %d optimizer steps "
+        "(%d per epoch, %d epochs)%s",
+        spec.model, spec.dataset, spec.backend, info["device"], info["num_parameters"],
+        spec.effective_batch_size, spec.per_device_train_batch_size,
+        spec.gradient_accumulation_steps, info["num_train_samples"], info["num_eval_samples"],
+        info["total_steps"], info["steps_per_epoch"], spec.num_train_epochs,
+        f"; resuming at epoch {ctx.start_epoch + 1}, step {ctx.start_global_step}"
+        if ctx.start_global_step or ctx.start_epoch else "",
+    )  # fmt: skip
+
+
 def _finish(
     ctx: RunContext, run: TrainingRun, status: Status, info: dict[str, Any]
 ) -> dict[str, Any]:
@@ -123,8 +142,13 @@ def _finish(
         "optimizer_steps": run.global_step,
         "epochs_completed": len(run.metrics),
         "final_metrics": run.metrics[-1] if run.metrics else None,
+        "train_seconds": round(sum(m.get("train_seconds", 0.0) for m in run.metrics), 4),
         **info,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__},
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+        },
     }
     if not ctx.world.is_main:
         return summary  # rank 0 writes the run's files
@@ -157,6 +181,7 @@ def train(
             out.writelines(json.dumps(m) + "\n" for m in ctx.resume_state.get("metrics", []))
     run = TrainingRun(ctx, callback, should_stop, progress_bar)
     info = _start_info(ctx)
+    _log_start(ctx, info)
     callback.on_start(info)
     status: Status = "completed"
     try:
@@ -175,4 +200,5 @@ def train(
         run.close()
     summary = _finish(ctx, run, status, info)
     barrier(ctx.world)  # the final model is on disk before any rank reports the run done
+    log.info("%s after %d optimizer steps", status, run.global_step)
     return TrainResult(status=status, metrics=run.metrics, summary=summary, output_dir=output_dir)
