@@ -6,8 +6,9 @@ who is live and consumes what (``inspect().active_queues()``, a broadcast answer
 ``INSPECT_TIMEOUT_S``). The answer is cached per process for ``CACHE_S``, and a one-process job
 is never checked: any worker holds it, and its POST pays nothing.
 
-``largest_live_device_set`` is the one seam to a worker registry: the lead can answer it from the
-``workers`` table of issue 11 instead of the broadcast.
+``largest_live_device_set`` is the one seam to a worker registry. The ``workers`` table lists each
+live worker's device nodes but not its ``GRADACC_DEVICES`` (the gloo processes of a CPU worker);
+with that number in a column, this function can read the table instead of the broadcast.
 """
 
 from __future__ import annotations
