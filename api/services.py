@@ -13,6 +13,7 @@ from sqlalchemy import Engine, Row, bindparam, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from gradacc.capacity import check_devices
 from gradacc.errors import (
     IdempotencyConflict,
     JobActive,
@@ -46,6 +47,7 @@ def create_job(
     key already used by this tenant, returns that job (same spec) or raises (another spec).
     A failed enqueue leaves the job for the reconciler."""
     check_spec_allowed(spec, settings)
+    check_devices(spec, celery, settings)
     payload = spec.model_dump(mode="json")
     request_hash = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
     if idempotency_key is not None:
@@ -87,7 +89,7 @@ def create_job(
 
 def _enqueue(session: Session, *, job: Job, celery: Celery, settings: Settings) -> None:
     try:
-        enqueue_job(celery, settings, job.id)
+        enqueue_job(celery, settings, job.id, JobSpec.model_validate(job.spec).num_processes)
     except Exception as exc:  # the broker is down: the row is safe, the reconciler retries
         log.warning("enqueue of %s failed (%s); the reconciler will retry", job.id, exc)
         job.enqueued_at = None

@@ -52,6 +52,7 @@ def run_command(args: argparse.Namespace) -> int:
         for line in spec_errors(exc):
             print(f"invalid spec: {line}", file=sys.stderr)
         return EXIT_BAD_SPEC
+    from trainer_core.distributed import launched_world, leave
     from trainer_core.errors import JobError  # imports below pull in torch: after validation
     from trainer_core.train import train
 
@@ -61,6 +62,10 @@ def run_command(args: argparse.Namespace) -> int:
     except JobError as exc:
         print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
         return EXIT_JOB_ERROR
+    finally:
+        leave(launched_world())  # under torchrun: every rank runs this command
+    if not launched_world().is_main:
+        return 0  # rank 0 prints the results
     print(json.dumps(result.summary.get("final_metrics"), indent=2))
     print(f"{result.status}: outputs in {args.output_dir}", file=sys.stderr)
     return 0

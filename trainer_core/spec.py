@@ -122,6 +122,21 @@ class JobSpec(BaseModel):
         description="Classification only (none for causal-lm); defaults to 'label'",
         examples=["label"],
     )
+    num_processes: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Data-parallel world size: processes (one per GPU, or gloo CPU processes) "
+        "over all machines; the effective batch is micro-batch x K x num_processes",
+        examples=[1],
+    )
+    num_machines: int = Field(
+        default=1,
+        ge=1,
+        le=128,
+        description="Machines the processes are spread over (num_processes must be a multiple)",
+        examples=[1],
+    )
     per_device_train_batch_size: MicroBatch | Literal["auto"] = Field(
         default=8,
         description="Samples per micro-batch, or 'auto': the largest that fits the memory "
@@ -291,6 +306,7 @@ class JobSpec(BaseModel):
             info.data["per_device_train_batch_size"],
             info.data.get("gradient_accumulation_steps"),
             value,
+            world=info.data.get("num_processes", 1),
         )
 
     @field_validator("mixed_precision")
@@ -309,13 +325,26 @@ class JobSpec(BaseModel):
         b = self.per_device_train_batch_size
         if b != "auto" and self.gradient_accumulation_steps is None:
             assert self.effective_batch_size is not None  # resolved with b
-            # Derived, not chosen: K = effective / micro-batch (x world size, here 1).
-            object.__setattr__(self, "gradient_accumulation_steps", self.effective_batch_size // b)
+            # Derived, not chosen: K = effective / (micro-batch x world size).
+            k = self.effective_batch_size // (b * self.num_processes)
+            object.__setattr__(self, "gradient_accumulation_steps", k)
         return self
 
     @property
     def auto_micro_batch(self) -> bool:
         return self.per_device_train_batch_size == "auto"
+
+    @field_validator("num_machines")
+    @classmethod
+    def _machines_divide_processes(cls, value: int, info: ValidationInfo) -> int:
+        processes = info.data.get("num_processes", 1)
+        if processes % value:
+            raise ValueError(f"num_processes ({processes}) must be a multiple of num_machines")
+        return value
+
+    @property
+    def processes_per_machine(self) -> int:
+        return self.num_processes // self.num_machines
 
     @property
     def resolved_label_column(self) -> str | None:
