@@ -1,4 +1,4 @@
-"""The ``gradacc`` command: serve, worker, migrate, create-api-key, demo."""
+"""The ``gradacc`` command: serve, worker, migrate, create-api-key, demo, cache."""
 
 from __future__ import annotations
 
@@ -26,12 +26,14 @@ def _parser() -> argparse.ArgumentParser:
     demo = subcommands.add_parser("demo", help="serve, train a demo job per backend and K, stop")
     demo.add_argument("--port", type=int, default=0, help="default: any free port")
     demo.add_argument("--workers", type=int, default=2)
+    cache = subcommands.add_parser("cache", help="the tokenized-data cache: show or clear it")
+    cache.add_argument("action", choices=("show", "clear"))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    quiet = args.command in ("demo", "create-api-key")  # these print their own output
+    quiet = args.command in ("demo", "create-api-key", "cache")  # these print their own output
     logging.basicConfig(
         level=logging.WARNING if quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
@@ -52,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "create-api-key":
         return _create_api_key(settings, tenant=args.tenant)
+    if args.command == "cache":
+        from commands.cache import cache_command
+
+        return cache_command(settings, action=args.action)
     from commands.demo import run_demo
 
     return run_demo(settings, port=args.port, workers=args.workers)

@@ -42,6 +42,12 @@ class Settings(BaseSettings):
     fork_server: bool = Field(
         default=True, validation_alias=AliasChoices("gradacc_fork_server", "gradacc_warm_standby")
     )
+    # Tokenized datasets are cached under ``home/cache/data`` (trainer_core/cache.py) up to this
+    # size; the least recently used entries go first. ``gradacc cache`` shows and clears it.
+    data_cache_max_bytes: int = Field(default=20 * 1024**3, ge=0)
+    # DataLoader worker processes per training process that build batches off the training
+    # thread; 0 builds them on it.
+    loader_workers: int = Field(default=1, ge=0, le=64)
     # After SIGTERM to a cancelled job's process group, SIGKILL follows this long after.
     kill_grace_s: float = Field(default=3.0, ge=0)
 
@@ -68,6 +74,10 @@ class Settings(BaseSettings):
     @property
     def jobs_dir(self) -> Path:
         return self.home / "jobs"
+
+    @property
+    def data_cache_dir(self) -> Path:
+        return self.home / "cache" / "data"
 
     @property
     def broker_dir(self) -> Path:

@@ -15,6 +15,8 @@ from trainer_core.data import JobData
 from trainer_core.loader import EpochLoader
 from trainer_core.spec import JobSpec
 
+SAVE_POLICY_FIELDS = {"save_strategy", "save_steps", "save_interval_seconds", "save_total_limit"}
+
 
 @dataclass
 class RunContext:
@@ -38,8 +40,10 @@ class RunContext:
 
     @property
     def fingerprint(self) -> str:
-        """Identifies the spec a checkpoint belongs to: resuming under another spec is refused."""
-        return hashlib.sha256(self.spec.model_dump_json().encode()).hexdigest()[:16]
+        """Identifies the spec a checkpoint belongs to: resuming under another spec is refused.
+        The checkpoint policy is left out: changing how often to save changes no result."""
+        spec_json = self.spec.model_dump_json(exclude=SAVE_POLICY_FIELDS)
+        return hashlib.sha256(spec_json.encode()).hexdigest()[:16]
 
     @property
     def causal(self) -> bool:

@@ -18,8 +18,8 @@ from tqdm import tqdm
 from transformers import TrainerState
 
 from trainer_core.accumulation import micro_batches_per_epoch
+from trainer_core.async_checkpoint import CheckpointWriter, SavePolicy
 from trainer_core.callbacks import StopCheck, TrainingCallback
-from trainer_core.checkpoint import save_checkpoint
 from trainer_core.context import RunContext
 from trainer_core.evaluation import evaluate
 from trainer_core.metering import LossMeter, peak_memory_bytes
@@ -66,6 +66,12 @@ class TrainingRun:
         self.epoch = ctx.start_epoch
         self.micro_step = ctx.start_micro_step
         self.meter = LossMeter(ctx.device, ctx.resume_state)
+        # Saves are written in the background (the training thread only copies the state).
+        self.writer = CheckpointWriter(ctx.checkpoint_dir, keep=ctx.spec.save_total_limit)
+        self.save_policy = SavePolicy(ctx.spec)
+        self.micro_per_epoch = micro_batches_per_epoch(
+            len(ctx.data.train), ctx.spec.per_device_train_batch_size
+        )
         # The last micro-batch closed its window in the plan, and no optimizer step followed yet.
         self._plan_closed_window = False
         if ctx.device.type == "cuda":
@@ -118,7 +124,11 @@ class TrainingRun:
         )
         if self.stop.preempt_requested:
             self.save(epoch=self.epoch, micro_step=self.micro_step)
+            self.writer.wait()  # on disk before the process reports "preempted" and exits
             raise TrainingPreempted
+        # A mid-epoch save; the window that ends the epoch is saved by end_epoch instead.
+        if self.micro_step < self.micro_per_epoch and self.save_policy.after_step(self.global_step):
+            self.save(epoch=self.epoch, micro_step=self.micro_step)
 
     def _check_window(self, *, library_stepped: bool) -> None:
         """The library steps exactly where the plan closes a window: right after the window's
@@ -160,7 +170,9 @@ class TrainingRun:
         with (ctx.output_dir / "metrics.jsonl").open("a") as out:
             out.write(json.dumps(record) + "\n")
         self.callback.on_epoch_end(record)
-        self.save(epoch=self.epoch + 1, micro_step=0)
+        last = self.epoch + 1 == ctx.spec.num_train_epochs
+        if self.save_policy.at_epoch_end(last_epoch=last):
+            self.save(epoch=self.epoch + 1, micro_step=0)
         return record
 
     def save(self, *, epoch: int, micro_step: int) -> None:
@@ -183,17 +195,19 @@ class TrainingRun:
             "backend": ctx.spec.backend,
             "spec": ctx.fingerprint,
         }
-        save_checkpoint(
-            ctx.checkpoint_dir,
+        self.writer.save(
             model=ctx.model,
             optimizer=ctx.optimizer,
             scheduler=ctx.scheduler,
             trainer_state=trainer_state,
             state=state,
         )
+        self.save_policy.saved()
         self.callback.on_checkpoint(
             {"path": str(ctx.checkpoint_dir), "epoch": epoch, "step": self.global_step}
         )
 
     def close(self) -> None:
+        """Wait for a checkpoint still being written (it must not be lost at exit)."""
         self.bar.close()
+        self.writer.wait()

@@ -19,6 +19,7 @@ BUILTIN_DATASETS = {"builtin:sentiment": True, "builtin:tiny-stories": False}
 
 Task = Literal["sequence-classification", "causal-lm"]
 Backend = Literal["pytorch", "accelerate", "trainer"]
+SaveStrategy = Literal["epoch", "steps", "no"]
 SchedulerType = Literal[
     "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup"
 ]
@@ -93,6 +94,19 @@ class JobSpec(BaseModel):
     max_eval_samples: PositiveInt | None = None
     validation_split_percentage: int = Field(default=10, ge=1, le=50)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # Checkpoint policy, as in TrainingArguments; preemption and the end of training always save.
+    save_strategy: SaveStrategy = Field(
+        default="epoch", description="epoch: every epoch's end; steps: every save_steps; no"
+    )
+    save_steps: int = Field(default=500, ge=1, le=10_000_000)
+    save_interval_seconds: float = Field(
+        default=600.0,
+        ge=0,
+        le=7 * 24 * 3600,
+        description="Also save at the first window boundary this long after the last save "
+        "(not with save_strategy 'no'); 0 disables",
+    )
+    save_total_limit: int = Field(default=1, ge=1, le=100, description="Checkpoints kept")
 
     @field_validator("model")
     @classmethod

@@ -17,6 +17,7 @@ from transformers.utils import logging as hf_logging
 
 from trainer_core.accumulation import micro_batches_per_epoch, optimizer_steps_per_epoch
 from trainer_core.backends import get_backend
+from trainer_core.cache import DataCache
 from trainer_core.callbacks import (
     NULL_CALLBACK,
     Status,
@@ -46,16 +47,24 @@ def resolve_device(spec: JobSpec) -> torch.device:
     return torch.device(spec.device)
 
 
-def _build_context(spec: JobSpec, output_dir: Path, resume: bool) -> RunContext:
+def _build_context(
+    spec: JobSpec,
+    output_dir: Path,
+    resume: bool,
+    data_cache: DataCache | None = None,
+    workers: int = 1,
+) -> RunContext:
     device = resolve_device(spec)
     tokenizer = load_tokenizer(spec)
-    data = load_job_data(spec, tokenizer)
+    data = load_job_data(spec, tokenizer, data_cache)
     model = load_model(spec, tokenizer, data.label_names)
     model.to(device)  # type: ignore[arg-type]
     pad_id = int(tokenizer.pad_token_id)  # load_tokenizer guarantees a pad token
     b, k = spec.per_device_train_batch_size, spec.gradient_accumulation_steps
     loader = EpochLoader(
-        EpochPlan(data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=pad_id)
+        EpochPlan(data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=pad_id),
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
     )
     steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b, k)
     total_steps = steps_per_epoch * spec.num_train_epochs
@@ -124,11 +133,22 @@ def train(
     should_stop: StopCheck = never_stop,
     resume: bool = True,
     progress_bar: bool = False,
+    data_cache: DataCache | None = None,
+    loader_workers: int = 1,
 ) -> TrainResult:
+    """Train one job; see the module docstring. ``data_cache`` keeps the tokenized data between
+    jobs and resumes (without one it lives in a temporary folder); ``loader_workers`` processes
+    build the batches off the training thread (0: on it).
+
+    Example:
+        >>> from trainer_core.cache import DataCache
+        >>> spec = JobSpec(model="builtin:tiny-bert", dataset="builtin:sentiment")
+        >>> result = train(spec, Path("out"), data_cache=DataCache(Path("cache")))  # doctest: +SKIP
+    """
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # "Writing model shards" bars on every checkpoint
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    ctx = _build_context(spec, output_dir, resume)
+    ctx = _build_context(spec, output_dir, resume, data_cache, loader_workers)
     # metrics.jsonl holds exactly the epochs the checkpoint has seen (a crash may have left more).
     with (output_dir / "metrics.jsonl").open("w") as out:
         out.writelines(json.dumps(m) + "\n" for m in ctx.resume_state.get("metrics", []))

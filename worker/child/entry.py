@@ -45,6 +45,9 @@ def main(argv: list[str]) -> int:
             callback=callback,
             should_stop=StopPoller(settings, job_id),
             threads=settings.train_threads,
+            data_cache_dir=settings.data_cache_dir,
+            data_cache_max_bytes=settings.data_cache_max_bytes,
+            loader_workers=settings.loader_workers,
         )
     except JobError as exc:
         code, message = exc.code, exc.message

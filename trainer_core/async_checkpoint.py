@@ -1,0 +1,179 @@
+"""Checkpoints that do not stall training: copy the state off the device, write it in the background.
+
+The training thread pays only for ``snapshot`` (a copy of the weights, the optimizer's state and the
+RNG states to CPU memory, so the next optimizer step cannot change what is being written); a
+background thread writes the files in the layout of ``trainer_core.checkpoint`` and swaps them in
+by rename. At most one write is in flight: a save waits for the previous one first, so checkpoints
+land in order and memory holds at most two snapshots. A ``kill -9`` during a write leaves only a
+``.tmp`` folder, and the previous checkpoint is the one a resume reads.
+
+Keep the last N (``save_total_limit``): the newest is always ``checkpoint/`` (what a resume and
+the Trainer read); older ones are renamed ``checkpoint-<global step>/`` and pruned beyond N.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from transformers import PreTrainedModel, TrainerState
+
+from trainer_core.checkpoint import STATE_FILE, _rng_state
+from trainer_core.spec import JobSpec
+
+
+def _to_cpu(value: Any) -> Any:
+    """A deep copy in which every tensor is a CPU tensor that training no longer touches."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    weights: dict[str, torch.Tensor]
+    config_json: str
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    rng: dict[str, Any]
+    trainer_state: TrainerState
+    state: dict[str, Any]
+
+
+def snapshot(
+    *,
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    trainer_state: TrainerState,
+    state: dict[str, Any],
+) -> Snapshot:
+    weights: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in model.state_dict().items():
+        # Tied weights (GPT-2's lm_head = wte) are stored once, as save_pretrained does.
+        if tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        weights[name] = tensor.detach().to("cpu", copy=True).contiguous()
+    return Snapshot(
+        weights=weights,
+        config_json=model.config.to_json_string(),
+        optimizer=_to_cpu(optimizer.state_dict()),
+        scheduler=_to_cpu(scheduler.state_dict()),
+        rng=_rng_state(),
+        trainer_state=trainer_state,
+        state=json.loads(json.dumps(state)),  # frozen now: the run keeps appending metrics
+    )
+
+
+def write_files(folder: Path, snap: Snapshot) -> None:
+    save_file(snap.weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(snap.config_json)
+    torch.save(snap.optimizer, folder / "optimizer.pt")
+    torch.save(snap.scheduler, folder / "scheduler.pt")
+    torch.save(snap.rng, folder / "rng_state.pth")
+    snap.trainer_state.save_to_json(str(folder / "trainer_state.json"))
+    (folder / STATE_FILE).write_text(json.dumps(snap.state))  # last: marks the folder complete
+
+
+def _step_of(folder: Path) -> int:
+    try:
+        return int(json.loads((folder / STATE_FILE).read_text())["global_step"])
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def install(path: Path, snap: Snapshot, keep: int) -> None:
+    """Write ``snap`` beside ``path`` and swap it in by rename; keep ``keep`` checkpoints."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)  # what a killed write left behind
+    tmp.mkdir(parents=True)
+    write_files(tmp, snap)
+    old = path.with_name(path.name + ".old")
+    if path.exists():
+        path.rename(old)  # a crash from here on: recover_interrupted_swap restores ``old``
+    tmp.rename(path)
+    if old.exists():
+        if keep > 1:
+            old.rename(path.with_name(f"{path.name}-{_step_of(old)}"))
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+    older = sorted(path.parent.glob(f"{path.name}-*"), key=_step_of, reverse=True)
+    for stale in older[max(keep - 1, 0) :]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+class CheckpointWriter:
+    """Writes snapshots to ``path`` in a background thread (or inline when not asynchronous)."""
+
+    def __init__(self, path: Path, *, keep: int = 1, asynchronous: bool = True) -> None:
+        self.path, self.keep, self.asynchronous = path, keep, asynchronous
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.stalls: list[float] = []  # seconds the training thread was blocked, per save
+
+    def save(self, **parts: Any) -> None:
+        started = time.perf_counter()
+        snap = snapshot(**parts)
+        self.wait()  # one write in flight: checkpoints land in order
+        if self.asynchronous:
+            self._thread = threading.Thread(target=self._write, args=(snap,), name="checkpoint")
+            self._thread.start()
+        else:
+            install(self.path, snap, self.keep)
+        self.stalls.append(time.perf_counter() - started)
+
+    def _write(self, snap: Snapshot) -> None:
+        try:
+            install(self.path, snap, self.keep)
+        except BaseException as exc:  # handed to the training thread at its next save or wait
+            self._error = exc
+
+    def wait(self) -> None:
+        """Block until the write in flight is on disk; raise what it failed with."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+
+class SavePolicy:
+    """When to checkpoint, as ``TrainingArguments`` says it (``save_strategy`` "epoch", "steps" or
+    "no", ``save_steps``), plus a save at the first window boundary after
+    ``save_interval_seconds`` without one (unless "no"). Preemption and the end always save."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.strategy, self.steps = spec.save_strategy, spec.save_steps
+        self.interval = spec.save_interval_seconds
+        self._last = time.monotonic()
+
+    def _time_due(self) -> bool:
+        return (
+            self.strategy != "no"
+            and self.interval > 0
+            and time.monotonic() - self._last >= self.interval
+        )
+
+    def after_step(self, global_step: int) -> bool:
+        steps_due = self.strategy == "steps" and global_step % self.steps == 0
+        return steps_due or self._time_due()
+
+    def at_epoch_end(self, last_epoch: bool) -> bool:
+        return last_epoch or self.strategy == "epoch" or self._time_due()
+
+    def saved(self) -> None:
+        self._last = time.monotonic()
