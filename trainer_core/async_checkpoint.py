@@ -116,39 +116,51 @@ def install(path: Path, snap: Snapshot, keep: int) -> None:
 
 
 class CheckpointWriter:
-    """Writes snapshots to ``path`` in a background thread (or inline when not asynchronous)."""
+    """Writes snapshots to ``path`` in a background thread (or inline when not asynchronous).
+
+    ``collect`` hands back the ``info`` of each save once it is on disk, so the caller reports a
+    checkpoint only when a resume could use it."""
 
     def __init__(self, path: Path, *, keep: int = 1, asynchronous: bool = True) -> None:
         self.path, self.keep, self.asynchronous = path, keep, asynchronous
         self._thread: threading.Thread | None = None
+        self._pending: dict[str, Any] | None = None
         self._error: BaseException | None = None
         self.stalls: list[float] = []  # seconds the training thread was blocked, per save
 
-    def save(self, **parts: Any) -> None:
+    def save(self, info: dict[str, Any], **parts: Any) -> list[dict[str, Any]]:
+        """Start writing; returns the infos of saves that completed meanwhile."""
         started = time.perf_counter()
         snap = snapshot(**parts)
-        self.wait()  # one write in flight: checkpoints land in order
+        done = self.collect(block=True)  # one write in flight: checkpoints land in order
+        self._pending = info
         if self.asynchronous:
             self._thread = threading.Thread(target=self._write, args=(snap,), name="checkpoint")
             self._thread.start()
         else:
             install(self.path, snap, self.keep)
         self.stalls.append(time.perf_counter() - started)
+        return done if self.asynchronous else [*done, *self.collect(block=True)]
 
     def _write(self, snap: Snapshot) -> None:
         try:
             install(self.path, snap, self.keep)
-        except BaseException as exc:  # handed to the training thread at its next save or wait
+        except BaseException as exc:  # handed to the training thread when it collects
             self._error = exc
 
-    def wait(self) -> None:
-        """Block until the write in flight is on disk; raise what it failed with."""
+    def collect(self, *, block: bool) -> list[dict[str, Any]]:
+        """The info of the save in flight if it is on disk (waiting for it when ``block``);
+        raises what the write failed with."""
         if self._thread is not None:
+            if not block and self._thread.is_alive():
+                return []
             self._thread.join()
             self._thread = None
         if self._error is not None:
-            error, self._error = self._error, None
+            error, self._error, self._pending = self._error, None, None
             raise error
+        done, self._pending = self._pending, None
+        return [done] if done is not None else []
 
 
 class SavePolicy:

@@ -124,8 +124,9 @@ class TrainingRun:
         )
         if self.stop.preempt_requested:
             self.save(epoch=self.epoch, micro_step=self.micro_step)
-            self.writer.wait()  # on disk before the process reports "preempted" and exits
+            self.report_checkpoints(block=True)  # on disk before the process says "preempted"
             raise TrainingPreempted
+        self.report_checkpoints(block=False)
         # A mid-epoch save; the window that ends the epoch is saved by end_epoch instead.
         if self.micro_step < self.micro_per_epoch and self.save_policy.after_step(self.global_step):
             self.save(epoch=self.epoch, micro_step=self.micro_step)
@@ -195,7 +196,9 @@ class TrainingRun:
             "backend": ctx.spec.backend,
             "spec": ctx.fingerprint,
         }
-        self.writer.save(
+        info = {"path": str(ctx.checkpoint_dir), "epoch": epoch, "step": self.global_step}
+        done = self.writer.save(
+            info,
             model=ctx.model,
             optimizer=ctx.optimizer,
             scheduler=ctx.scheduler,
@@ -203,11 +206,15 @@ class TrainingRun:
             state=state,
         )
         self.save_policy.saved()
-        self.callback.on_checkpoint(
-            {"path": str(ctx.checkpoint_dir), "epoch": epoch, "step": self.global_step}
-        )
+        for earlier in done:
+            self.callback.on_checkpoint(earlier)
+
+    def report_checkpoints(self, *, block: bool) -> None:
+        """Report each checkpoint once it is on disk (the writer works in the background)."""
+        for info in self.writer.collect(block=block):
+            self.callback.on_checkpoint(info)
 
     def close(self) -> None:
         """Wait for a checkpoint still being written (it must not be lost at exit)."""
         self.bar.close()
-        self.writer.wait()
+        self.report_checkpoints(block=True)
