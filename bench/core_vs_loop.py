@@ -5,6 +5,8 @@ policy (every epoch, written in the background). The hand-written loop is what a
 tokenize in one call, a shuffling DataLoader, the model's mean loss / K, clip, step, an eval pass
 per epoch and the final ``save_pretrained``, no checkpoints. Both are timed from process start to
 exit, interleaved, REPEATS times; the ratio is hand time / core time (1.0: the core costs nothing).
+Both run one torch thread (``OMP_NUM_THREADS=1``): on a shared 2-core machine two spinning OpenMP
+threads slow a tiny model's steps by up to ~9x, at random, which would drown the difference.
 
     .venv/bin/python bench/core_vs_loop.py [--repeats 3]
 """
@@ -71,7 +73,8 @@ def hand_loop(spec_file: Path, out: Path) -> None:
 def _timed(cmd: list[str]) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=HERE.parent)  # fmt: skip
+                   env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+                   cwd=HERE.parent)  # fmt: skip
     return time.perf_counter() - start
 
 

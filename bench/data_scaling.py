@@ -6,7 +6,7 @@ b 8, K 4) with a ``DataCache`` and stops at the first optimizer step. Printed pe
 ``train()`` to the first step, rows/s of that (cold: tokenization dominates), growth of the peak
 RSS over the RSS before ``train()``, and the anonymous (non-file-backed) RSS growth at the first
 step. Memory-mapped Arrow pages count in RSS as file-backed pages the kernel can drop; the
-``datasets.map`` worker processes are not counted here.
+``datasets.map`` worker processes are not counted here. Torch runs one thread (see ``child``).
 
     .venv/bin/python bench/data_scaling.py --rows 25000,100000,400000,1600000
 """
@@ -54,8 +54,12 @@ def _status() -> dict[str, int]:
 
 
 def child(csv: Path, cache_dir: Path) -> None:
-    import torch  # noqa: F401  # imports are not what is measured
+    import torch  # imports are not what is measured
     import transformers  # noqa: F401
+
+    # One torch thread: on a shared 2-core box two spinning OpenMP threads made a tiny model's
+    # steps ~9x slower (measured), which would drown what this measures.
+    torch.set_num_threads(1)
 
     from trainer_core.cache import DataCache
     from trainer_core.callbacks import StopRequest, TrainingCallback
