@@ -23,7 +23,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, TrainerState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from trainer_core.async_checkpoint import CheckpointWriter, install, snapshot
+from trainer_core.async_checkpoint import CheckpointWriter, Staging, install, snapshot
 from trainer_core.checkpoint import save_checkpoint
 
 SIZES = {  # n_embd, n_layer, vocab -> about this many parameters
@@ -68,7 +68,7 @@ def main() -> int:
                 writer.save({}, **parts)
                 stall.append(writer.stalls[-1])
                 writer.collect(block=True)  # the next save starts with no write in flight
-            snap = snapshot(**parts)  # type: ignore[arg-type]
+            snap = snapshot(staging=Staging(), **parts)  # type: ignore[arg-type]
             start = time.perf_counter()  # what the background thread does, timed on its own
             install(Path(out) / "alone", snap, 1)
             write = time.perf_counter() - start
