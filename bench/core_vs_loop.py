@@ -86,7 +86,7 @@ def main() -> int:
     if args.hand:
         hand_loop(*args.hand)
         return 0
-    core, hand = [], []
+    core, hand, stalls = [], [], []
     with tempfile.TemporaryDirectory() as scratch:
         spec_file = Path(scratch) / "spec.json"
         spec_file.write_text(json.dumps(SPEC))
@@ -94,17 +94,17 @@ def main() -> int:
             out = Path(scratch) / f"core{i}"
             core.append(_timed([sys.executable, "-m", "trainer_core", "run", str(spec_file),
                                 "--output-dir", str(out)]))  # fmt: skip
+            summary = json.loads((out / "summary.json").read_text())
+            stalls.append((summary["checkpoints_saved"], summary["checkpoint_stall_seconds"]))
             (Path(scratch) / f"hand{i}").mkdir()
             hand.append(_timed([sys.executable, __file__, "--hand", str(spec_file),
                                 str(Path(scratch) / f"hand{i}")]))  # fmt: skip
-    print("| run | core (s) | hand-written (s) | hand / core |")
-    print("|---|---|---|---|")
-    for i, (c, h) in enumerate(zip(core, hand, strict=True)):
-        print(f"| {i + 1} | {c:.2f} | {h:.2f} | {h / c:.3f} |")
-    ratio = statistics.median(hand) / statistics.median(core)
-    print(
-        f"| median | {statistics.median(core):.2f} | {statistics.median(hand):.2f} | {ratio:.3f} |"
-    )
+    print("| run | core (s) | hand-written (s) | hand / core | core's checkpoints: saves, stall |")
+    print("|---|---|---|---|---|")
+    for i, (c, h, (n, stall)) in enumerate(zip(core, hand, stalls, strict=True)):
+        print(f"| {i + 1} | {c:.2f} | {h:.2f} | {h / c:.3f} | {n}, {stall:.3f} s |")
+    ratio = statistics.median(h / c for c, h in zip(core, hand, strict=True))
+    print(f"| median of the pairs | | | {ratio:.3f} | |")
     return 0
 
 

@@ -46,8 +46,9 @@ class Settings(BaseSettings):
     # size; the least recently used entries go first. ``gradacc cache`` shows and clears it.
     data_cache_max_bytes: int = Field(default=20 * 1024**3, ge=0)
     # DataLoader worker processes per training process that build batches off the training
-    # thread; 0 builds them on it.
-    loader_workers: int = Field(default=1, ge=0, le=64)
+    # thread; 0 builds them on it. Unset: 1 on a GPU, 0 on a CPU (where a worker competes with
+    # the training for the same cores).
+    loader_workers: int | None = Field(default=None, ge=0, le=64)
     # After SIGTERM to a cancelled job's process group, SIGKILL follows this long after.
     kill_grace_s: float = Field(default=3.0, ge=0)
 

@@ -52,7 +52,7 @@ def _build_context(
     output_dir: Path,
     resume: bool,
     data_cache: DataCache | None = None,
-    workers: int = 1,
+    workers: int | None = None,
 ) -> RunContext:
     device = resolve_device(spec)
     tokenizer = load_tokenizer(spec)
@@ -61,6 +61,11 @@ def _build_context(
     model.to(device)  # type: ignore[arg-type]
     pad_id = int(tokenizer.pad_token_id)  # load_tokenizer guarantees a pad token
     b, k = spec.per_device_train_batch_size, spec.gradient_accumulation_steps
+    if workers is None:
+        # On a GPU the CPU is free while the device computes: build batches beside it. On a CPU
+        # a worker takes cores from the training itself: on this 2-core box it made a 40-epoch
+        # tiny job ~4 s slower (9.2 vs 13.5 s), so batches are built inline there.
+        workers = 1 if device.type == "cuda" else 0
     loader = EpochLoader(
         EpochPlan(data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=pad_id),
         num_workers=workers,
@@ -114,6 +119,9 @@ def _finish(
         "optimizer_steps": run.global_step,
         "epochs_completed": len(run.metrics),
         "final_metrics": run.metrics[-1] if run.metrics else None,
+        # What checkpointing cost the training thread (the writes themselves run beside it).
+        "checkpoints_saved": len(run.writer.stalls),
+        "checkpoint_stall_seconds": round(sum(run.writer.stalls), 4),
         **info,
         "versions": {"python": platform.python_version(), "torch": torch.__version__},
     }
@@ -134,11 +142,11 @@ def train(
     resume: bool = True,
     progress_bar: bool = False,
     data_cache: DataCache | None = None,
-    loader_workers: int = 1,
+    loader_workers: int | None = None,
 ) -> TrainResult:
     """Train one job; see the module docstring. ``data_cache`` keeps the tokenized data between
     jobs and resumes (without one it lives in a temporary folder); ``loader_workers`` processes
-    build the batches off the training thread (0: on it).
+    build the batches off the training thread (0: on it; default: 1 on a GPU, 0 on a CPU).
 
     Example:
         >>> from trainer_core.cache import DataCache

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.trainer_core.helpers import CAUSAL, final_weights, make_spec, max_abs_diff, run
 from trainer_core import data as data_module
 from trainer_core.accumulation import epoch_order, plan_epoch
 from trainer_core.cache import DataCache
@@ -163,3 +164,13 @@ def test_worker_built_batches_equal_inline_ones(tmp_path: Path) -> None:
                     else value == y[key]
                 )
                 assert same, (epoch, key)
+
+
+@pytest.mark.parametrize("backend", ["accelerate", "trainer"])
+def test_wrapped_loaders_train_alike_with_a_worker(tmp_path: Path, backend: str) -> None:
+    """Accelerate re-wraps the loader and the Trainer calls set_epoch itself: with a worker
+    building the batches the weights are the same, bit for bit, over two epochs."""
+    spec = make_spec(CAUSAL, backend=backend, max_train_samples=40, max_eval_samples=8)
+    run(spec, tmp_path / "inline", loader_workers=0)
+    run(spec, tmp_path / "worker", loader_workers=1)
+    assert max_abs_diff(final_weights(tmp_path / "inline"), final_weights(tmp_path / "worker")) == 0

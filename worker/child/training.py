@@ -17,7 +17,7 @@ def run_training(
     threads: int = 0,
     data_cache_dir: Path | None = None,
     data_cache_max_bytes: int = 0,
-    loader_workers: int = 1,
+    loader_workers: int | None = None,
 ) -> TrainResult:
     # Imported here so the worker's parent process (and the API) never load torch.
     import torch
