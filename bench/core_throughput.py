@@ -58,11 +58,11 @@ def _setup(spec: JobSpec) -> tuple[Any, Any, JobData, DataLoader[Any], torch.opt
     model = load_model(spec, tokenizer, data.label_names)
     model.to(DEVICE)  # type: ignore[arg-type]
     if data.train.labels is None:
-        rows = [{"input_ids": ids} for ids in data.train.input_ids]
+        rows = [{"input_ids": [int(t) for t in ids]} for ids in data.train.input_ids]
         collator: Any = DataCollatorForLanguageModeling(tokenizer, mlm=False)
     else:
         rows = [
-            {"input_ids": ids, "labels": y}
+            {"input_ids": [int(t) for t in ids], "labels": y}
             for ids, y in zip(data.train.input_ids, data.train.labels, strict=True)
         ]
         collator = DataCollatorWithPadding(tokenizer)

@@ -7,7 +7,14 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = [["core_throughput.py"], ["memory_vs_k.py", "--ks", "1,2,4,8,16"], ["metrics_cost.py"]]
+SCRIPTS = [
+    ["core_throughput.py"],
+    ["memory_vs_k.py", "--ks", "1,2,4,8,16"],
+    ["metrics_cost.py"],
+    ["data_scaling.py", "--rows", "25000,100000"],
+    ["checkpoint_stall.py"],
+    ["core_vs_loop.py"],
+]
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""The ``gradacc`` command: serve, worker, migrate, create-api-key, demo."""
+"""The ``gradacc`` command: serve, worker, migrate, create-api-key, demo, cache."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     demo = subcommands.add_parser("demo", help="serve, train a demo job per backend and K, stop")
     demo.add_argument("--port", type=int, default=0, help="default: any free port")
     demo.add_argument("--workers", type=int, default=2)
+    cache = subcommands.add_parser("cache", help="the tokenized-data cache: show or clear it")
+    cache.add_argument("action", choices=("show", "clear"))
     return parser
 
 
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = get_settings()
     if getattr(args, "log_level", None):
         settings = settings.model_copy(update={"log_level": args.log_level})
-    quiet = args.command in ("demo", "create-api-key")  # these print their own output
+    quiet = args.command in ("demo", "create-api-key", "cache")  # these print their own output
     configure_logging(settings, ours=logging.WARNING if quiet else logging.INFO)
     if args.command == "serve":
         from commands.serve import serve
@@ -57,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "create-api-key":
         return _create_api_key(settings, tenant=args.tenant)
+    if args.command == "cache":
+        from commands.cache import cache_command
+
+        return cache_command(settings, action=args.action)
     from commands.demo import run_demo
 
     return run_demo(settings, port=args.port, workers=args.workers)

@@ -52,6 +52,13 @@ class Settings(BaseSettings):
     # ``gradacc serve`` and its workers: "info" prints one line per component ready and per job
     # event (libraries at WARNING); "debug" brings back every library's log and Celery's banner.
     log_level: Literal["info", "debug"] = "info"
+    # Tokenized datasets are cached under ``home/cache/data`` (trainer_core/cache.py) up to this
+    # size; the least recently used entries go first. ``gradacc cache`` shows and clears it.
+    data_cache_max_bytes: int = Field(default=20 * 1024**3, ge=0)
+    # DataLoader worker processes per training process that build batches off the training
+    # thread; 0 builds them on it. Unset: 1 on a GPU, 0 on a CPU (where a worker competes with
+    # the training for the same cores).
+    loader_workers: int | None = Field(default=None, ge=0, le=64)
     # After SIGTERM to a cancelled job's process group, SIGKILL follows this long after.
     kill_grace_s: float = Field(default=3.0, ge=0)
 
@@ -89,6 +96,10 @@ class Settings(BaseSettings):
     def files_dir(self) -> Path:
         """Uploaded files: ``files/<file id>/`` each (see ``gradacc.files``)."""
         return self.home / "files"
+
+    @property
+    def data_cache_dir(self) -> Path:
+        return self.home / "cache" / "data"
 
     @property
     def broker_dir(self) -> Path:

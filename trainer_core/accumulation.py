@@ -14,6 +14,7 @@ LM, rows for classification) of its *whole* window. Each micro-step back-propaga
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +64,8 @@ def plan_epoch(
 
 
 def collate(
-    input_ids: list[list[int]],
-    labels: list[int] | None,
+    input_ids: Sequence[Any],  # rows of token ids: lists, or numpy views of Arrow
+    labels: Sequence[int] | None,
     batch: MicroBatch,
     pad_id: int,
 ) -> dict[str, Any]:

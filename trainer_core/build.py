@@ -12,6 +12,7 @@ from transformers import PreTrainedTokenizerBase
 
 from trainer_core.accumulation import optimizer_steps_per_epoch
 from trainer_core.autobatch import choose_micro_batch
+from trainer_core.cache import DataCache
 from trainer_core.checkpoint import load_training_state, read_state
 from trainer_core.context import RunContext, spec_fingerprint
 from trainer_core.data import JobData, load_job_data
@@ -30,6 +31,7 @@ class Inputs:
     tokenizer: PreTrainedTokenizerBase
     data: JobData
     world: World  # this process's rank among the job's data-parallel processes
+    loader_workers: int  # processes that build batches off the training thread (0: on it)
 
     @property
     def pad_id(self) -> int:
@@ -67,11 +69,19 @@ def _join_world(spec: JobSpec, device: torch.device) -> tuple[World, torch.devic
     return world, device
 
 
-def load_inputs(spec: JobSpec) -> Inputs:
+def load_inputs(
+    spec: JobSpec, *, data_cache: DataCache | None = None, loader_workers: int | None = None
+) -> Inputs:
     world, device = _join_world(spec, resolve_device(spec))
     check_precision(spec.mixed_precision, device)
     tokenizer = load_tokenizer(spec)
-    return Inputs(device, tokenizer, load_job_data(spec, tokenizer), world)
+    data = load_job_data(spec, tokenizer, data_cache)
+    if loader_workers is None:
+        # On a GPU the CPU is free while the device computes: build batches beside it. On a CPU
+        # a worker takes cores from the training itself: on a 2-core box it made a 40-epoch tiny
+        # job ~4 s slower (9.2 vs 13.5 s), so batches are built inline there.
+        loader_workers = 1 if device.type == "cuda" else 0
+    return Inputs(device, tokenizer, data, world, loader_workers)
 
 
 def _micro_batch(
@@ -111,13 +121,15 @@ def build_context(
     plan = EpochPlan(
         data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=inputs.pad_id, world=world
     )
+    cuda = inputs.device.type == "cuda"
+    loader = EpochLoader(plan, num_workers=inputs.loader_workers, pin_memory=cuda)
     # ceil(ceil(n/bW)/K) = ceil(n/(b*W*K)): the same for every (b, K) of one effective batch.
     steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b * world.size, k)
     total_steps = spec.max_steps or steps_per_epoch * spec.num_train_epochs
     optimizer = build_optimizer(model, spec)
     scheduler = build_scheduler(optimizer, spec, total_steps)
     ctx = RunContext(
-        spec, data, model, inputs.pad_id, inputs.device, EpochLoader(plan), optimizer, scheduler,
+        spec, data, model, inputs.pad_id, inputs.device, loader, optimizer, scheduler,
         output_dir, steps_per_epoch, total_steps, micro_batch_size=b, accumulation=k,
         tokenizer=inputs.tokenizer, world=world,
     )  # fmt: skip

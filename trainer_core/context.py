@@ -16,10 +16,14 @@ from trainer_core.distributed import SINGLE, World
 from trainer_core.loader import EpochLoader
 from trainer_core.spec import JobSpec
 
+SAVE_POLICY_FIELDS = {"save_strategy", "save_steps", "save_interval_seconds", "save_total_limit"}
+
 
 def spec_fingerprint(spec: JobSpec) -> str:
-    """Identifies the spec a checkpoint belongs to: resuming under another spec is refused."""
-    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]
+    """Identifies the spec a checkpoint belongs to: resuming under another spec is refused.
+    The checkpoint policy is left out: changing how often to save changes no result."""
+    spec_json = spec.model_dump_json(exclude=SAVE_POLICY_FIELDS)
+    return hashlib.sha256(spec_json.encode()).hexdigest()[:16]
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -12,7 +13,7 @@ from trainer_core.data import TokenizedSplit
 from trainer_core.distributed import SINGLE, World, gather_lists, shard, sum_over_ranks
 
 
-def macro_f1(predictions: list[int], labels: list[int], num_classes: int) -> float:
+def macro_f1(predictions: list[int], labels: Sequence[int], num_classes: int) -> float:
     scores = []
     for c in range(num_classes):
         tp = sum(1 for p, y in zip(predictions, labels, strict=True) if p == c and y == c)

@@ -3,18 +3,31 @@
 The same loader feeds all three backends: the plain loop, Accelerate (``accelerator.prepare`` wraps
 it and calls ``set_epoch``), and the Trainer (which calls ``set_epoch`` itself). Item i is
 micro-batch i; the DataLoader adds no batching of its own (batch size 1, unwrapped by the collate).
+
+Batches are built off the training thread, in DataLoader worker processes that live as long as the
+loader (``persistent_workers``: no fork per epoch). A worker holds a copy of the plan from the time
+it started, so the key it is handed names the micro-batch completely: ``(epoch, index in the full
+epoch plan)``. The worker plans that epoch itself (a function of seed and epoch only) and returns
+the same micro-batch the training process would have built: the plan, and exactness, do not
+depend on who builds the batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
-from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate, epoch_order, plan_epoch
+from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate
 from trainer_core.data import TokenizedSplit
 from trainer_core.distributed import SINGLE, World, shard
+from trainer_core.epoch_index import EpochIndex, epoch_permutation
+from trainer_core.tokenized import IntColumn
+
+PlanKey = tuple[int, int]  # (epoch, micro-batch index in the epoch's full plan)
 
 
 class EpochPlan(Dataset[dict[str, Any]]):
@@ -35,8 +48,10 @@ class EpochPlan(Dataset[dict[str, Any]]):
         self.accumulation = accumulation
         self.seed = seed
         self.pad_id = pad_id
-        self.epoch = -1
-        self.plan: list[MicroBatch] = []
+        items = split.items.array if isinstance(split.items, IntColumn) else split.items
+        self._items = np.asarray(items, dtype=np.int64)
+        self._full: tuple[int, EpochIndex] | None = None  # the last epoch planned here
+        self.epoch, self.skip = -1, 0
         self._resume: tuple[int, int] | None = None
         self.set_epoch(0)
 
@@ -55,15 +70,21 @@ class EpochPlan(Dataset[dict[str, Any]]):
             skip, self._resume = self._resume[1], None
         elif epoch == self.epoch:
             return  # already planned (possibly with a resume skip): keep it
-        order = epoch_order(len(self.split), self.seed, epoch)
-        plan = plan_epoch(order, self.split.items, self.batch_size, self.accumulation)
-        self.epoch, self.plan = epoch, plan[skip:]
+        self.full_plan(epoch)
+        self.epoch, self.skip = epoch, skip
+
+    def full_plan(self, epoch: int) -> EpochIndex:
+        if self._full is None or self._full[0] != epoch:
+            order = epoch_permutation(len(self.split), self.seed, epoch)
+            self._full = (epoch, EpochIndex(order, self._items, self.batch_size, self.accumulation))
+        return self._full[1]
 
     def __len__(self) -> int:
-        return len(self.plan)
+        return len(self.full_plan(self.epoch)) - self.skip
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        micro = self.plan[index]
+    def __getitem__(self, key: int | PlanKey) -> dict[str, Any]:
+        epoch, index = key if isinstance(key, tuple) else (self.epoch, self.skip + key)
+        micro = self.full_plan(epoch)[index]
         if not self.world.distributed:
             return collate(self.split.input_ids, self.split.labels, micro, self.pad_id)
         return self._rank_share(micro)
@@ -83,17 +104,45 @@ class EpochPlan(Dataset[dict[str, Any]]):
         return batch
 
 
+class PlanKeys(Sampler[PlanKey]):
+    """The keys of the current epoch's remaining micro-batches, read when iteration starts (after
+    ``set_epoch``), so a worker started in an earlier epoch still builds the right batch."""
+
+    def __init__(self, plan: EpochPlan) -> None:
+        self.plan = plan
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __iter__(self) -> Iterator[PlanKey]:
+        plan = self.plan
+        for i in range(len(plan)):
+            yield (plan.epoch, plan.skip + i)
+
+
 def _unwrap(items: list[dict[str, Any]]) -> dict[str, Any]:
     return items[0]
 
 
 class EpochLoader(DataLoader[dict[str, Any]]):
-    """A DataLoader with ``set_epoch``, which the Trainer calls at the start of every epoch."""
+    """A DataLoader with ``set_epoch``, which the Trainer calls at the start of every epoch.
+
+    ``num_workers`` 0 builds batches on the training thread (as before); ``pin_memory`` on CUDA
+    lets the copy to the GPU overlap the compute (the backends copy with ``non_blocking``)."""
 
     dataset: EpochPlan
 
-    def __init__(self, plan: EpochPlan) -> None:
-        super().__init__(plan, batch_size=1, shuffle=False, collate_fn=_unwrap, num_workers=0)
+    def __init__(self, plan: EpochPlan, *, num_workers: int = 0, pin_memory: bool = False) -> None:
+        super().__init__(
+            plan,
+            batch_size=1,
+            sampler=PlanKeys(plan),
+            collate_fn=_unwrap,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            persistent_workers=num_workers > 0,
+            prefetch_factor=4 if num_workers > 0 else None,
+        )
 
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)

@@ -19,8 +19,8 @@ from tqdm import tqdm
 from transformers import TrainerState
 
 from trainer_core.accumulation import micro_batches_per_epoch
+from trainer_core.async_checkpoint import CheckpointWriter, SavePolicy
 from trainer_core.callbacks import StopCheck, TrainingCallback, TrainingCancelled
-from trainer_core.checkpoint import save_checkpoint
 from trainer_core.context import RunContext
 from trainer_core.distributed import agree_on_stop, barrier, sum_over_ranks
 from trainer_core.evaluation import evaluate
@@ -74,6 +74,12 @@ class TrainingRun:
         self.meter = LossMeter(ctx.device, ctx.resume_state if self.world.is_main else None)
         self.window_start = ctx.start_micro_step  # micro-steps of the epoch before this window
         self.evaluating = False
+        # Saves are written in the background (the training thread only copies the state).
+        self.writer = CheckpointWriter(ctx.checkpoint_dir, keep=ctx.spec.save_total_limit)
+        self.save_policy = SavePolicy(ctx.spec)
+        self.micro_per_epoch = micro_batches_per_epoch(
+            len(ctx.data.train), ctx.micro_batch_size * self.world.size
+        )
         # The last micro-batch closed its window in the plan, and no optimizer step followed yet.
         self._plan_closed_window = False
         if ctx.device.type == "cuda":
@@ -133,7 +139,20 @@ class TrainingRun:
         )
         if self.stop.preempt_requested:
             self.save(epoch=self.epoch, micro_step=self.micro_step)
+            self.report_checkpoints(block=True)  # on disk before the process says "preempted"
             raise TrainingPreempted
+        self.report_checkpoints(block=False)
+        # A mid-epoch save; the window that ends the epoch is saved by end_epoch instead.
+        if self.micro_step < self.micro_per_epoch and self._policy_saves_now():
+            self.save(epoch=self.epoch, micro_step=self.micro_step)
+
+    def _policy_saves_now(self) -> bool:
+        """Ranks save together (a save has collectives): a time-based policy, whose clock each rank
+        reads alone, is agreed once per window."""
+        wanted = self.save_policy.after_step(self.global_step)
+        if not self.world.distributed:
+            return wanted
+        return sum_over_ranks([float(wanted)], self.world)[0] > 0
 
     def _agree_on_stop(self) -> None:
         request = agree_on_stop(self.stop.should_stop(), self.world)
@@ -191,7 +210,9 @@ class TrainingRun:
             with (ctx.output_dir / "metrics.jsonl").open("a") as out:
                 out.write(json.dumps(record) + "\n")
         self.callback.on_epoch_end(record)
-        self.save(epoch=self.epoch + 1, micro_step=0)
+        last = self.epoch + 1 == ctx.spec.num_train_epochs
+        if self.save_policy.at_epoch_end(last_epoch=last):
+            self.save(epoch=self.epoch + 1, micro_step=0)
         return record
 
     def restart_window_with(self, micro_batch_size: int, accumulation: int) -> None:
@@ -239,28 +260,38 @@ class TrainingRun:
             "backend": ctx.spec.backend,
             "spec": ctx.fingerprint,
         }
+        info = {"path": str(ctx.checkpoint_dir), "epoch": epoch, "step": self.global_step}
+        self.save_policy.saved()
         # Every rank holds the same weights and optimizer state after a window's all-reduce:
-        # rank 0 writes them, and the others wait until the checkpoint is whole on disk.
+        # rank 0 copies them and writes them in the background; the others wait for the copy.
         if self.world.is_main:
-            self._write_checkpoint(state, trainer_state)
+            self._write_checkpoint(info, state, trainer_state)
         barrier(self.world)
 
-    def _write_checkpoint(self, state: dict[str, Any], trainer_state: TrainerState) -> None:
+    def _write_checkpoint(
+        self, info: dict[str, Any], state: dict[str, Any], trainer_state: TrainerState
+    ) -> None:
         ctx = self.ctx
-        save_checkpoint(
-            ctx.checkpoint_dir,
+        done = self.writer.save(
+            info,
             model=ctx.model,
             optimizer=ctx.optimizer,
             scheduler=ctx.scheduler,
             trainer_state=trainer_state,
             state=state,
         )
-        self.callback.on_checkpoint(
-            {"path": str(ctx.checkpoint_dir), "epoch": state["epoch"], "step": self.global_step}
-        )
+        for earlier in done:
+            self.callback.on_checkpoint(earlier)
+
+    def report_checkpoints(self, *, block: bool) -> None:
+        """Report each checkpoint once it is on disk (the writer works in the background)."""
+        for info in self.writer.collect(block=block):
+            self.callback.on_checkpoint(info)
 
     def close(self) -> None:
+        """Wait for a checkpoint still being written (it must not be lost at exit)."""
         self.bar.close()
+        self.report_checkpoints(block=True)
 
 
 def _brief(record: dict[str, Any]) -> str:

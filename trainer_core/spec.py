@@ -35,6 +35,7 @@ BUILTIN_DATASETS = {"builtin:sentiment": True, "builtin:tiny-stories": False}
 
 Task = Literal["sequence-classification", "causal-lm"]
 Backend = Literal["pytorch", "accelerate", "trainer"]
+SaveStrategy = Literal["epoch", "steps", "no"]
 SchedulerType = Literal[
     "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup"
 ]
@@ -254,6 +255,21 @@ class JobSpec(BaseModel):
         description="With lora: also save the adapters merged into a plain model",
         examples=[False],
     )
+    # Checkpoint policy, as in TrainingArguments; preemption and the end of training always save.
+    save_strategy: SaveStrategy = Field(
+        default="epoch", description="epoch: every epoch's end; steps: every save_steps; no"
+    )
+    save_steps: int = Field(
+        default=500, ge=1, le=10_000_000, description="With save_strategy 'steps'", examples=[500]
+    )
+    save_interval_seconds: float = Field(
+        default=600.0,
+        ge=0,
+        le=7 * 24 * 3600,
+        description="Also save at the first window boundary this long after the last save "
+        "(not with save_strategy 'no'); 0 disables",
+    )
+    save_total_limit: int = Field(default=1, ge=1, le=100, description="Checkpoints kept")
 
     @field_validator("model")
     @classmethod

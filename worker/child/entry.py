@@ -65,6 +65,9 @@ def train_and_record(settings: Settings, job_id: str, spec: JobSpec) -> int:
             callback=callback,
             should_stop=StopPoller(settings, job_id),
             threads=settings.train_threads,
+            data_cache_dir=settings.data_cache_dir,
+            data_cache_max_bytes=settings.data_cache_max_bytes,
+            loader_workers=settings.loader_workers,
         )
     except JobError as exc:
         log.error("job %s failed: %s: %s", job_id, exc.code, exc.message)

@@ -15,10 +15,14 @@ def run_training(
     callback: TrainingCallback,
     should_stop: StopCheck,
     threads: int = 0,
+    data_cache_dir: Path | None = None,
+    data_cache_max_bytes: int = 0,
+    loader_workers: int | None = None,
 ) -> TrainResult:
     # Imported here so the worker's parent process (and the API) never load torch.
     import torch
 
+    from trainer_core.cache import DataCache
     from trainer_core.train import train
 
     if threads > 0:
@@ -26,7 +30,15 @@ def run_training(
         torch.set_num_threads(max(1, threads // spec.processes_per_machine))
 
     # resume=True: a job handed over after its worker died continues from its last checkpoint.
+    # A shared cache: a second job or a retry on the same data skips tokenization.
+    cache = DataCache(data_cache_dir, data_cache_max_bytes) if data_cache_dir else None
     result: TrainResult = train(
-        spec, output_dir, callback=callback, should_stop=should_stop, resume=True
+        spec,
+        output_dir,
+        callback=callback,
+        should_stop=should_stop,
+        resume=True,
+        data_cache=cache,
+        loader_workers=loader_workers,
     )
     return result

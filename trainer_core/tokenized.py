@@ -1,0 +1,167 @@
+"""Tokenized rows in Arrow: written by ``datasets.map(batched=True, num_proc=...)``, read back
+memory-mapped.
+
+A split is one Arrow table with ``input_ids`` (list<int32>), ``n_items`` (int32: 1 for
+classification, ``len - 1`` for a causal LM) and, for classification, ``label`` (int32). Reading it
+maps the files: a row is a zero-copy numpy view, so a process holds O(batch) rows in Python, not
+O(dataset), and the epoch plan needs only the compact ``n_items`` column.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, overload
+
+import datasets
+import numpy as np
+import pyarrow as pa
+from tokenizers import Tokenizer
+
+LAYOUT = "layout.json"
+ROWS_PER_PROCESS = 20_000  # below this a second process costs more than it saves
+_TOKENIZERS: dict[str, Tokenizer] = {}
+
+
+class IntColumn(Sequence[int]):
+    """A read-only integer column (numpy underneath) that behaves like ``list[int]``."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.array = values
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return [int(v) for v in self.array[index]]
+        return int(self.array[index])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.array.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class ArrowRows(Sequence[np.ndarray]):
+    """Token ids per row from a (possibly chunked) Arrow list column; row i is a numpy view."""
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        self._offsets = [c.offsets.to_numpy() for c in column.chunks]
+        self._values = [c.values.to_numpy(zero_copy_only=True) for c in column.chunks]
+        self._starts = np.cumsum([0] + [len(c) for c in column.chunks])
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    @overload
+    def __getitem__(self, index: int) -> np.ndarray: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[np.ndarray]: ...
+    def __getitem__(self, index: int | slice) -> np.ndarray | list[np.ndarray]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        chunk = int(np.searchsorted(self._starts, index, side="right")) - 1
+        row = index - int(self._starts[chunk])
+        offsets = self._offsets[chunk]
+        view: np.ndarray = self._values[chunk][offsets[row] : offsets[row + 1]]
+        return view
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or len(other) != len(self):
+            return False
+        return all(np.array_equal(a, b) for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _tokenizer(tokenizer_json: str, max_length: int) -> Tokenizer:
+    key = f"{max_length}:{tokenizer_json}"
+    if key not in _TOKENIZERS:
+        tokenizer = Tokenizer.from_str(tokenizer_json)
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length)  # what tokenizer(truncation=True) does
+        _TOKENIZERS[key] = tokenizer
+    return _TOKENIZERS[key]
+
+
+def encode_batch(
+    batch: pa.Table,
+    *,
+    tokenizer_json: str,
+    max_length: int,
+    text_column: str,
+    label_column: str | None,
+    label_index: dict[str, int] | None,
+) -> pa.Table:
+    """One ``map`` batch: Arrow in, Arrow out, no Python list per row kept. A causal-LM row of
+    fewer than 2 tokens predicts nothing and is dropped."""
+    texts = batch.column(text_column).to_pylist()
+    if not all(isinstance(t, str) for t in texts):
+        raise ValueError("text_column: every row must hold a string")
+    ids = [e.ids for e in _tokenizer(tokenizer_json, max_length).encode_batch_fast(texts)]
+    lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lengths.sum()))
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int32)
+    rows = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
+    if label_index is None:
+        keep = lengths >= 2
+        return pa.table({"input_ids": rows, "n_items": lengths - 1}).filter(pa.array(keep))
+    assert label_column is not None
+    try:
+        labels = [label_index[str(v)] for v in batch.column(label_column).to_pylist()]
+    except KeyError as exc:
+        raise ValueError(f"label_column: label {exc.args[0]!r} not seen in training") from exc
+    items = np.ones(len(ids), dtype=np.int32)
+    return pa.table({"input_ids": rows, "n_items": items, "label": pa.array(labels, pa.int32())})
+
+
+def tokenize_to(
+    ds: datasets.Dataset, folder: Path, name: str, fingerprint: str, **encode: Any
+) -> list[str]:
+    """Tokenize ``ds`` into Arrow files ``folder/name*.arrow``; returns their names in order."""
+    datasets.disable_progress_bars()  # a job's log gets its own progress, not one bar per map
+    cores = len(os.sched_getaffinity(0))
+    num_proc = max(1, min(cores, len(ds) // ROWS_PER_PROCESS))
+    out = ds.with_format("arrow").map(
+        encode_batch,
+        batched=True,
+        batch_size=2000,
+        fn_kwargs=encode,
+        remove_columns=ds.column_names,
+        cache_file_name=str(folder / f"{name}.arrow"),
+        load_from_cache_file=False,
+        new_fingerprint=f"{fingerprint}-{name}",  # ours: no hashing of the tokenizer by dill
+        num_proc=num_proc if num_proc > 1 else None,
+        desc=None,
+    )
+    return [Path(f["filename"]).name for f in out.cache_files]
+
+
+def write_layout(folder: Path, layout: dict[str, Any]) -> None:
+    (folder / LAYOUT).write_text(json.dumps(layout))
+
+
+def read_table(folder: Path, files: list[str]) -> pa.Table:
+    """Memory-map the files of one split (``datasets`` writes Arrow streams)."""
+    tables = [pa.ipc.open_stream(pa.memory_map(str(folder / f))).read_all() for f in files]
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def read_layout(folder: Path) -> dict[str, Any]:
+    layout: dict[str, Any] = json.loads((folder / LAYOUT).read_text())
+    return layout
