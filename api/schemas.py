@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -23,6 +23,28 @@ class Progress(BaseModel):
     epoch: int = Field(description="Epochs finished (or the current one while it runs)")
     step: int = Field(description="Optimizer steps done")
     total_steps: int | None = Field(description="Optimizer steps in the whole job, once known")
+    elapsed_seconds: float | None = Field(default=None, description="Since the job started")
+    eta_seconds: float | None = Field(default=None, description="At the latest step record")
+    samples_per_second: float | None = Field(default=None, description="At the latest record")
+    train_loss: float | None = Field(default=None, description="The latest step record's")
+
+    @classmethod
+    def of(cls, job: Job | Row[Any]) -> Progress:
+        live = job.live_progress or {}
+        elapsed = None
+        if job.started_at is not None:
+            elapsed = round(
+                ((job.finished_at or datetime.now(UTC)) - job.started_at).total_seconds(), 1
+            )
+        return cls(
+            epoch=job.epoch,
+            step=job.step,
+            total_steps=job.total_steps,
+            elapsed_seconds=elapsed,
+            eta_seconds=live.get("eta_seconds"),
+            samples_per_second=live.get("samples_per_second"),
+            train_loss=live.get("train_loss"),
+        )
 
 
 class JobErrorInfo(BaseModel):
@@ -59,7 +81,7 @@ class JobRead(BaseModel):
             started_at=unix(job.started_at),
             finished_at=unix(job.finished_at),
             attempts=job.attempts,
-            progress=Progress(epoch=job.epoch, step=job.step, total_steps=job.total_steps),
+            progress=Progress.of(job),
             metrics=job.latest_metrics,
             error=error,
         )
@@ -74,7 +96,11 @@ class JobList(BaseModel):
 
 class MetricsList(BaseModel):
     object: Literal["list"] = "list"
-    data: list[dict[str, Any]] = Field(description="One record per finished epoch, in order")
+    data: list[dict[str, Any]] = Field(
+        description="granularity=epoch: one record per finished epoch; step: one per logging step"
+    )
+    has_more: bool = False
+    last_step: int | None = Field(default=None, description="step pages: pass as ?after=")
 
 
 class EventRead(BaseModel):

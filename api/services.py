@@ -14,7 +14,15 @@ from sqlalchemy.orm import Session
 
 from gradacc.errors import IdempotencyConflict, JobNotFound, NotReady, TooManyJobs
 from gradacc.jobs import add_event, is_job_id, lock_tenant, new_job_id, require_transition
-from gradacc.models import ACTIVE_STATUSES, EpochMetric, Job, JobEvent, JobStatus, utcnow
+from gradacc.models import (
+    ACTIVE_STATUSES,
+    EpochMetric,
+    Job,
+    JobEvent,
+    JobStatus,
+    StepMetric,
+    utcnow,
+)
 from gradacc.queue import enqueue_job
 from gradacc.settings import Settings
 from gradacc.sources import check_spec_allowed
@@ -124,7 +132,7 @@ def get_job(session: Session, *, job_id: str, tenant: str) -> Job:
 _POLL_JOB = select(
     Job.id, Job.status, Job.spec, Job.effective_batch_size, Job.created_at, Job.started_at,
     Job.finished_at, Job.attempts, Job.epoch, Job.step, Job.total_steps, Job.latest_metrics,
-    Job.error_code, Job.error_message,
+    Job.error_code, Job.error_message, Job.live_progress,
 ).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))  # fmt: skip
 _POLL_METRICS = (
     select(EpochMetric.record)
@@ -169,6 +177,22 @@ def list_metrics(engine: Engine, *, job_id: str, tenant: str) -> list[dict[str, 
     if not records:
         raise JobNotFound(job_id)
     return [record for record in records if record is not None]
+
+
+def list_step_metrics(
+    engine: Engine, *, job_id: str, tenant: str, after: int, limit: int
+) -> tuple[list[dict[str, Any]], bool]:
+    """Step records after step ``after``, in order, one page; (page, has_more)."""
+    read_job(engine, job_id=job_id, tenant=tenant)  # 404 for no such job of this tenant
+    query = (
+        select(StepMetric.record)
+        .where(StepMetric.job_id == job_id, StepMetric.step > after)
+        .order_by(StepMetric.step)
+        .limit(limit + 1)
+    )
+    with engine.connect() as connection:
+        records = list(connection.scalars(query))
+    return records[:limit], len(records) > limit
 
 
 def list_events(session: Session, *, job_id: str, tenant: str) -> list[JobEvent]:

@@ -1,4 +1,4 @@
-"""ORM models: jobs, per-epoch metrics and the event log. Schemas live in ``api.schemas``."""
+"""ORM models: jobs, per-epoch and per-step metrics and the event log. Schemas live in ``api.schemas``."""
 
 from __future__ import annotations
 
@@ -110,6 +110,8 @@ class Job(Base):
     step: Mapped[int] = mapped_column(Integer, default=0)
     total_steps: Mapped[int | None] = mapped_column(Integer)
     latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The latest step record's train_loss, samples_per_second and eta_seconds (progress).
+    live_progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)
@@ -135,6 +137,19 @@ class EpochMetric(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     job: Mapped[Job] = relationship(back_populates="metrics")
+
+
+class StepMetric(Base):
+    """One record every ``logging_steps`` optimizer steps (``TrainingCallback.on_step_metrics``)."""
+
+    __tablename__ = "step_metrics"
+    __table_args__ = (UniqueConstraint("job_id", "step", name="uq_step_metrics_job_id_step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    record: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class JobEvent(Base):

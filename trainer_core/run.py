@@ -10,6 +10,8 @@ metrics record and a checkpoint.
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -22,7 +24,7 @@ from trainer_core.callbacks import StopCheck, TrainingCallback
 from trainer_core.checkpoint import save_checkpoint
 from trainer_core.context import RunContext
 from trainer_core.evaluation import evaluate
-from trainer_core.metering import LossMeter, peak_memory_bytes
+from trainer_core.metering import LossMeter, StepMeter, peak_memory_bytes
 from trainer_core.stopping import StopPolling, TrainingPreempted
 
 
@@ -39,8 +41,9 @@ class SteppingBackend(Protocol):
 
     def window_closes(self, batch: dict[str, Any]) -> bool: ...
 
-    def optimizer_step(self) -> None:
-        """Clip, step the optimizer and the scheduler, zero the gradients."""
+    def optimizer_step(self) -> torch.Tensor | None:
+        """Clip, step the optimizer and the scheduler, zero the gradients; the gradient norm
+        before clipping (computed with max_norm=inf when clipping is off)."""
         ...
 
 
@@ -66,6 +69,13 @@ class TrainingRun:
         self.epoch = ctx.start_epoch
         self.micro_step = ctx.start_micro_step
         self.meter = LossMeter(ctx.device, ctx.resume_state)
+        # Step records: every logging_steps optimizer steps, by default about 50 an epoch.
+        every = ctx.spec.logging_steps or max(1, math.ceil(ctx.steps_per_epoch / 50))
+        self.steps = StepMeter(ctx.device, every)
+        self.eval_every = (ctx.spec.eval_steps or every) if ctx.spec.eval_strategy == "steps" else 0
+        self.micro_batches = micro_batches_per_epoch(
+            len(ctx.data.train), ctx.spec.per_device_train_batch_size
+        )
         # The last micro-batch closed its window in the plan, and no optimizer step followed yet.
         self._plan_closed_window = False
         if ctx.device.type == "cuda":
@@ -82,8 +92,8 @@ class TrainingRun:
                 summed = backend.forward_backward(batch)
                 self.after_micro_step(batch, summed)
                 if backend.window_closes(batch):
-                    backend.optimizer_step()
-                    self.after_optimizer_step()
+                    grad_norm = backend.optimizer_step()
+                    self.after_optimizer_step(grad_norm)
             self.end_epoch()
 
     def begin_epoch(self, epoch: int) -> None:
@@ -99,14 +109,19 @@ class TrainingRun:
         self._check_window(library_stepped=False)
         self._plan_closed_window = bool(batch["last_in_window"])
         self.meter.add(batch, summed)
+        self.steps.add(batch, summed)
         self.micro_step += 1
         self.stop.poll()
 
-    def after_optimizer_step(self) -> None:
+    def after_optimizer_step(self, grad_norm: torch.Tensor | float | None = None) -> None:
         self._check_window(library_stepped=True)
         self._plan_closed_window = False
         self.global_step += 1
         self.bar.update(1)
+        evaluate_now = self.eval_every > 0 and self.global_step % self.eval_every == 0
+        if self.steps.due(self.global_step) or evaluate_now:
+            self._report_step(grad_norm, evaluate_now)
+        self.steps.end_window()
         self.callback.on_progress(
             {
                 "epoch": self.epoch + 1,
@@ -119,6 +134,33 @@ class TrainingRun:
         if self.stop.preempt_requested:
             self.save(epoch=self.epoch, micro_step=self.micro_step)
             raise TrainingPreempted
+
+    def _report_step(self, grad_norm: torch.Tensor | float | None, evaluate_now: bool) -> None:
+        ctx = self.ctx
+        record: dict[str, Any] = {
+            "step": self.global_step,
+            "epoch": round(self.epoch + self.micro_step / self.micro_batches, 4),  # fractional
+            **self.steps.take(grad_norm),
+            "learning_rate": self.learning_rate(),
+        }
+        elapsed = time.perf_counter() - self.steps.started_at
+        done = self.global_step - ctx.start_global_step  # steps of this run (resumes excluded)
+        record["elapsed_seconds"] = round(elapsed, 3)
+        record["eta_seconds"] = round(elapsed / done * (ctx.total_steps - self.global_step), 1)
+        if evaluate_now:
+            record |= self._evaluate()
+        self.callback.on_step_metrics(record)
+
+    def _evaluate(self) -> dict[str, float]:
+        ctx = self.ctx
+        return evaluate(
+            ctx.model,
+            ctx.data.eval,
+            batch_size=ctx.spec.per_device_eval_batch_size,
+            pad_id=ctx.pad_id,
+            device=ctx.device,
+            num_classes=len(ctx.data.label_names) if ctx.data.label_names else None,
+        )
 
     def _check_window(self, *, library_stepped: bool) -> None:
         """The library steps exactly where the plan closes a window: right after the window's
@@ -140,14 +182,7 @@ class TrainingRun:
         ctx, meter = self.ctx, self.meter
         seconds = meter.seconds()
         record: dict[str, Any] = {"epoch": self.epoch + 1, "train_loss": meter.mean_loss()}
-        record |= evaluate(
-            ctx.model,
-            ctx.data.eval,
-            batch_size=ctx.spec.per_device_eval_batch_size,
-            pad_id=ctx.pad_id,
-            device=ctx.device,
-            num_classes=len(ctx.data.label_names) if ctx.data.label_names else None,
-        )
+        record |= self._evaluate()
         record |= {
             "learning_rate": self.learning_rate(),
             "optimizer_steps": self.global_step,

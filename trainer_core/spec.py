@@ -93,6 +93,20 @@ class JobSpec(BaseModel):
     max_eval_samples: PositiveInt | None = None
     validation_split_percentage: int = Field(default=10, ge=1, le=50)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    logging_steps: PositiveInt | None = Field(
+        default=None,
+        le=10_000_000,
+        description="Record step metrics every this many optimizer steps; default: about 50 "
+        "points per epoch",
+    )
+    eval_strategy: Literal["epoch", "steps"] = Field(
+        default="epoch", description='"steps": also evaluate every eval_steps optimizer steps'
+    )
+    eval_steps: PositiveInt | None = Field(
+        default=None,
+        le=10_000_000,
+        description='With eval_strategy "steps"; default: logging_steps',
+    )
 
     @field_validator("model")
     @classmethod
@@ -119,6 +133,13 @@ class JobSpec(BaseModel):
             raise ValueError("column names are 1-128 letters, digits, spaces, '_', '-' or '.'")
         if info.field_name == "label_column" and info.data.get("task") == "causal-lm":
             raise ValueError("a causal-lm task has no label column")
+        return value
+
+    @field_validator("eval_steps")
+    @classmethod
+    def _eval_steps_need_strategy(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("eval_strategy") != "steps":
+            raise ValueError('eval_steps needs eval_strategy "steps"')
         return value
 
     @property

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Header, Query, Response
 
@@ -104,9 +104,23 @@ async def get_job(job_id: str, engine: ReadEngineDep, tenant: TenantDep) -> Resp
 
 
 @router.get("/{job_id}/metrics", response_model=MetricsList)
-async def list_metrics(job_id: str, engine: ReadEngineDep, tenant: TenantDep) -> Response:
-    records = services.list_metrics(engine, job_id=job_id, tenant=tenant)
-    return Response(MetricsList(data=records).model_dump_json(), media_type="application/json")
+async def list_metrics(
+    job_id: str,
+    engine: ReadEngineDep,
+    tenant: TenantDep,
+    granularity: Literal["epoch", "step"] = "epoch",
+    after: Annotated[int, Query(ge=0, le=2**31 - 1, description="step pages: a step")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000, description="step pages: records")] = 1000,
+) -> Response:
+    if granularity == "epoch":
+        page = MetricsList(data=services.list_metrics(engine, job_id=job_id, tenant=tenant))
+    else:
+        records, has_more = services.list_step_metrics(
+            engine, job_id=job_id, tenant=tenant, after=after, limit=limit
+        )
+        last = records[-1]["step"] if records else None
+        page = MetricsList(data=records, has_more=has_more, last_step=last)
+    return Response(page.model_dump_json(), media_type="application/json")
 
 
 @router.get("/{job_id}/events", response_model=EventList)

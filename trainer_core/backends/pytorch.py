@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,10 +37,12 @@ class PlainLoop:
     def window_closes(self, batch: dict[str, Any]) -> bool:
         return bool(batch["last_in_window"])  # the plan is this loop's only rule
 
-    def optimizer_step(self) -> None:
+    def optimizer_step(self) -> torch.Tensor:
         ctx = self.ctx
-        if ctx.spec.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), ctx.spec.max_grad_norm)
+        # max_norm=inf measures without clipping; the norm stays on the device until logged.
+        max_norm = ctx.spec.max_grad_norm if ctx.spec.max_grad_norm > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), max_norm)
         ctx.optimizer.step()
         ctx.scheduler.step()
         ctx.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
