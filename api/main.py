@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
 from api.routes import health, jobs
+from api.stream import StreamHub
 from gradacc.auth import KeyCache
 from gradacc.db import get_read_engine, get_sessionmaker
 from gradacc.queue import create_celery_app
@@ -27,6 +28,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.sessionmaker = get_sessionmaker(settings)
     app.state.read_sessionmaker = get_sessionmaker(settings, autocommit=True)
     app.state.read_engine = get_read_engine(settings.resolved_database_url())
+    app.state.stream_hub = StreamHub(app.state.read_engine, settings.stream_poll_interval_s)
     app.state.key_cache = KeyCache(settings.api_key_cache_s)
     app.state.celery = create_celery_app(settings)
     install_error_handlers(app)

@@ -134,6 +134,7 @@ _POLL_JOB = select(
     Job.finished_at, Job.attempts, Job.epoch, Job.step, Job.total_steps, Job.latest_metrics,
     Job.error_code, Job.error_message, Job.live_progress,
 ).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))  # fmt: skip
+JOB_COLUMNS = _POLL_JOB.selected_columns  # what JobRead.of needs of a row
 _POLL_METRICS = (
     select(EpochMetric.record)
     .join_from(Job, EpochMetric, isouter=True)

@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     api_key_cache_s: float = Field(default=5.0, ge=0)
     max_queued_per_tenant: int = Field(default=1000, ge=1)
     max_running_per_tenant: int = Field(default=8, ge=1)
+    # The job stream's one reader per API process polls the database this often: the delay of
+    # a stream message is at most about this plus the training process's own write interval.
+    stream_poll_interval_s: float = Field(default=0.25, gt=0)
 
     @property
     def is_embedded(self) -> bool:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Header, Query, Request, Response
+from sse_starlette import EventSourceResponse
 
 from api import services
 from api.deps import (
@@ -16,6 +18,8 @@ from api.deps import (
     TenantDep,
 )
 from api.schemas import ErrorResponse, EventList, JobCreate, JobList, JobRead, MetricsList
+from api.stream import StreamHub, messages
+from api.stream_reads import Cursor, read_history
 from gradacc.jobs import JOB_ID_PATTERN
 from gradacc.models import JobStatus
 from trainer_core.spec import example_spec
@@ -121,6 +125,40 @@ async def list_metrics(
         last = records[-1]["step"] if records else None
         page = MetricsList(data=records, has_more=has_more, last_step=last)
     return Response(page.model_dump_json(), media_type="application/json")
+
+
+LastEventId = Annotated[
+    str | None,
+    Header(
+        alias="Last-Event-ID",
+        pattern=r"^\d{1,18}-\d{1,18}-\d{1,18}$",
+        description="Resume after this message (the id of the last one received)",
+    ),
+]
+
+
+@router.get(
+    "/{job_id}/stream",
+    response_class=EventSourceResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}},
+)
+async def stream_job(
+    job_id: str,
+    request: Request,
+    engine: ReadEngineDep,
+    tenant: TenantDep,
+    last_event_id: LastEventId = None,
+) -> EventSourceResponse:
+    """Events `event`, `epoch`, `step` and `job` (status and progress); ends after the final
+    status. Each message's id resumes the stream as `Last-Event-ID`."""
+    since = Cursor.parse(last_event_id) if last_event_id else Cursor()
+    row, history = await asyncio.to_thread(
+        read_history, engine, job_id=job_id, tenant=tenant, since=since
+    )
+    hub: StreamHub = request.app.state.stream_hub
+    return EventSourceResponse(
+        messages(hub, job_id=job_id, row=row, history=history, since=since), ping=15
+    )
 
 
 @router.get("/{job_id}/events", response_model=EventList)
