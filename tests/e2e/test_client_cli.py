@@ -1,0 +1,86 @@
+"""The client commands as a user runs them: ``gradacc submit/jobs/status/metrics/cancel/logs`` as
+subprocesses against ``gradacc serve`` (embedded defaults, one worker) over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from commands.demo import free_port, wait_ready
+from gradacc.settings import Settings
+from tests.conftest import ROOT, TINY
+from tests.e2e.conftest import settings_env
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("cli")
+    env = settings_env(Settings(home=tmp / "home"))
+    for name in ("GRADACC_DATABASE_URL", "GRADACC_BROKER_URL", "GRADACC_QUEUE"):
+        env.pop(name, None)
+    port = free_port()
+    with (tmp / "serve.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "1"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        try:
+            with httpx.Client(base_url=url) as client:
+                wait_ready(client)
+            yield url
+        finally:
+            process.terminate()
+            process.wait(60)
+
+
+def gradacc(server: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GRADACC_SERVER": server, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "commands.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=180)  # fmt: skip
+
+
+@pytest.fixture
+def spec_file(tmp_path: Path) -> Path:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(TINY))
+    return path
+
+
+def test_submit_follow_then_read_it_back(server: str, spec_file: Path) -> None:
+    done = gradacc(server, "submit", str(spec_file), "--set", "logging_steps=1", "--follow")
+    assert done.returncode == 0, done.stderr
+    assert "train_loss" in done.stdout and "succeeded" in done.stdout
+    job_id = done.stdout.split()[-2]
+    status = json.loads(gradacc(server, "status", job_id, "--json").stdout)
+    assert status["status"] == "succeeded" and status["spec"]["logging_steps"] == 1
+    steps = json.loads(gradacc(server, "metrics", job_id, "--steps", "--json").stdout)
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    listed = json.loads(gradacc(server, "jobs", "--json").stdout)
+    assert job_id in [job["id"] for job in listed]
+    table = gradacc(server, "jobs")
+    assert table.returncode == 0 and job_id in table.stdout and "pytorch" in table.stdout
+
+
+def test_cancel_and_exit_statuses(server: str, spec_file: Path) -> None:
+    queued = json.loads(gradacc(server, "submit", str(spec_file), "--json",
+                                "--set", "num_train_epochs=50").stdout)  # fmt: skip
+    cancelled = gradacc(server, "cancel", queued["id"], "--json")
+    assert json.loads(cancelled.stdout)["status"] == "cancelled"
+    followed = gradacc(server, "logs", queued["id"], "--follow")
+    assert followed.returncode == 3 and "cancelled" in followed.stdout  # 3: cancelled
+    bad = gradacc(server, "submit", str(spec_file), "--set", "gradient_accumulation_steps=0")
+    assert bad.returncode == 2 and "gradient_accumulation_steps" in bad.stderr
+    assert gradacc(server, "status").returncode == 2  # usage: the job id is missing
+    assert gradacc(server, "status", "job_00000000000000000000").returncode == 1  # 404
+    unreachable = gradacc(f"http://127.0.0.1:{free_port()}", "jobs")
+    assert unreachable.returncode == 1 and "cannot reach" in unreachable.stderr
