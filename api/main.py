@@ -9,7 +9,8 @@ from fastapi import FastAPI
 
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
-from api.routes import health, jobs
+from api.prometheus import TimingMiddleware
+from api.routes import health, jobs, ops
 from api.stream import StreamHub
 from gradacc.auth import KeyCache
 from gradacc.db import get_read_engine, get_sessionmaker
@@ -33,7 +34,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.celery = create_celery_app(settings)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(TimingMiddleware)
     app.include_router(health.router)
+    app.include_router(ops.router)
     app.include_router(jobs.router, prefix="/v1")
     return app
 

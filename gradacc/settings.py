@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     # The job stream's one reader per API process polls the database this often: the delay of
     # a stream message is at most about this plus the training process's own write interval.
     stream_poll_interval_s: float = Field(default=0.25, gt=0)
+    # prometheus-client's own variable: set (an empty directory, shared by the API's uvicorn
+    # workers) it switches /metrics to multi-process mode.
+    prometheus_multiproc_dir: str | None = Field(
+        default=None, validation_alias=AliasChoices("prometheus_multiproc_dir")
+    )
 
     @property
     def is_embedded(self) -> bool:
