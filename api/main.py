@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import lru_cache
 from typing import Any
 
@@ -10,8 +12,9 @@ from fastapi import FastAPI
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
 from api.prometheus import TimingMiddleware
-from api.routes import health, jobs, ops
+from api.routes import health, jobs, ops, webhooks
 from api.stream import StreamHub
+from api.webhooks import WebhookSender
 from gradacc.auth import KeyCache
 from gradacc.db import get_read_engine, get_sessionmaker
 from gradacc.queue import create_celery_app
@@ -24,7 +27,7 @@ per-epoch metrics and events, or cancel it. Errors always look like
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(title="gradacc", version="0.1.0", description=DESCRIPTION)
+    app = FastAPI(title="gradacc", version="0.1.0", description=DESCRIPTION, lifespan=_lifespan)
     app.state.settings = settings
     app.state.sessionmaker = get_sessionmaker(settings)
     app.state.read_sessionmaker = get_sessionmaker(settings, autocommit=True)
@@ -38,7 +41,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(ops.router)
     app.include_router(jobs.router, prefix="/v1")
+    app.include_router(webhooks.router, prefix="/v1")
     return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Background work of each API process: sending webhooks from the outbox."""
+    sender = WebhookSender(app.state.sessionmaker, app.state.settings)
+    sender.start()
+    try:
+        yield
+    finally:
+        await sender.stop()
 
 
 @lru_cache(maxsize=1)

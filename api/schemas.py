@@ -11,8 +11,18 @@ from sqlalchemy import Row
 from gradacc.models import Job, JobEvent, JobStatus
 from trainer_core.spec import JobSpec
 
-# The request body of POST /v1/jobs is the training core's spec itself, defined once.
-JobCreate = JobSpec
+WEBHOOK_FIELDS = frozenset({"webhook_url", "webhook_on_epoch"})
+
+
+class JobCreate(JobSpec):
+    """The body of POST /v1/jobs: the training core's spec itself, defined once, plus where to
+    report (the service's business, not the core's: stored apart from the spec)."""
+
+    webhook_url: str | None = Field(
+        default=None,
+        description="POSTed the job object, signed (Gradacc-Signature), on every final status",
+    )
+    webhook_on_epoch: bool = Field(default=False, description="Also after each epoch")
 
 
 def unix(moment: datetime | None) -> int | None:
@@ -65,6 +75,7 @@ class JobRead(BaseModel):
     progress: Progress
     metrics: dict[str, Any] | None = Field(description="The latest epoch's record")
     error: JobErrorInfo | None
+    webhook_url: str | None = None
 
     @classmethod
     def of(cls, job: Job | Row[Any]) -> JobRead:
@@ -84,6 +95,7 @@ class JobRead(BaseModel):
             progress=Progress.of(job),
             metrics=job.latest_metrics,
             error=error,
+            webhook_url=job.webhook_url,
         )
 
 
@@ -127,6 +139,11 @@ class EventList(BaseModel):
                 for e in rows
             ]
         )
+
+
+class WebhookSecretRead(BaseModel):
+    object: Literal["webhook_secret"] = "webhook_secret"
+    secret: str = Field(description="HMAC-SHA256 key of this tenant's Gradacc-Signature headers")
 
 
 class ErrorDetail(BaseModel):

@@ -12,6 +12,7 @@ from sqlalchemy import Engine, Row, bindparam, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from api.schemas import WEBHOOK_FIELDS, JobCreate
 from gradacc.errors import IdempotencyConflict, JobNotFound, NotReady, TooManyJobs
 from gradacc.jobs import add_event, is_job_id, lock_tenant, new_job_id, require_transition
 from gradacc.models import (
@@ -26,7 +27,7 @@ from gradacc.models import (
 from gradacc.queue import enqueue_job
 from gradacc.settings import Settings
 from gradacc.sources import check_spec_allowed
-from trainer_core.spec import JobSpec
+from gradacc.webhooks import check_webhook_url, tenant_secret
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 def create_job(
     session: Session,
     *,
-    spec: JobSpec,
+    spec: JobCreate,
     tenant: str,
     idempotency_key: str | None,
     celery: Celery,
@@ -44,8 +45,11 @@ def create_job(
     key already used by this tenant, returns that job (same spec) or raises (another spec).
     A failed enqueue leaves the job for the reconciler."""
     check_spec_allowed(spec, settings)
-    payload = spec.model_dump(mode="json")
-    request_hash = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    if spec.webhook_url is not None:
+        check_webhook_url(spec.webhook_url, settings)
+    body = spec.model_dump(mode="json")
+    request_hash = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    payload = {k: v for k, v in body.items() if k not in WEBHOOK_FIELDS}  # the core's spec
     if idempotency_key is not None:
         earlier = _job_with_key(session, tenant=tenant, key=idempotency_key)
         if earlier is not None:
@@ -61,6 +65,8 @@ def create_job(
         spec=payload,
         effective_batch_size=spec.effective_batch_size,
         enqueued_at=utcnow(),
+        webhook_url=spec.webhook_url,
+        webhook_on_epoch=spec.webhook_on_epoch,
     )
     session.add(job)
     add_event(session, job_id=job.id, kind="queued", message="job created")
@@ -132,7 +138,7 @@ def get_job(session: Session, *, job_id: str, tenant: str) -> Job:
 _POLL_JOB = select(
     Job.id, Job.status, Job.spec, Job.effective_batch_size, Job.created_at, Job.started_at,
     Job.finished_at, Job.attempts, Job.epoch, Job.step, Job.total_steps, Job.latest_metrics,
-    Job.error_code, Job.error_message, Job.live_progress,
+    Job.error_code, Job.error_message, Job.live_progress, Job.webhook_url,
 ).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))  # fmt: skip
 JOB_COLUMNS = _POLL_JOB.selected_columns  # what JobRead.of needs of a row
 _POLL_METRICS = (
@@ -210,6 +216,10 @@ def cancel_job(session: Session, *, job_id: str, tenant: str) -> Job:
     add_event(session, job_id=job_id, kind="cancelled", message="cancelled by request")
     session.commit()
     return get_job(session, job_id=job_id, tenant=tenant)
+
+
+def get_webhook_secret(session: Session, *, tenant: str) -> str:
+    return tenant_secret(session, tenant=tenant)
 
 
 def check_readiness(session: Session, *, celery: Celery) -> dict[str, str]:

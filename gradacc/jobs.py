@@ -17,7 +17,16 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from gradacc.errors import InvalidTransition, JobNotFound
-from gradacc.models import EpochMetric, Job, JobEvent, JobStatus, StepMetric, utcnow
+from gradacc.models import (
+    TERMINAL_STATUSES,
+    EpochMetric,
+    Job,
+    JobEvent,
+    JobStatus,
+    StepMetric,
+    utcnow,
+)
+from gradacc.webhooks import queue_webhook
 
 S = JobStatus
 ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
@@ -55,7 +64,10 @@ def transition_job(
     if owned_by is not None:
         stmt = stmt.where(Job.worker == owned_by)
     stmt = stmt.values(status=str(to), updated_at=utcnow(), **values)
-    return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined, no-any-return]
+    moved = session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
+    if moved and to in TERMINAL_STATUSES:
+        queue_webhook(session, job_id=job_id, event=f"job.{to}")
+    return bool(moved)
 
 
 def require_transition(session: Session, *, job_id: str, to: JobStatus, **values: Any) -> None:

@@ -17,7 +17,14 @@ from api.deps import (
     SettingsDep,
     TenantDep,
 )
-from api.schemas import ErrorResponse, EventList, JobCreate, JobList, JobRead, MetricsList
+from api.schemas import (
+    ErrorResponse,
+    EventList,
+    JobCreate,
+    JobList,
+    JobRead,
+    MetricsList,
+)
 from api.stream import StreamHub, messages
 from api.stream_reads import Cursor, read_history
 from gradacc.jobs import JOB_ID_PATTERN

@@ -23,6 +23,7 @@ from gradacc.jobs import add_event, record_epoch_metrics, record_step_metrics, u
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.retry import Backoff, retry
 from gradacc.settings import Settings
+from gradacc.webhooks import queue_webhook
 from trainer_core.callbacks import TrainingCallback
 
 RETRY_MAX_S = 30.0
@@ -226,6 +227,7 @@ def _apply(session: Session, job_id: str, entry: Entry) -> None:
         return
     record = entry["record"]
     record_epoch_metrics(session, job_id=job_id, record=record)
+    queue_webhook(session, job_id=job_id, event="job.epoch", epoch_only=True)
     job.epoch = int(record["epoch"])
     job.step = int(record.get("optimizer_steps") or job.step)
     job.latest_metrics = record
