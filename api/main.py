@@ -8,11 +8,12 @@ from functools import lru_cache
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
 from api.prometheus import TimingMiddleware
-from api.routes import health, jobs, ops, webhooks
+from api.routes import dashboard, health, jobs, ops, webhooks
 from api.stream import StreamHub
 from api.webhooks import WebhookSender
 from gradacc.auth import KeyCache
@@ -39,6 +40,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(TimingMiddleware)
     app.include_router(health.router)
+    app.include_router(dashboard.router)
+    app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
     app.include_router(ops.router)
     app.include_router(jobs.router, prefix="/v1")
     app.include_router(webhooks.router, prefix="/v1")

@@ -7,40 +7,14 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from commands.demo import free_port, wait_ready
-from gradacc.settings import Settings
+from commands.demo import free_port
 from tests.conftest import ROOT, TINY
-from tests.e2e.conftest import settings_env
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("cli")
-    env = settings_env(Settings(home=tmp / "home"))
-    for name in ("GRADACC_DATABASE_URL", "GRADACC_BROKER_URL", "GRADACC_QUEUE"):
-        env.pop(name, None)
-    port = free_port()
-    with (tmp / "serve.log").open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "1"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-        try:
-            with httpx.Client(base_url=url) as client:
-                wait_ready(client)
-            yield url
-        finally:
-            process.terminate()
-            process.wait(60)
 
 
 def gradacc(server: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -56,7 +30,8 @@ def spec_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_submit_follow_then_read_it_back(server: str, spec_file: Path) -> None:
+def test_submit_follow_then_read_it_back(served_url: str, spec_file: Path) -> None:
+    server = served_url
     done = gradacc(server, "submit", str(spec_file), "--set", "logging_steps=1", "--follow")
     assert done.returncode == 0, done.stderr
     assert "train_loss" in done.stdout and "succeeded" in done.stdout
@@ -71,7 +46,8 @@ def test_submit_follow_then_read_it_back(server: str, spec_file: Path) -> None:
     assert table.returncode == 0 and job_id in table.stdout and "pytorch" in table.stdout
 
 
-def test_cancel_and_exit_statuses(server: str, spec_file: Path) -> None:
+def test_cancel_and_exit_statuses(served_url: str, spec_file: Path) -> None:
+    server = served_url
     queued = json.loads(gradacc(server, "submit", str(spec_file), "--json",
                                 "--set", "num_train_epochs=50").stdout)  # fmt: skip
     cancelled = gradacc(server, "cancel", queued["id"], "--json")
