@@ -102,6 +102,11 @@ class JobSpec(BaseModel):
     eval_strategy: Literal["epoch", "steps"] = Field(
         default="epoch", description='"steps": also evaluate every eval_steps optimizer steps'
     )
+    report_to: list[Literal["tensorboard"]] = Field(
+        default_factory=list,
+        max_length=1,
+        description='["tensorboard"]: event files in the outputs\' tensorboard/ folder',
+    )
     eval_steps: PositiveInt | None = Field(
         default=None,
         le=10_000_000,

@@ -129,6 +129,11 @@ def train(
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     ctx = _build_context(spec, output_dir, resume)
+    tensorboard = None
+    if "tensorboard" in spec.report_to:
+        from trainer_core.tensorboard import TensorBoardCallback
+
+        callback = tensorboard = TensorBoardCallback(callback, output_dir / "tensorboard")
     # metrics.jsonl holds exactly the epochs the checkpoint has seen (a crash may have left more).
     with (output_dir / "metrics.jsonl").open("w") as out:
         out.writelines(json.dumps(m) + "\n" for m in ctx.resume_state.get("metrics", []))
@@ -150,5 +155,7 @@ def train(
         status = "preempted"
     finally:
         run.close()
+        if tensorboard is not None:
+            tensorboard.close()
     summary = _finish(ctx, run, status, info)
     return TrainResult(status=status, metrics=run.metrics, summary=summary, output_dir=output_dir)

@@ -67,3 +67,18 @@ def test_default_interval_and_eval_steps(tmp_path: Path) -> None:
 def test_eval_steps_without_the_steps_strategy_is_refused() -> None:
     with pytest.raises(ValueError, match="eval_steps"):
         JobSpec(**CLASSIFICATION, eval_steps=10)
+
+
+def test_report_to_tensorboard_writes_step_and_epoch_scalars(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    spec = make_spec(CLASSIFICATION, num_train_epochs=1, logging_steps=1, report_to=["tensorboard"])
+    recorder = steps_of(spec, tmp_path)
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    losses = events.Scalars("train/train_loss")
+    assert [e.step for e in losses] == [r["step"] for r in recorder.steps]
+    assert [e.value for e in losses] == pytest.approx([r["train_loss"] for r in recorder.steps])
+    (epoch,) = events.Scalars("epoch/eval_loss")
+    assert epoch.value == pytest.approx(recorder.epochs[0]["eval_loss"])
