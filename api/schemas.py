@@ -51,7 +51,7 @@ class Progress(BaseModel):
             step=job.step,
             total_steps=job.total_steps,
             elapsed_seconds=elapsed,
-            eta_seconds=live.get("eta_seconds"),
+            eta_seconds=live.get("eta_seconds") if job.status == JobStatus.RUNNING else None,
             samples_per_second=live.get("samples_per_second"),
             train_loss=live.get("train_loss"),
         )
