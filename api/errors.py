@@ -4,24 +4,32 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from gradacc.db import DATABASE_ERRORS
 from gradacc.errors import (
+    ArtifactNotFound,
     DomainError,
+    FileInUse,
+    FileNotFound,
     IdempotencyConflict,
     InvalidRequest,
     InvalidTransition,
+    JobActive,
     JobNotFound,
     NotReady,
+    NoWorkers,
     TooManyJobs,
     Unauthorized,
 )
+from trainer_core.spec import unknown_field_hint
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +37,15 @@ STATUS_OF: dict[type[DomainError], int] = {
     InvalidRequest: 422,
     Unauthorized: 401,
     JobNotFound: 404,
+    FileNotFound: 404,
+    ArtifactNotFound: 404,
     InvalidTransition: 409,
+    FileInUse: 409,
+    JobActive: 409,
     IdempotencyConflict: 409,
     TooManyJobs: 429,
     NotReady: 503,
+    NoWorkers: 503,
 }
 _LOCATIONS = {"body", "query", "path", "header"}
 _HTTP_CODES = {
@@ -40,6 +53,8 @@ _HTTP_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     413: "body_too_large",
+    415: "unsupported_media_type",
+    416: "range_not_satisfiable",
 }
 
 
@@ -51,10 +66,22 @@ class AsciiJSONResponse(JSONResponse):
         return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
-def error_response(status: int, code: str, message: str, param: str | None = None) -> JSONResponse:
-    body = {"error": {"code": code, "message": message, "param": param}}
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return AsciiJSONResponse(status_code=status, content=body, headers=headers)
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    param: str | None = None,
+    *,
+    errors: list[dict[str, str | None]] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    error: dict[str, Any] = {"code": code, "message": message, "param": param}
+    if errors is not None:
+        error["errors"] = errors
+    all_headers = dict(headers or {})
+    if status == 401:
+        all_headers["WWW-Authenticate"] = "Bearer"
+    return AsciiJSONResponse(status_code=status, content={"error": error}, headers=all_headers)
 
 
 def _param_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
@@ -67,22 +94,57 @@ async def on_domain_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(STATUS_OF.get(type(exc), 400), exc.code, exc.message, exc.param)
 
 
-async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+def _field_error(error: Mapping[str, Any]) -> dict[str, str | None]:
+    """One pydantic error as ``{param, message}``: no library prefix, a hint for a near miss."""
+    param = _param_of(error.get("loc", ()))
+    message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    if error.get("type") == "extra_forbidden" and param:
+        hint = unknown_field_hint(param.rsplit(".", 1)[-1])
+        message = f"unknown field; {hint}" if hint else "unknown field"
+    return {"param": param, "message": message}
+
+
+async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    first = exc.errors()[0]
-    if first.get("type") == "json_invalid":
+    raw = exc.errors()
+    if raw[0].get("type") == "json_invalid":
         return error_response(422, "invalid_json", "the request body is not valid JSON")
-    param = _param_of(first.get("loc", ()))
-    message = str(first.get("msg", "invalid request"))
-    if param:
-        message = f"{param}: {message}"
-    return error_response(422, "invalid_request", message, param)
+    if isinstance(raw[0].get("input"), bytes) and tuple(raw[0].get("loc", ())) == ("body",):
+        # FastAPI reads a body as JSON only with a JSON content type (or none): say so, rather
+        # than "Input should be a valid dictionary".
+        got = request.headers.get("content-type", "")
+        message = f"send the body as JSON with content-type: application/json (got {got!r})"
+        return error_response(415, "unsupported_media_type", message, "content-type")
+    errors = [_field_error(error) for error in raw]
+    first = errors[0]
+    message = f"{first['param']}: {first['message']}" if first["param"] else str(first["message"])
+    return error_response(422, "invalid_request", message, first["param"], errors=errors)
 
 
-async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path, found by asking the routes as if the request
+    had used it. Starlette's own ``Allow`` names only the first route that matched the path
+    (GET /v1/jobs hid POST /v1/jobs)."""
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] == Match.FULL for r in routes)
+    ]
+    return ", ".join(allowed)
+
+
+async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
-    return error_response(exc.status_code, code, str(exc.detail))
+    # Starlette's headers carry what the status needs (a 401's scheme); a 405 lists them all.
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+    return error_response(exc.status_code, code, str(exc.detail), headers=headers)
 
 
 async def on_database_unavailable(_: Request, exc: Exception) -> JSONResponse:

@@ -10,10 +10,13 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from api.auth_gate import RequireAuth
 from api.body_limit import BodySizeLimit
+from api.docs import install_docs
 from api.errors import install_error_handlers
+from api.openapi import install_openapi
 from api.prometheus import TimingMiddleware
-from api.routes import dashboard, health, jobs, ops, webhooks
+from api.routes import artifacts, dashboard, files, health, jobs, ops, webhooks, workers
 from api.stream import StreamHub
 from api.webhooks import WebhookSender
 from gradacc.auth import KeyCache
@@ -21,14 +24,27 @@ from gradacc.db import get_read_engine, get_sessionmaker
 from gradacc.queue import create_celery_app
 from gradacc.settings import Settings, get_settings
 
-DESCRIPTION = """Submit a training job (the training core's job spec), poll its status, progress,
-per-epoch metrics and events, or cancel it. Errors always look like
-`{"error": {"code": ..., "message": ..., "param": ...}}`."""
+DESCRIPTION = """Upload datasets and models, submit a training job (the training core's job spec),
+poll its status, progress, per-epoch metrics and events, cancel it, download its model,
+checkpoint and log, and list the live workers. Errors always look like
+`{"error": {"code": ..., "message": ..., "param": ...}}`; a validation error adds `errors`, every
+field at fault as `{param, message}`. With API keys on, every `/v1` request needs
+`Authorization: Bearer <key>` and is refused (401) before anything else is looked at."""
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(title="gradacc", version="0.1.0", description=DESCRIPTION, lifespan=_lifespan)
+    app = FastAPI(
+        title="gradacc",
+        version="0.1.0",
+        description=DESCRIPTION,
+        docs_url=None,  # served offline by api.docs
+        redoc_url=None,
+        # A body with no content type at all (curl --data-binary without -H) is read as JSON;
+        # one with another type is refused with a message saying so (api.errors).
+        strict_content_type=False,
+        lifespan=_lifespan,
+    )
     app.state.settings = settings
     app.state.sessionmaker = get_sessionmaker(settings)
     app.state.read_sessionmaker = get_sessionmaker(settings, autocommit=True)
@@ -37,14 +53,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.key_cache = KeyCache(settings.api_key_cache_s)
     app.state.celery = create_celery_app(settings)
     install_error_handlers(app)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    # Uploads stream to disk, so their limit is the upload setting, not the in-memory body one.
+    upload_limits = {"/v1/files": settings.max_upload_bytes}
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, limits=upload_limits)
     app.add_middleware(TimingMiddleware)
+    if settings.require_auth:  # added last: runs first, before size checks, routing and parsing
+        new_session = app.state.read_sessionmaker
+        app.add_middleware(RequireAuth, key_cache=app.state.key_cache, new_session=new_session)
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
     app.include_router(ops.router)
     app.include_router(jobs.router, prefix="/v1")
     app.include_router(webhooks.router, prefix="/v1")
+    app.include_router(artifacts.router, prefix="/v1")
+    app.include_router(files.router, prefix="/v1")
+    app.include_router(workers.router, prefix="/v1")
+    install_docs(app)
+    install_openapi(app, settings)
     return app
 
 

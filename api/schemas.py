@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from sqlalchemy import Row
 
-from gradacc.models import Job, JobEvent, JobStatus
+from gradacc.models import File, FilePurpose, Job, JobEvent, JobStatus, Worker
 from trainer_core.spec import JobSpec
 
 WEBHOOK_FIELDS = frozenset({"webhook_url", "webhook_on_epoch"})
@@ -68,6 +68,10 @@ class JobRead(BaseModel):
     status: JobStatus
     spec: dict[str, Any]
     effective_batch_size: int
+    micro_batch_size: int | None = Field(
+        description="Micro-batch rows in force (null until an 'auto' job has chosen it)"
+    )
+    gradient_accumulation_steps: int | None = Field(description="K in force, with micro_batch_size")
     created_at: int = Field(description="Unix seconds")
     started_at: int | None
     finished_at: int | None
@@ -75,10 +79,20 @@ class JobRead(BaseModel):
     progress: Progress
     metrics: dict[str, Any] | None = Field(description="The latest epoch's record")
     error: JobErrorInfo | None
+    outputs: dict[str, int] = Field(
+        default_factory=dict,
+        description="What the job has written so far: name -> bytes (model, checkpoint, "
+        "summary.json, metrics.jsonl, train.log); see /artifacts",
+    )
+    summary: dict[str, Any] | None = Field(
+        default=None,
+        description="Once finished: parameters, device, effective batch, rows, steps, timings, "
+        "versions",
+    )
     webhook_url: str | None = None
 
     @classmethod
-    def of(cls, job: Job | Row[Any]) -> JobRead:
+    def of(cls, job: Job | Row[Any], outputs: dict[str, int] | None = None) -> JobRead:
         """From a ``Job``, or a row with its columns (``services.read_job``)."""
         error = None
         if job.error_code is not None:
@@ -88,6 +102,8 @@ class JobRead(BaseModel):
             status=job.status,
             spec=job.spec,
             effective_batch_size=job.effective_batch_size,
+            micro_batch_size=job.micro_batch_size,
+            gradient_accumulation_steps=job.gradient_accumulation_steps,
             created_at=int(job.created_at.timestamp()),
             started_at=unix(job.started_at),
             finished_at=unix(job.finished_at),
@@ -95,8 +111,19 @@ class JobRead(BaseModel):
             progress=Progress.of(job),
             metrics=job.latest_metrics,
             error=error,
+            outputs=outputs or {},
+            summary=public_summary(job.summary),
             webhook_url=job.webhook_url,
         )
+
+
+def public_summary(summary: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run's summary without what the job object already shows (the spec) or what is the
+    server's business (its paths)."""
+    if summary is None:
+        return None
+    hidden = ("spec", "model_dir", "adapter_dir", "status")  # server paths: see /artifacts
+    return {k: v for k, v in summary.items() if k not in hidden}
 
 
 class JobList(BaseModel):
@@ -146,16 +173,132 @@ class WebhookSecretRead(BaseModel):
     secret: str = Field(description="HMAC-SHA256 key of this tenant's Gradacc-Signature headers")
 
 
-class ErrorDetail(BaseModel):
-    code: str
+class FileRead(BaseModel):
+    object: Literal["file"] = "file"
+    id: str
+    filename: str
+    bytes: int
+    sha256: str
+    purpose: FilePurpose
+    created_at: int = Field(description="Unix seconds")
+    details: dict[str, Any] = Field(
+        description="What validation found: a dataset's format, rows and columns; a model's "
+        "format, files, unpacked bytes and model_type"
+    )
+
+    @classmethod
+    def of(cls, file: File) -> FileRead:
+        return cls(
+            id=file.id,
+            filename=file.filename,
+            bytes=file.bytes,
+            sha256=file.sha256,
+            purpose=FilePurpose(file.purpose),
+            created_at=int(file.created_at.timestamp()),
+            details=file.details,
+        )
+
+
+class FileList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[FileRead]
+    has_more: bool
+    last_id: str | None = Field(description="Pass as ?after= to get the next page")
+
+
+class FileDeleted(BaseModel):
+    object: Literal["file"] = "file"
+    id: str
+    deleted: bool = True
+
+
+class ArtifactRead(BaseModel):
+    path: str = Field(description="Relative to the job's folder; GET /artifacts/{path}")
+    bytes: int
+    kind: Literal["model", "checkpoint", "log", "metrics", "summary", "other"]
+
+
+class ArtifactList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ArtifactRead]
+
+
+class CheckpointRead(BaseModel):
+    """Shaped like the OpenAI fine-tuning API's checkpoint object."""
+
+    object: Literal["fine_tuning.job.checkpoint"] = "fine_tuning.job.checkpoint"
+    id: str
+    created_at: int
+    fine_tuning_job_id: str
+    fine_tuned_model_checkpoint: str = Field(description="Where to download it (a tar.gz)")
+    step_number: int
+    epoch: int = Field(description="Epochs finished when it was written")
+    metrics: dict[str, Any] = Field(description="The latest epoch's record at that point")
+
+
+class CheckpointList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[CheckpointRead]
+    has_more: bool = False
+    first_id: str | None = None
+    last_id: str | None = None
+
+
+class JobDeleted(BaseModel):
+    object: Literal["job"] = "job"
+    id: str
+    deleted: bool = True
+
+
+class FieldError(BaseModel):
+    param: str | None = Field(description="The field, dotted for nested ones; null: the body")
     message: str
-    param: str | None = None
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable, machine-readable: e.g. invalid_request, no_workers")
+    message: str = Field(description="For a person; names the field when there is one")
+    param: str | None = Field(default=None, description="The field at fault, if any")
+    errors: list[FieldError] | None = Field(
+        default=None, description="Validation errors only: every one found, the first as above"
+    )
 
 
 class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
+class WorkerRead(BaseModel):
+    object: Literal["worker"] = "worker"
+    name: str = Field(description="host:pid, as in a job's events")
+    hostname: str
+    pid: int
+    devices: list[str] = Field(description="cpu, and cuda:N for each GPU the host has")
+    current_job: str | None = Field(description="The job it is running, if any (and yours)")
+    started_at: int = Field(description="Unix seconds")
+    heartbeat_at: int = Field(description="Unix seconds; alive while recent")
+
+    @classmethod
+    def of(cls, worker: Worker, *, show_job: bool = True) -> WorkerRead:
+        return cls(
+            name=worker.name,
+            hostname=worker.hostname,
+            pid=worker.pid,
+            devices=list(worker.devices),
+            current_job=worker.current_job if show_job else None,
+            started_at=int(worker.started_at.timestamp()),
+            heartbeat_at=int(worker.heartbeat_at.timestamp()),
+        )
+
+
+class WorkerList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[WorkerRead] = Field(description="Workers alive now, by name")
+
+
 class Health(BaseModel):
     status: Literal["ok", "ready"]
     checks: dict[str, str] = Field(default_factory=dict)
+    workers: list[WorkerRead] | None = Field(
+        default=None, description="/readyz: the workers alive and their current jobs"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 from typing import Any
 
 from celery import Celery
@@ -13,7 +14,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from api.schemas import WEBHOOK_FIELDS, JobCreate
-from gradacc.errors import IdempotencyConflict, JobNotFound, NotReady, TooManyJobs
+from gradacc.errors import (
+    IdempotencyConflict,
+    JobActive,
+    JobNotFound,
+    NotReady,
+    NoWorkers,
+    TooManyJobs,
+)
+from gradacc.files import check_file_refs
 from gradacc.jobs import add_event, is_job_id, lock_tenant, new_job_id, require_transition
 from gradacc.models import (
     ACTIVE_STATUSES,
@@ -22,12 +31,14 @@ from gradacc.models import (
     JobEvent,
     JobStatus,
     StepMetric,
+    Worker,
     utcnow,
 )
 from gradacc.queue import enqueue_job
 from gradacc.settings import Settings
 from gradacc.sources import check_spec_allowed
 from gradacc.webhooks import check_webhook_url, tenant_secret
+from gradacc.workers import alive_workers
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +65,8 @@ def create_job(
         earlier = _job_with_key(session, tenant=tenant, key=idempotency_key)
         if earlier is not None:
             return _replayed(earlier, request_hash), False
-    lock_tenant(session, tenant=tenant)
+    lock_tenant(session, tenant=tenant)  # also keeps a file it names from being deleted now
+    check_file_refs(session, spec=spec, tenant=tenant)
     _check_limits(session, tenant=tenant, settings=settings)
     job = Job(
         id=new_job_id(),
@@ -64,6 +76,8 @@ def create_job(
         status=JobStatus.QUEUED,
         spec=payload,
         effective_batch_size=spec.effective_batch_size,
+        micro_batch_size=None if spec.auto_micro_batch else spec.per_device_train_batch_size,
+        gradient_accumulation_steps=spec.gradient_accumulation_steps,
         enqueued_at=utcnow(),
         webhook_url=spec.webhook_url,
         webhook_on_epoch=spec.webhook_on_epoch,
@@ -82,6 +96,7 @@ def create_job(
             raise
         return _replayed(earlier, request_hash), False
     _enqueue(session, job=job, celery=celery, settings=settings)
+    log.info("job %s queued (tenant %s)", job.id, tenant)
     return job, True
 
 
@@ -136,9 +151,10 @@ def get_job(session: Session, *, job_id: str, tenant: str) -> Job:
 # The poll endpoints read plain rows through statements built once: on the ORM path, building a
 # select and loading a ``Job`` cost more than the query itself (docs/benchmarks.md).
 _POLL_JOB = select(
-    Job.id, Job.status, Job.spec, Job.effective_batch_size, Job.created_at, Job.started_at,
+    Job.id, Job.status, Job.spec, Job.effective_batch_size, Job.micro_batch_size,
+    Job.gradient_accumulation_steps, Job.created_at, Job.started_at,
     Job.finished_at, Job.attempts, Job.epoch, Job.step, Job.total_steps, Job.latest_metrics,
-    Job.error_code, Job.error_message, Job.live_progress, Job.webhook_url,
+    Job.error_code, Job.error_message, Job.summary, Job.live_progress, Job.webhook_url,
 ).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))  # fmt: skip
 JOB_COLUMNS = _POLL_JOB.selected_columns  # what JobRead.of needs of a row
 _POLL_METRICS = (
@@ -222,8 +238,38 @@ def get_webhook_secret(session: Session, *, tenant: str) -> str:
     return tenant_secret(session, tenant=tenant)
 
 
-def check_readiness(session: Session, *, celery: Celery) -> dict[str, str]:
-    """Raise ``NotReady`` naming what cannot be reached: the database or the broker."""
+def delete_job(session: Session, *, settings: Settings, job_id: str, tenant: str) -> None:
+    """A finished job: its rows (metrics and events too), then its outputs. Queued or running:
+    ``JobActive`` (cancel first), so no worker is writing what is deleted."""
+    job = get_job(session, job_id=job_id, tenant=tenant)
+    if job.status in ACTIVE_STATUSES:
+        raise JobActive(job_id, job.status)
+    session.delete(job)
+    session.commit()
+    shutil.rmtree(settings.jobs_dir / job_id, ignore_errors=True)
+    log.info("job %s deleted with its outputs", job_id)
+
+
+def list_workers(session: Session, *, settings: Settings) -> list[Worker]:
+    return alive_workers(session, alive_s=settings.worker_alive_s)
+
+
+def list_workers_for(
+    session: Session, *, settings: Settings, tenant: str
+) -> tuple[list[Worker], set[str]]:
+    """The live workers, and which of their current jobs belong to ``tenant`` (a job id of
+    another tenant is not shown to this one)."""
+    workers = list_workers(session, settings=settings)
+    running = [w.current_job for w in workers if w.current_job is not None]
+    own = select(Job.id).where(Job.id.in_(running), Job.tenant == tenant)
+    return workers, set(session.scalars(own)) if running else set()
+
+
+def check_readiness(
+    session: Session, *, celery: Celery, settings: Settings
+) -> tuple[dict[str, str], list[Worker]]:
+    """Raise ``NotReady`` naming what cannot be reached (the database, the broker), or
+    ``NoWorkers`` when no worker is alive to start what would be accepted."""
     try:
         session.execute(text("SELECT 1"))
     except Exception as exc:
@@ -233,4 +279,7 @@ def check_readiness(session: Session, *, celery: Celery) -> dict[str, str]:
             connection.ensure_connection(max_retries=1, timeout=2)
     except Exception as exc:
         raise NotReady(f"broker unreachable: {type(exc).__name__}") from exc
-    return {"database": "ok", "broker": "ok"}
+    workers = list_workers(session, settings=settings)
+    if not workers:
+        raise NoWorkers("no worker is alive: accepted jobs would wait until one starts")
+    return {"database": "ok", "broker": "ok", "workers": f"{len(workers)} alive"}, workers

@@ -3,6 +3,8 @@
 #   1. memory vs K with torch.cuda.max_memory_allocated (K = 1, 2, 4, 8, 16 and the b·K batch)
 #   2. samples/s of each backend against its hand-driven twin
 #   3. the accumulation-equivalence tests, on CUDA
+#   4. the memory-adaptive micro-batch: a real CUDA OOM (a capped memory fraction) halving the
+#      micro-batch, fp16 and bf16 pairs, "auto" against the card's memory
 #
 # The GPU image has torch, transformers and accelerate but not datasets or pydantic, and no
 # network. Prepare the missing wheels here first, then carry bench/wheelhouse with the run:
@@ -11,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=bench/wheelhouse
-MISSING="datasets dill multiprocess pydantic pydantic-core pydantic-settings annotated-types typing-inspection python-dotenv pytest pluggy iniconfig"
+MISSING="peft datasets dill multiprocess pydantic pydantic-core pydantic-settings annotated-types typing-inspection python-dotenv pytest pluggy iniconfig"
 
 if [ "${1:-}" = "wheels" ]; then
   mkdir -p "$WHEELS"
@@ -38,3 +40,5 @@ echo "## throughput vs hand-driven twins (CUDA)"
 timeout 150 $PY bench/core_throughput.py --repeats 2 | tee "$OUT/gpu_throughput.md"
 echo "## equivalence tests on CUDA"
 timeout 120 $PY -m pytest -q -p no:cacheprovider --noconftest tests/trainer_core/test_equivalence.py | tail -3 | tee "$OUT/gpu_tests.txt"
+echo "## memory-adaptive micro-batch, fp16/bf16 (CUDA)"
+timeout 150 $PY bench/gpu_memory_adaptive.py | tee "$OUT/gpu_memory_adaptive.md"

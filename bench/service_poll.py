@@ -136,7 +136,7 @@ def main() -> None:
         with httpx.Client(
             base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30
         ) as client:
-            wait_ready(client)
+            wait_ready(client, workers=False)  # the API alone, no worker
             depths = sorted({d for d in (0, 1_000, 5_000, args.jobs - 100) if 0 <= d < args.jobs})
             pages = {d: page_latency(client, ids, d) for d in depths}
         routes = {"GET /v1/jobs/{id}": [f"/v1/jobs/{i}" for i in ids],

@@ -28,6 +28,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1, help="worker processes (one job each)")
+    serve.add_argument(
+        "--log-level",
+        choices=["info", "debug"],
+        default=None,
+        help="info (default): a line per component ready and per job event; debug: everything",
+    )
     worker = subcommands.add_parser("worker", help="one Celery worker (one job at a time)")
     worker.add_argument("--name", default="worker")
     subcommands.add_parser("migrate", help="bring the database schema to the latest revision")
@@ -46,12 +52,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return run(argv)
     args = _parser().parse_args(argv)
-    quiet = args.command in ("demo", "create-api-key")  # these print their own output
-    logging.basicConfig(
-        level=logging.WARNING if quiet else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
     settings = get_settings()
+    if getattr(args, "log_level", None):
+        settings = settings.model_copy(update={"log_level": args.log_level})
+    quiet = args.command in ("demo", "create-api-key")  # these print their own output
+    configure_logging(settings, ours=logging.WARNING if quiet else logging.INFO)
     if args.command == "serve":
         from commands.serve import serve
 
@@ -70,6 +75,22 @@ def main(argv: list[str] | None = None) -> int:
     from commands.demo import run_demo
 
     return run_demo(settings, port=args.port, workers=args.workers)
+
+
+OUR_LOGGERS = ("commands", "api", "worker", "gradacc")
+
+
+def configure_logging(settings: Settings, *, ours: int) -> None:
+    """Our loggers at ``ours``, every library at WARNING (alembic's plugin lines, uvicorn's
+    start-up chatter, Celery's banners), unless ``settings.log_level`` is "debug"."""
+    debug = settings.log_level == "debug"
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        force=True,
+    )
+    for name in OUR_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if debug else ours)
 
 
 def _create_api_key(settings: Settings, *, tenant: str) -> int:

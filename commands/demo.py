@@ -80,12 +80,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_ready(client: httpx.Client, *, timeout_s: float = 60.0) -> None:
-    """Poll ``/readyz`` until the service answers 200 (database and broker reachable)."""
+def wait_ready(client: httpx.Client, *, timeout_s: float = 60.0, workers: bool = True) -> None:
+    """Poll ``/readyz`` until the service answers 200 (database, broker and a worker alive).
+    ``workers=False``: for an API started without workers, a 503 ``no_workers`` will do."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if client.get("/readyz").status_code == 200:
+            answer = client.get("/readyz")
+            if answer.status_code == 200:
+                return
+            if not workers and answer.json().get("error", {}).get("code") == "no_workers":
                 return
         except httpx.TransportError:
             pass

@@ -9,19 +9,27 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
+from types import FrameType
+
+import httpx
 
 from gradacc.migrate import upgrade_database
 from gradacc.settings import Settings
 
 log = logging.getLogger(__name__)
 
-WORKER_STOP_GRACE_S = 10.0
+# A worker's warm shutdown preempts its job (checkpoint at the next step) and releases it.
+WORKER_STOP_GRACE_S = 20.0
 SUPERVISE_EVERY_S = 1.0
 
 
 def worker_argv(name: str, settings: Settings) -> list[str]:
-    """Celery worker arguments: one job at a time (solo pool), on our queue."""
+    """Celery worker arguments: one job at a time (solo pool), on our queue. Quiet unless the
+    log level is debug: no banner, Celery's own log at WARNING (ours stays at INFO)."""
+    debug = settings.log_level == "debug"
     return [
+        *([] if debug else ["--quiet"]),
         "worker",
         "--pool=solo",
         "--concurrency=1",
@@ -29,7 +37,7 @@ def worker_argv(name: str, settings: Settings) -> list[str]:
         f"--queues={settings.queue}",
         "--without-mingle",  # the serverless brokers have no use for worker-to-worker chatter
         "--without-gossip",
-        "--loglevel=INFO",
+        f"--loglevel={'DEBUG' if debug else 'WARNING'}",
     ]
 
 
@@ -37,7 +45,11 @@ def start_worker(settings: Settings, index: int, count: int) -> subprocess.Popen
     """Worker ``index`` of ``count``. Unless configured, each training process gets an equal share
     of the cores: N processes that each use every core spin against each other."""
     threads = settings.train_threads or max(1, (os.cpu_count() or 1) // max(count, 1))
-    env = {**os.environ, "GRADACC_TRAIN_THREADS": str(threads)}
+    env = {
+        **os.environ,
+        "GRADACC_TRAIN_THREADS": str(threads),
+        "GRADACC_LOG_LEVEL": settings.log_level,
+    }
     argv = [sys.executable, "-m", "commands.cli", "worker", "--name", f"worker{index + 1}"]
     return subprocess.Popen(argv, env=env)
 
@@ -77,28 +89,63 @@ def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
             worker.wait()
 
 
+class Terminated(Exception):
+    """SIGTERM, raised in the main thread so that the shutdown path of Ctrl-C runs."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated()
+
+
+def announce_when_ready(url: str, stop: threading.Event) -> None:
+    """One line once the API answers (uvicorn's own start-up lines are at INFO, kept quiet)."""
+    while not stop.wait(0.2):
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                log.info("API ready on %s (docs at %s/docs)", url, url)
+                return
+        except httpx.TransportError:
+            continue
+
+
 def serve(settings: Settings, *, host: str, port: int, workers: int) -> int:
+    """Until SIGINT or SIGTERM (Docker, systemd and ``kill`` send the latter): then the API
+    stops, each worker preempts its job and exits, and nothing is left running."""
     import uvicorn
 
     if settings.is_embedded:
         upgrade_database(settings)
+    # uvicorn handles SIGTERM itself, then re-raises it once it has stopped: with the default
+    # handler that killed this process before the workers were stopped, leaving them orphaned.
+    signal.signal(signal.SIGTERM, _raise_terminated)
     children = start_workers(settings, workers)
+    log.info("%d worker(s) starting; each says when it is ready", workers)
     stopping = threading.Event()
     supervisor = threading.Thread(
         target=supervise_workers, args=(settings, children, stopping), daemon=True
     )
     supervisor.start()
+    url = f"http://{host}:{port}"
+    threading.Thread(target=announce_when_ready, args=(url, stopping), daemon=True).start()
+    level = "debug" if settings.log_level == "debug" else "warning"
     try:
-        uvicorn.run("api.main:app", host=host, port=port, log_level="info")
+        uvicorn.run("api.main:app", host=host, port=port, log_level=level)
+    except (KeyboardInterrupt, Terminated):
+        pass
     finally:
         stopping.set()
         supervisor.join(timeout=5)
         stop_workers(children)
+        log.info("stopped")
     return 0
 
 
 def run_worker(settings: Settings, *, name: str) -> int:
     from worker.consumer.tasks import default_app
+
+    if settings.log_level != "debug":
+        # Celery's "superuser privileges" warning, once per worker: a container runs as root.
+        warnings.filterwarnings("ignore", message=".*superuser privileges")
 
     default_app().worker_main(worker_argv(name, settings))
     return 0

@@ -34,6 +34,12 @@ class NotReady(DomainError):
     code = "not_ready"
 
 
+class NoWorkers(NotReady):
+    """The database and broker answer, but no worker is alive to run what is accepted."""
+
+    code = "no_workers"
+
+
 class InvalidRequest(DomainError):
     """A request that parses but is not allowed: over a configured limit, a path outside the roots."""
 
@@ -59,3 +65,38 @@ class Unauthorized(DomainError):
 
 class TooManyJobs(DomainError):
     code = "too_many_jobs"
+
+
+class FileNotFound(DomainError):
+    code = "file_not_found"
+    param = "file_id"
+
+    def __init__(self, file_id: str) -> None:
+        super().__init__(f"no file with id {file_id!r}")
+
+
+class FileInUse(DomainError):
+    code = "file_in_use"
+    param = "file_id"
+
+    def __init__(self, file_id: str, job_ids: list[str]) -> None:
+        shown = ", ".join(job_ids[:5]) + (" …" if len(job_ids) > 5 else "")
+        super().__init__(
+            f"{file_id} is used by queued or running jobs ({shown}); cancel them first"
+        )
+
+
+class JobActive(DomainError):
+    code = "job_active"
+    param = "job_id"
+
+    def __init__(self, job_id: str, status: str) -> None:
+        super().__init__(f"job {job_id} is {status}; cancel it before deleting it")
+
+
+class ArtifactNotFound(DomainError):
+    code = "artifact_not_found"
+    param = "path"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"the job has no output {path!r}")

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
@@ -99,6 +100,10 @@ class Job(Base):
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     effective_batch_size: Mapped[int] = mapped_column(Integer)
+    # In force now: the spec's, chosen by the machine ("auto"), or halved after running out of
+    # memory; micro-batch x K is always effective_batch_size.
+    micro_batch_size: Mapped[int | None] = mapped_column(Integer)
+    gradient_accumulation_steps: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -206,3 +211,47 @@ class ApiKey(Base):
     tenant: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Worker(Base):
+    """A Celery worker that is up: written by the worker itself when it is ready, refreshed by a
+    heartbeat thread, deleted at its warm shutdown. A row whose heartbeat is old is a worker that
+    died without saying so; it is not counted alive (``gradacc.workers``)."""
+
+    __tablename__ = "workers"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)  # host:pid, as on jobs
+    hostname: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    devices: Mapped[list[str]] = mapped_column(JSON)
+    current_job: Mapped[str | None] = mapped_column(String(32))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class FilePurpose(StrEnum):
+    DATASET = "dataset"
+    MODEL = "model"
+
+
+class File(Base):
+    """An uploaded dataset or model; its bytes live under ``settings.files_dir / id``."""
+
+    __tablename__ = "files"
+    __table_args__ = (
+        CheckConstraint(
+            "purpose IN (" + ", ".join(f"'{p}'" for p in FilePurpose) + ")", name="purpose"
+        ),
+        Index("ix_files_tenant_id", "tenant", "id"),
+    )
+
+    # "file-" + 12 hex digits of milliseconds + 8 random: ids sort by creation time (keyset pages).
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    purpose: Mapped[str] = mapped_column(String(16))
+    filename: Mapped[str] = mapped_column(String(255), doc="as the client named it")
+    stored_name: Mapped[str] = mapped_column(String(64), doc="the upload's name on disk")
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, doc="what validation found")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -7,6 +7,7 @@ included. Importing it is cheap (Celery, no torch).
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,5 +67,7 @@ def create_celery_app(settings: Settings, *, include: Sequence[str] = ()) -> Cel
 
 
 def enqueue_job(celery: Celery, settings: Settings, job_id: str) -> None:
-    """Send the run-job task by name: the sender never imports the task or the training core."""
-    celery.send_task(RUN_JOB_TASK, args=[job_id], queue=settings.queue)
+    """Send the run-job task by name: the sender never imports the task or the training core.
+    The task id starts with the job id, so Celery's own log lines name the job."""
+    task_id = f"{job_id}-{secrets.token_hex(4)}"  # unique per delivery: a job is sent again
+    celery.send_task(RUN_JOB_TASK, args=[job_id], queue=settings.queue, task_id=task_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -28,6 +29,9 @@ class Settings(BaseSettings):
     # than ``stale_after_s`` lost its worker and is handed to another one.
     heartbeat_interval_s: float = Field(default=2.0, gt=0)
     stale_after_s: float = Field(default=60.0, gt=0)
+    # A worker's registry row (gradacc.workers) is refreshed every heartbeat_interval_s; the API
+    # counts it alive while it is younger than this (a few missed beats, a slow database).
+    worker_alive_s: float = Field(default=15.0, gt=0)
     # A queued job not started this long after its last enqueue is enqueued again (duplicates
     # are harmless: only one task can claim a job).
     requeue_after_s: float = Field(default=300.0, gt=0)
@@ -42,12 +46,21 @@ class Settings(BaseSettings):
     fork_server: bool = Field(
         default=True, validation_alias=AliasChoices("gradacc_fork_server", "gradacc_warm_standby")
     )
+    # ``gradacc serve`` and its workers: "info" prints one line per component ready and per job
+    # event (libraries at WARNING); "debug" brings back every library's log and Celery's banner.
+    log_level: Literal["info", "debug"] = "info"
     # After SIGTERM to a cancelled job's process group, SIGKILL follows this long after.
     kill_grace_s: float = Field(default=3.0, ge=0)
 
     # Limits on what a client may ask for (see docs/security.md). The body limit is enforced
     # before the body is parsed.
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    # POST /v1/files streams its body to disk, so its limit is on disk space, not memory.
+    max_upload_bytes: int = Field(default=8 * 1024**3, ge=1024)
+    # An uploaded model archive may unpack to at most this much, in at most this many files:
+    # past either it is refused as an archive bomb.
+    max_model_unpacked_bytes: int = Field(default=32 * 1024**3, ge=1024)
+    max_model_files: int = Field(default=1000, ge=1)
     max_epochs: int = Field(default=100, ge=1)
     max_samples: int = Field(default=10_000_000, ge=1, description="max_train/eval_samples cap")
     # Local model and dataset paths must lie under one of these directories (``os.pathsep``
@@ -84,6 +97,11 @@ class Settings(BaseSettings):
     @property
     def jobs_dir(self) -> Path:
         return self.home / "jobs"
+
+    @property
+    def files_dir(self) -> Path:
+        """Uploaded files: ``files/<file id>/`` each (see ``gradacc.files``)."""
+        return self.home / "files"
 
     @property
     def broker_dir(self) -> Path:

@@ -23,16 +23,24 @@ def _real(path: str | Path) -> Path:
 
 def check_path_allowed(value: str, *, roots: list[Path], param: str) -> None:
     """Raise ``InvalidRequest`` unless ``value`` resolves (symlinks and ``..`` included) inside
-    one of ``roots``. The message names the field, not the resolved path or the roots."""
+    one of ``roots`` and exists there. The message names the field and the roots as configured
+    (what the operator chose to expose), never the path the value resolved to."""
     try:
         real = _real(value)
     except (OSError, ValueError) as exc:
         raise InvalidRequest("not a usable local path", param=param) from exc
+    where = ", ".join(str(root) for root in roots)
     for root in roots:
         real_root = _real(root)
         if real == real_root or real_root in real.parents:
+            if not real.exists():
+                raise InvalidRequest(f"no such file or directory under {where}", param=param)
             return
-    raise InvalidRequest("local paths must lie inside the configured data roots", param=param)
+    raise InvalidRequest(
+        f"local paths must lie inside the configured data roots ({where}); put the file there, "
+        "upload it (POST /v1/files) and name its file-… id, or use a builtin: name or a hub id",
+        param=param,
+    )
 
 
 def check_spec_allowed(spec: JobSpec, settings: Settings) -> None:

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from trainer_core.failpoints import check_out_of_memory
+
 IGNORE_INDEX = -100
 
 
@@ -107,6 +109,7 @@ def micro_step_loss(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss to back-propagate, detached item-loss sum for logging). The model gets no labels:
     its own loss would be a per-micro-batch mean, which is exactly what accumulation must avoid."""
+    check_out_of_memory(int(batch["input_ids"].shape[0]))  # a test-only failpoint (failpoints.py)
     outputs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     total = summed_loss(outputs.logits, batch["labels"], causal)
     return total / batch["n_window_items"], total.detach()

@@ -38,6 +38,10 @@ class TrainingCallback:
                    "samples_per_second" (since the previous record), "learning_rate",
                    "elapsed_seconds", "eta_seconds"}, plus the eval keys when it evaluated.
     on_checkpoint: {"path", "epoch", "step"} after a checkpoint is complete on disk.
+    on_batch_size: {"micro_batch_size", "gradient_accumulation_steps", "effective_batch_size",
+                    "reason", "tried", ...} when the run starts and whenever the micro-batch
+                   changes: "spec", "probe" (with "budget_bytes"), "checkpoint" (a resume),
+                   "out_of_memory" (halved: "tried" lists every size so far).
     """
 
     def on_start(self, info: dict[str, Any]) -> None:
@@ -53,6 +57,9 @@ class TrainingCallback:
         pass
 
     def on_checkpoint(self, info: dict[str, Any]) -> None:
+        pass
+
+    def on_batch_size(self, info: dict[str, Any]) -> None:
         pass
 
 

@@ -86,7 +86,13 @@ def read_state(path: Path) -> dict[str, Any] | None:
 
 
 def load_weights(path: Path, model: PreTrainedModel) -> None:
-    """Load model weights; keys save_pretrained dropped must be tied to a loaded tensor."""
+    """Load model weights; keys save_pretrained dropped must be tied to a loaded tensor. A LoRA
+    model's checkpoint holds its adapters (and head) only: the frozen base is rebuilt as before."""
+    if hasattr(model, "peft_config"):
+        from trainer_core.lora import load_adapter_weights
+
+        load_adapter_weights(model, path)
+        return
     loaded = load_file(str(path / "model.safetensors"))
     missing, unexpected = model.load_state_dict(loaded, strict=False)
     params = dict(model.state_dict())

@@ -16,6 +16,11 @@ from trainer_core.loader import EpochLoader
 from trainer_core.spec import JobSpec
 
 
+def spec_fingerprint(spec: JobSpec) -> str:
+    """Identifies the spec a checkpoint belongs to: resuming under another spec is refused."""
+    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]
+
+
 @dataclass
 class RunContext:
     spec: JobSpec
@@ -29,6 +34,10 @@ class RunContext:
     output_dir: Path
     steps_per_epoch: int
     total_steps: int
+    # The micro-batch and K in force: the spec's, the probe's ("auto"), or halved after running
+    # out of memory. Their product (x world size) is always the spec's effective batch.
+    micro_batch_size: int
+    accumulation: int
     # Where this run starts (non-zero after a resume); all at window boundaries.
     start_epoch: int = 0
     start_micro_step: int = 0
@@ -38,8 +47,12 @@ class RunContext:
 
     @property
     def fingerprint(self) -> str:
-        """Identifies the spec a checkpoint belongs to: resuming under another spec is refused."""
-        return hashlib.sha256(self.spec.model_dump_json().encode()).hexdigest()[:16]
+        return spec_fingerprint(self.spec)
+
+    @property
+    def num_epochs(self) -> int:
+        """Epochs to run: the spec's, or as many as ``max_steps`` reaches into."""
+        return -(-self.total_steps // self.steps_per_epoch)
 
     @property
     def causal(self) -> bool:

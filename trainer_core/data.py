@@ -45,6 +45,8 @@ def _load_source(source: str, param: str) -> datasets.DatasetDict:
         return datasets.DatasetDict(
             {split: datasets.Dataset.from_dict(build(split)) for split in ("train", "validation")}
         )
+    if kind == "file":  # the service resolves upload ids to paths; reaching here is a bug there
+        raise DatasetError(f"{param}: uploaded file {source!r} was not resolved", param=param)
     if kind == "local":
         path = local_path(source)
         if path.is_dir():

@@ -43,8 +43,11 @@ def load_tokenizer(spec: JobSpec) -> PreTrainedTokenizerBase:
 
 def _source(model: str) -> str:
     """What ``from_pretrained`` gets: a local directory, or a hub id."""
-    if classify_source(model) == "hub":
+    kind = classify_source(model)
+    if kind == "hub":
         return model
+    if kind == "file":  # the service resolves upload ids to paths; reaching here is a bug there
+        raise ModelError(f"model: uploaded file {model!r} was not resolved", param="model")
     path = local_path(model)
     if not path.is_dir():
         raise ModelError(f"model: directory {model!r} does not exist", param="model")
@@ -84,4 +87,14 @@ def load_model(
         model.config.pad_token_id = tokenizer.pad_token_id
     if tokenizer.pad_token_id is not None and tokenizer.pad_token_id >= model.config.vocab_size:
         raise ModelError("model: tokenizer and model vocabularies disagree", param="model")
+    if spec.gradient_checkpointing:
+        # Re-computes activations in backward instead of keeping them; non-reentrant, so frozen
+        # inputs (LoRA) still get gradients.
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False}
+        )
+    if spec.lora is not None:
+        from trainer_core.lora import apply_lora  # peft is imported only for LoRA jobs
+
+        return cast(PreTrainedModel, apply_lora(model, spec))
     return cast(PreTrainedModel, model)

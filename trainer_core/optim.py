@@ -5,18 +5,28 @@ from __future__ import annotations
 
 import torch
 from transformers import get_scheduler
+from transformers.optimization import Adafactor
 
 from trainer_core.spec import JobSpec
 
 
 def build_optimizer(model: torch.nn.Module, spec: JobSpec) -> torch.optim.Optimizer:
-    """AdamW; no weight decay on biases and norm weights (every parameter with < 2 dims)."""
+    """``spec.optim`` over the trainable parameters (LoRA: the adapters and a new head only), as
+    ``TrainingArguments.optim`` builds it; no weight decay on biases and norm weights (every
+    parameter with < 2 dims)."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": spec.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=spec.learning_rate)
+    lr = spec.learning_rate
+    if spec.optim == "sgd":
+        return torch.optim.SGD(groups, lr=lr)
+    if spec.optim == "adafactor":
+        # The Trainer's settings: a fixed learning rate, no relative step or parameter scaling.
+        return Adafactor(groups, lr=lr, scale_parameter=False, relative_step=False)  # type: ignore[no-untyped-call]
+    # torch's fused AdamW runs on CUDA and, since torch 2.4, on CPU: offered on both.
+    return torch.optim.AdamW(groups, lr=lr, fused=spec.optim == "adamw_torch_fused" or None)
 
 
 def build_scheduler(

@@ -10,6 +10,7 @@ metrics record and a checkpoint.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Iterable
@@ -26,6 +27,8 @@ from trainer_core.context import RunContext
 from trainer_core.evaluation import evaluate
 from trainer_core.metering import LossMeter, StepMeter, peak_memory_bytes
 from trainer_core.stopping import StopPolling, TrainingPreempted
+
+log = logging.getLogger(__name__)
 
 
 class SteppingBackend(Protocol):
@@ -69,13 +72,12 @@ class TrainingRun:
         self.epoch = ctx.start_epoch
         self.micro_step = ctx.start_micro_step
         self.meter = LossMeter(ctx.device, ctx.resume_state)
+        self.window_start = ctx.start_micro_step  # micro-steps of the epoch before this window
+        self.evaluating = False
         # Step records: every logging_steps optimizer steps, by default about 50 an epoch.
         every = ctx.spec.logging_steps or max(1, math.ceil(ctx.steps_per_epoch / 50))
         self.steps = StepMeter(ctx.device, every)
         self.eval_every = (ctx.spec.eval_steps or every) if ctx.spec.eval_strategy == "steps" else 0
-        self.micro_batches = micro_batches_per_epoch(
-            len(ctx.data.train), ctx.spec.per_device_train_batch_size
-        )
         # The last micro-batch closed its window in the plan, and no optimizer step followed yet.
         self._plan_closed_window = False
         if ctx.device.type == "cuda":
@@ -86,7 +88,7 @@ class TrainingRun:
         ctx = self.ctx
         ctx.model.train()
         ctx.loader.dataset.resume_at(ctx.start_epoch, ctx.start_micro_step)
-        for epoch in range(ctx.start_epoch, ctx.spec.num_train_epochs):
+        for epoch in range(ctx.start_epoch, ctx.num_epochs):
             self.begin_epoch(epoch)
             for batch in backend.batches(epoch):
                 summed = backend.forward_backward(batch)
@@ -94,16 +96,18 @@ class TrainingRun:
                 if backend.window_closes(batch):
                     grad_norm = backend.optimizer_step()
                     self.after_optimizer_step(grad_norm)
+                    if self.global_step >= ctx.total_steps:
+                        break  # max_steps reached inside the epoch
             self.end_epoch()
 
     def begin_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
-            self.epoch, self.micro_step = epoch, 0
+            self.epoch, self.micro_step, self.window_start = epoch, 0, 0
             self.meter = LossMeter(self.ctx.device)
         # The epoch's clock starts here, after the backend's own setup (the Trainer's is ~0.3 s),
         # so samples_per_second measures training alike in every backend.
         self.meter.start_clock()
-        self.bar.set_description(f"epoch {epoch + 1}/{self.ctx.spec.num_train_epochs}")
+        self.bar.set_description(f"epoch {epoch + 1}/{self.ctx.num_epochs}")
 
     def after_micro_step(self, batch: dict[str, Any], summed: torch.Tensor) -> None:
         self._check_window(library_stepped=False)
@@ -116,6 +120,8 @@ class TrainingRun:
     def after_optimizer_step(self, grad_norm: torch.Tensor | float | None = None) -> None:
         self._check_window(library_stepped=True)
         self._plan_closed_window = False
+        self.meter.close_window()
+        self.window_start = self.micro_step
         self.global_step += 1
         self.bar.update(1)
         evaluate_now = self.eval_every > 0 and self.global_step % self.eval_every == 0
@@ -139,7 +145,7 @@ class TrainingRun:
         ctx = self.ctx
         record: dict[str, Any] = {
             "step": self.global_step,
-            "epoch": round(self.epoch + self.micro_step / self.micro_batches, 4),  # fractional
+            "epoch": round(self.epoch + self.micro_step / self._micro_batches(), 4),  # fractional
             **self.steps.take(grad_norm),
             "learning_rate": self.learning_rate(),
         }
@@ -151,9 +157,14 @@ class TrainingRun:
             record |= self._evaluate()
         self.callback.on_step_metrics(record)
 
+    def _micro_batches(self) -> int:
+        """Of an epoch, at the micro-batch size in force (it may have been lowered)."""
+        return micro_batches_per_epoch(len(self.ctx.data.train), self.ctx.micro_batch_size)
+
     def _evaluate(self) -> dict[str, float]:
         ctx = self.ctx
-        return evaluate(
+        self.evaluating = True
+        scores = evaluate(
             ctx.model,
             ctx.data.eval,
             batch_size=ctx.spec.per_device_eval_batch_size,
@@ -161,6 +172,8 @@ class TrainingRun:
             device=ctx.device,
             num_classes=len(ctx.data.label_names) if ctx.data.label_names else None,
         )
+        self.evaluating = False
+        return scores
 
     def _check_window(self, *, library_stepped: bool) -> None:
         """The library steps exactly where the plan closes a window: right after the window's
@@ -192,20 +205,39 @@ class TrainingRun:
             "peak_memory_bytes": peak_memory_bytes(ctx.device),
         }
         self.metrics.append(record)
+        log.info("epoch %d/%d: %s", record["epoch"], ctx.spec.num_train_epochs, _brief(record))
         with (ctx.output_dir / "metrics.jsonl").open("a") as out:
             out.write(json.dumps(record) + "\n")
         self.callback.on_epoch_end(record)
         self.save(epoch=self.epoch + 1, micro_step=0)
         return record
 
-    def save(self, *, epoch: int, micro_step: int) -> None:
+    def restart_window_with(self, micro_batch_size: int, accumulation: int) -> None:
+        """Drop the window in progress and checkpoint its start for a micro-batch of
+        ``micro_batch_size`` rows and K = ``accumulation``: the weights, optimizer and schedule
+        have not moved since the window began, so the checkpoint is that moment exactly."""
+        self.ctx.optimizer.zero_grad(set_to_none=True)
+        self.meter.drop_window()
+        self.steps.end_window()
+        windows_done = self.window_start // self.ctx.accumulation
+        self.save(
+            epoch=self.epoch,
+            micro_step=windows_done * accumulation,
+            micro_batch=(micro_batch_size, accumulation),
+        )
+
+    def save(
+        self, *, epoch: int, micro_step: int, micro_batch: tuple[int, int] | None = None
+    ) -> None:
+        """A checkpoint at a window boundary; ``micro_step`` counts micro-batches of
+        ``micro_batch`` (default: the size in force) done in ``epoch``."""
         ctx = self.ctx
-        batch_size = ctx.spec.per_device_train_batch_size
+        batch_size, accumulation = micro_batch or (ctx.micro_batch_size, ctx.accumulation)
         trainer_state = TrainerState(
             global_step=self.global_step,
             epoch=epoch + micro_step / micro_batches_per_epoch(len(ctx.data.train), batch_size),
             max_steps=ctx.total_steps,
-            num_train_epochs=ctx.spec.num_train_epochs,
+            num_train_epochs=ctx.num_epochs,
             train_batch_size=batch_size,
         )
         partial = micro_step > 0
@@ -213,6 +245,8 @@ class TrainingRun:
             "epoch": epoch,
             "micro_step": micro_step,
             "global_step": self.global_step,
+            "micro_batch_size": batch_size,
+            "gradient_accumulation_steps": accumulation,
             "metrics": self.metrics,
             **(self.meter.saved() if partial else {"loss_sum": 0.0, "loss_items": 0}),
             "backend": ctx.spec.backend,
@@ -232,3 +266,14 @@ class TrainingRun:
 
     def close(self) -> None:
         self.bar.close()
+
+
+def _brief(record: dict[str, Any]) -> str:
+    """The epoch's numbers for a log line: losses and quality first, 4 significant digits."""
+    skip = {"epoch", "peak_memory_bytes"}
+    parts = [
+        f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
+        for key, value in record.items()
+        if key not in skip and value is not None
+    ]
+    return ", ".join(parts)

@@ -6,14 +6,21 @@ Field names follow ``transformers.TrainingArguments`` where one exists.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from trainer_core.batching import resolve_effective_batch
 from trainer_core.sources import classify_source
 
 BUILTIN_MODELS = ("builtin:tiny-bert", "builtin:tiny-gpt2")
+# builtin model -> the tasks it can do (a BERT encoder has no causal attention mask)
+BUILTIN_MODEL_TASKS = {
+    "builtin:tiny-bert": ("sequence-classification",),
+    "builtin:tiny-gpt2": ("sequence-classification", "causal-lm"),
+}
 # builtin dataset -> does it carry labels?
 BUILTIN_DATASETS = {"builtin:sentiment": True, "builtin:tiny-stories": False}
 
@@ -24,17 +31,27 @@ SchedulerType = Literal[
 ]
 
 # A hub id: "name" or "owner/name", letters, digits, "-", "_", "." (no "..", no leading dot).
-_HUB_ID = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?$")
-_COLUMN = re.compile(r"^[\w .-]{1,128}$")
+# ASCII only (hub ids are); the API's schema states these very patterns (api/openapi.py).
+HUB_ID_PATTERN = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$"
+COLUMN_PATTERN = r"^[\w .-]{1,128}$"
+_HUB_ID = re.compile(HUB_ID_PATTERN)
+_COLUMN = re.compile(COLUMN_PATTERN)
 
 PositiveInt = Annotated[int, Field(ge=1)]
+MicroBatch = Annotated[int, Field(ge=1, le=65536)]
+MixedPrecision = Literal["no", "bf16", "fp16"]
+# Names as in TrainingArguments.optim.
+Optimizer = Literal["adamw_torch", "adamw_torch_fused", "sgd", "adafactor"]
+_MODULE = re.compile(r"^[\w.-]{1,128}$")
 
 
 def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
-    """Accept a builtin name, a local path, or a hub id ("name" / "owner/name", optional ":config")."""
-    value = value.strip()
-    if not value:
+    """Accept a builtin name, an uploaded file's id, a local path, or a hub id ("name" /
+    "owner/name", optional ":config")."""
+    if not value.strip():
         raise ValueError(f"{what} must not be empty")
+    if value != value.strip():
+        raise ValueError(f"{what} must not start or end with whitespace")
     if "\x00" in value or any(ord(ch) < 32 for ch in value):
         raise ValueError(f"{what} contains control characters")
     kind = classify_source(value)
@@ -44,7 +61,7 @@ def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
                 f"unknown builtin {what} {value!r}; choose one of {', '.join(builtins)}"
             )
         return value
-    if kind == "local":
+    if kind in ("local", "file"):
         return value
     hub_id = value.split(":", 1)[0] if what == "dataset" else value
     if not _HUB_ID.fullmatch(hub_id):
@@ -54,69 +71,223 @@ def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
     return value
 
 
+class LoraSpec(BaseModel):
+    """Low-rank adapters (the ``peft`` library): only they (and a new classification head) train."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    r: int = Field(default=8, ge=1, le=1024, description="Rank of the adapters")
+    alpha: int = Field(default=16, ge=1, le=1_000_000, description="Scaling: alpha / r")
+    dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the adapters' input")
+    target_modules: tuple[str, ...] | None = Field(
+        default=None,
+        max_length=64,
+        description="Module names to adapt; default: peft's choice for the model type",
+        examples=[["query", "value"]],
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _module_names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and not all(_MODULE.fullmatch(name) for name in value):
+            raise ValueError("module names are 1-128 letters, digits, '_', '-' or '.'")
+        return value
+
+
 class JobSpec(BaseModel):
     """What to train, on what, and how. Unknown fields are rejected."""
 
     model_config = ConfigDict(extra="forbid", str_max_length=1024, frozen=True)
 
-    task: Task = "sequence-classification"
-    backend: Backend = "pytorch"
+    task: Task = Field(
+        default="sequence-classification",
+        description="sequence-classification (needs labels) or causal-lm (next-token prediction)",
+        examples=["sequence-classification"],
+    )
+    backend: Backend = Field(
+        default="pytorch",
+        description="The training loop: plain PyTorch, HF Accelerate or the HF Trainer; "
+        "all three give the same update for the same spec",
+        examples=["pytorch"],
+    )
     model: str = Field(
-        description="builtin:tiny-bert, builtin:tiny-gpt2, a save_pretrained directory, or a hub id",
+        description="builtin:tiny-bert (sequence-classification only), builtin:tiny-gpt2, "
+        "an uploaded model (file-…), a save_pretrained directory under a data root, or a hub id "
+        "('owner/name')",
         examples=["builtin:tiny-bert"],
     )
     dataset: str = Field(
-        description="builtin:sentiment, builtin:tiny-stories, a .csv/.jsonl/.parquet file, "
-        "or a hub dataset id ('name' or 'name:config')",
+        description="builtin:sentiment (labelled), builtin:tiny-stories (text only), an uploaded "
+        "dataset (file-…), a .csv/.jsonl/.json/.parquet file under a data root, or a hub dataset "
+        "id ('name' or 'name:config')",
         examples=["builtin:sentiment"],
     )
     eval_dataset: str | None = Field(
         default=None,
         description="Same forms as dataset; default: its validation split or a hold-out",
+        examples=["builtin:sentiment"],
     )
-    text_column: str = "text"
+    text_column: str = Field(
+        default="text",
+        description="The column holding the text: 1-128 letters, digits, spaces, '_', '-', '.'",
+        examples=["text"],
+    )
     label_column: str | None = Field(
-        default=None, description="Classification only; defaults to 'label'"
+        default=None,
+        description="Classification only (none for causal-lm); defaults to 'label'",
+        examples=["label"],
     )
-    gradient_accumulation_steps: int = Field(default=1, ge=1, le=4096)
-    per_device_train_batch_size: int = Field(default=8, ge=1, le=65536)
-    per_device_eval_batch_size: int = Field(default=32, ge=1, le=65536)
-    num_train_epochs: int = Field(default=3, ge=1, le=10000)
-    learning_rate: float = Field(default=5e-4, gt=0, le=10)
-    weight_decay: float = Field(default=0.0, ge=0, le=10)
-    warmup_steps: int = Field(default=0, ge=0, le=10_000_000)
-    lr_scheduler_type: SchedulerType = "linear"
-    max_grad_norm: float = Field(default=1.0, ge=0, le=1e6, description="0 disables clipping")
-    seed: int = Field(default=42, ge=0, le=2**32 - 1)
-    max_seq_length: int = Field(default=128, ge=2, le=32768)
-    max_train_samples: PositiveInt | None = None
-    max_eval_samples: PositiveInt | None = None
-    validation_split_percentage: int = Field(default=10, ge=1, le=50)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    per_device_train_batch_size: MicroBatch | Literal["auto"] = Field(
+        default=8,
+        description="Samples per micro-batch, or 'auto': the largest that fits the memory "
+        "budget (then effective_batch_size is required)",
+        examples=[8],
+    )
+    gradient_accumulation_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="K: micro-batches whose gradients make one optimizer step (exactly); "
+        "default 1, or effective_batch_size / per_device_train_batch_size; chosen by the "
+        "machine with 'auto'",
+        examples=[4],
+    )
+    effective_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 24,
+        validate_default=True,
+        description="Samples per optimizer step (micro-batch x K); give it instead of K",
+        examples=[32],
+    )
+    per_device_eval_batch_size: int = Field(
+        default=32, ge=1, le=65536, description="Samples per evaluation batch", examples=[32]
+    )
+    num_train_epochs: int = Field(
+        default=3, ge=1, le=10000, description="Passes over the training data", examples=[3]
+    )
+    learning_rate: float = Field(
+        default=5e-4, gt=0, le=10, description="Peak learning rate (AdamW)", examples=[1e-3]
+    )
+    weight_decay: float = Field(
+        default=0.0, ge=0, le=10, description="AdamW decoupled weight decay", examples=[0.01]
+    )
+    warmup_steps: int = Field(
+        default=0,
+        ge=0,
+        le=10_000_000,
+        description="Optimizer steps of linear warm-up before the schedule",
+        examples=[0],
+    )
+    lr_scheduler_type: SchedulerType = Field(
+        default="linear", description="The schedule after warm-up", examples=["linear"]
+    )
+    max_grad_norm: float = Field(
+        default=1.0, ge=0, le=1e6, description="Clip the gradient norm; 0 disables clipping",
+        examples=[1.0],
+    )  # fmt: skip
+    seed: int = Field(
+        default=42, ge=0, le=2**32 - 1, description="Seeds weights, shuffling and dropout",
+        examples=[42],
+    )  # fmt: skip
+    max_seq_length: int = Field(
+        default=128, ge=2, le=32768, description="Tokens per sample (longer is cut)",
+        examples=[128],
+    )  # fmt: skip
+    max_train_samples: PositiveInt | None = Field(
+        default=None, description="Train on the first N samples only", examples=[64]
+    )
+    max_eval_samples: PositiveInt | None = Field(
+        default=None, description="Evaluate on the first N samples only", examples=[32]
+    )
+    validation_split_percentage: int = Field(
+        default=10,
+        ge=1,
+        le=50,
+        description="Hold-out share of the training data when there is no eval dataset",
+        examples=[10],
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="auto: CUDA when present, else the CPU", examples=["auto"]
+    )
+    max_memory_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Memory budget of the 'auto' micro-batch: a fraction of the device's memory "
+        "(default 0.9)",
+        examples=[0.8],
+    )
+    max_memory_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Memory budget of the 'auto' micro-batch, in bytes",
+        examples=[8_000_000_000],
+    )
+    mixed_precision: MixedPrecision = Field(
+        default="no",
+        description="bf16 (CPU or GPU) or fp16 (GPU only, with a gradient scaler)",
+        examples=["bf16"],
+    )
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="Recompute activations in the backward pass: less memory, more time",
+        examples=[True],
+    )
+    optim: Optimizer = Field(
+        default="adamw_torch",
+        description="adamw_torch, adamw_torch_fused, sgd or adafactor (TrainingArguments names)",
+        examples=["adamw_torch"],
+    )
+    max_steps: PositiveInt | None = Field(
+        default=None,
+        description="Optimizer steps in all; overrides num_train_epochs",
+        examples=[100],
+    )
+    lora: LoraSpec | None = Field(
+        default=None,
+        description="Train low-rank adapters only (peft): {r, alpha, dropout, target_modules}",
+        examples=[{"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["query", "value"]}],
+    )
+    merge_lora: bool = Field(
+        default=False,
+        description="With lora: also save the adapters merged into a plain model",
+        examples=[False],
+    )
     logging_steps: PositiveInt | None = Field(
         default=None,
         le=10_000_000,
         description="Record step metrics every this many optimizer steps; default: about 50 "
         "points per epoch",
+        examples=[10],
     )
     eval_strategy: Literal["epoch", "steps"] = Field(
-        default="epoch", description='"steps": also evaluate every eval_steps optimizer steps'
-    )
-    report_to: list[Literal["tensorboard"]] = Field(
-        default_factory=list,
-        max_length=1,
-        description='["tensorboard"]: event files in the outputs\' tensorboard/ folder',
+        default="epoch",
+        description='"steps": also evaluate every eval_steps optimizer steps',
+        examples=["epoch"],
     )
     eval_steps: PositiveInt | None = Field(
         default=None,
         le=10_000_000,
         description='With eval_strategy "steps"; default: logging_steps',
+        examples=[100],
+    )
+    report_to: list[Literal["tensorboard"]] = Field(
+        default_factory=list,
+        max_length=1,
+        description='["tensorboard"]: event files in the outputs\' tensorboard/ folder',
+        examples=[["tensorboard"]],
     )
 
     @field_validator("model")
     @classmethod
-    def _model_source(cls, value: str) -> str:
-        return _check_source(value, builtins=BUILTIN_MODELS, what="model")
+    def _model_source(cls, value: str, info: ValidationInfo) -> str:
+        value = _check_source(value, builtins=BUILTIN_MODELS, what="model")
+        task = info.data.get("task")
+        if task is not None and task not in BUILTIN_MODEL_TASKS.get(value, (task,)):
+            able = ", ".join(BUILTIN_MODEL_TASKS[value])
+            raise ValueError(f"{value} cannot do task {task}; it does {able}")
+        return value
 
     @field_validator("dataset", "eval_dataset")
     @classmethod
@@ -140,6 +311,38 @@ class JobSpec(BaseModel):
             raise ValueError("a causal-lm task has no label column")
         return value
 
+    @field_validator("effective_batch_size")
+    @classmethod
+    def _effective_batch(cls, value: int | None, info: ValidationInfo) -> int | None:
+        """Two of (micro-batch, K, effective batch) decide the third; they must agree exactly."""
+        if "per_device_train_batch_size" not in info.data:
+            return value  # the micro-batch itself was invalid: reported on its own
+        return resolve_effective_batch(
+            info.data["per_device_train_batch_size"],
+            info.data.get("gradient_accumulation_steps"),
+            value,
+        )
+
+    @field_validator("mixed_precision")
+    @classmethod
+    def _precision_fits_device(cls, value: str, info: ValidationInfo) -> str:
+        if value == "fp16" and info.data.get("device") == "cpu":
+            raise ValueError("fp16 needs a GPU (its gradient scaler is CUDA's); use bf16 on CPU")
+        return value
+
+    @model_validator(mode="after")
+    def _derived_fields(self) -> JobSpec:
+        if self.max_memory_fraction is not None and self.max_memory_bytes is not None:
+            raise ValueError("give max_memory_fraction or max_memory_bytes, not both")
+        if self.merge_lora and self.lora is None:
+            raise ValueError("merge_lora needs lora")
+        b = self.per_device_train_batch_size
+        if b != "auto" and self.gradient_accumulation_steps is None:
+            assert self.effective_batch_size is not None  # resolved with b
+            # Derived, not chosen: K = effective / micro-batch (x world size, here 1).
+            object.__setattr__(self, "gradient_accumulation_steps", self.effective_batch_size // b)
+        return self
+
     @field_validator("eval_steps")
     @classmethod
     def _eval_steps_need_strategy(cls, value: int | None, info: ValidationInfo) -> int | None:
@@ -148,15 +351,49 @@ class JobSpec(BaseModel):
         return value
 
     @property
-    def effective_batch_size(self) -> int:
-        """Samples per optimizer step on one device: micro-batch x K (x world size, here 1)."""
-        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+    def auto_micro_batch(self) -> bool:
+        return self.per_device_train_batch_size == "auto"
 
     @property
     def resolved_label_column(self) -> str | None:
         if self.task == "causal-lm":
             return None
         return self.label_column or "label"
+
+
+# Names users bring from other trainers, and what this spec calls them.
+HABITS = {
+    "lr": "learning_rate",
+    "batch_size": "per_device_train_batch_size",
+    "train_batch_size": "per_device_train_batch_size",
+    "eval_batch_size": "per_device_eval_batch_size",
+    "epochs": "num_train_epochs",
+    "num_epochs": "num_train_epochs",
+    "grad_accum": "gradient_accumulation_steps",
+    "accumulation_steps": "gradient_accumulation_steps",
+    "scheduler": "lr_scheduler_type",
+    "model_name_or_path": "model",
+    "dataset_name": "dataset",
+}
+UNSUPPORTED = {
+    "fp16": "did you mean 'mixed_precision': 'fp16'?",
+    "bf16": "did you mean 'mixed_precision': 'bf16'?",
+}
+
+
+def unknown_field_hint(name: str) -> str | None:
+    """What to say about an unknown field: the known name it probably means, or why it has none.
+
+    Example:
+        >>> unknown_field_hint("lr")
+        "did you mean 'learning_rate'?"
+    """
+    if name in UNSUPPORTED:
+        return UNSUPPORTED[name]
+    known = HABITS.get(name) or next(
+        iter(difflib.get_close_matches(name, list(JobSpec.model_fields), n=1, cutoff=0.75)), None
+    )
+    return f"did you mean {known!r}?" if known else None
 
 
 def example_spec() -> dict[str, object]:

@@ -49,5 +49,8 @@ class TensorBoardCallback(TrainingCallback):
     def on_checkpoint(self, info: dict[str, Any]) -> None:
         self.inner.on_checkpoint(info)
 
+    def on_batch_size(self, info: dict[str, Any]) -> None:
+        self.inner.on_batch_size(info)
+
     def close(self) -> None:
         self.writer.close()

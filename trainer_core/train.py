@@ -1,22 +1,42 @@
 """The one entry point: ``train(spec, output_dir, ...) -> TrainResult``.
 
-It builds what every backend shares (data, model, the epoch plan, optimizer, scheduler), resumes
-from ``output_dir/checkpoint`` when one exists, runs the backend, and writes ``metrics.jsonl``,
-``summary.json`` and the final model in ``model/``.
+It loads the data once, builds the run's context (model, micro-batch, epoch plan, optimizer,
+scheduler), resumes from ``output_dir/checkpoint`` when one exists, runs the backend, and writes
+``metrics.jsonl``, ``summary.json`` and the final model in ``model/`` (with LoRA: ``adapter/``,
+and ``model/`` merged on request).
+
+Out of memory during training, the micro-batch shrinks and the effective batch does not: the
+partial window is dropped, a checkpoint is taken at the window's start with the micro-batch
+halved and K doubled, and the run resumes from it (same rows in every window, so the same
+training). After ``MAX_HALVINGS`` it fails with ``out_of_memory``, naming what it tried.
+
+Example:
+    >>> from trainer_core import JobSpec, train
+    >>> spec = JobSpec(model="builtin:tiny-bert", dataset="builtin:sentiment",
+    ...                per_device_train_batch_size=4, effective_batch_size=16,
+    ...                num_train_epochs=1, max_train_samples=64)
+    >>> result = train(spec, "runs/example")  # doctest: +SKIP
+    >>> result.status, result.metrics[-1]["train_loss"]  # doctest: +SKIP
+    ('completed', 0.69...)
 """
 
 from __future__ import annotations
 
+import gc
 import json
+import logging
 import platform
 from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from transformers.utils import logging as hf_logging
 
-from trainer_core.accumulation import micro_batches_per_epoch, optimizer_steps_per_epoch
+from trainer_core.accumulation import micro_batches_per_epoch
 from trainer_core.backends import get_backend
+from trainer_core.batching import smaller_micro_batch
+from trainer_core.build import Inputs, MicroBatchChoice, build_context, load_inputs
 from trainer_core.callbacks import (
     NULL_CALLBACK,
     Status,
@@ -26,74 +46,70 @@ from trainer_core.callbacks import (
     TrainResult,
     never_stop,
 )
-from trainer_core.checkpoint import load_training_state, read_state
 from trainer_core.context import RunContext
-from trainer_core.data import load_job_data
-from trainer_core.errors import JobError, OutOfMemory
-from trainer_core.loader import EpochLoader, EpochPlan
-from trainer_core.models import load_model, load_tokenizer
-from trainer_core.optim import build_optimizer, build_scheduler
+from trainer_core.errors import OutOfMemory
 from trainer_core.run import TrainingRun
 from trainer_core.spec import JobSpec
 from trainer_core.stopping import TrainingPreempted
 
-
-def resolve_device(spec: JobSpec) -> torch.device:
-    if spec.device == "cuda" and not torch.cuda.is_available():
-        raise JobError("device: cuda was requested but no GPU is visible", param="device")
-    if spec.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(spec.device)
-
-
-def _build_context(spec: JobSpec, output_dir: Path, resume: bool) -> RunContext:
-    device = resolve_device(spec)
-    tokenizer = load_tokenizer(spec)
-    data = load_job_data(spec, tokenizer)
-    model = load_model(spec, tokenizer, data.label_names)
-    model.to(device)  # type: ignore[arg-type]
-    pad_id = int(tokenizer.pad_token_id)  # load_tokenizer guarantees a pad token
-    b, k = spec.per_device_train_batch_size, spec.gradient_accumulation_steps
-    loader = EpochLoader(
-        EpochPlan(data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=pad_id)
-    )
-    steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b, k)
-    total_steps = steps_per_epoch * spec.num_train_epochs
-    optimizer = build_optimizer(model, spec)
-    scheduler = build_scheduler(optimizer, spec, total_steps)
-    ctx = RunContext(
-        spec, data, model, pad_id, device, loader, optimizer, scheduler, output_dir,
-        steps_per_epoch, total_steps,
-        tokenizer=tokenizer,
-    )  # fmt: skip
-    state = read_state(ctx.checkpoint_dir) if resume else None
-    if state is not None:
-        if state.get("spec") != ctx.fingerprint:
-            raise JobError("output_dir holds a checkpoint of a different spec", param="output_dir")
-        load_training_state(
-            ctx.checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler
-        )
-        ctx.start_epoch, ctx.start_micro_step = state["epoch"], state["micro_step"]
-        ctx.start_global_step, ctx.resume_state = state["global_step"], state
-    return ctx
+log = logging.getLogger(__name__)
+MAX_HALVINGS = 5
 
 
 def _start_info(ctx: RunContext) -> dict[str, Any]:
-    spec = ctx.spec
     return {
         "total_steps": ctx.total_steps,
         "steps_per_epoch": ctx.steps_per_epoch,
         "micro_batches_per_epoch": micro_batches_per_epoch(
-            len(ctx.data.train), spec.per_device_train_batch_size
+            len(ctx.data.train), ctx.micro_batch_size
         ),
         "num_train_samples": len(ctx.data.train),
         "num_eval_samples": len(ctx.data.eval),
-        "effective_batch_size": spec.effective_batch_size,
+        "effective_batch_size": ctx.spec.effective_batch_size,
         "num_parameters": sum(p.numel() for p in ctx.model.parameters()),
+        "num_trainable_parameters": sum(
+            p.numel() for p in ctx.model.parameters() if p.requires_grad
+        ),
         "device": str(ctx.device),
         "start_epoch": ctx.start_epoch,
         "start_step": ctx.start_global_step,
     }
+
+
+def _log_start(ctx: RunContext, info: dict[str, Any]) -> None:
+    spec = ctx.spec
+    log.info(
+        "start: %s on %s, %s backend, device %s, %d parameters; effective batch %d "
+        "(micro-batch %d x K %d); %d train rows, %d eval rows; %d optimizer steps "
+        "(%d per epoch, %d epochs)%s",
+        spec.model, spec.dataset, spec.backend, info["device"], info["num_parameters"],
+        spec.effective_batch_size, ctx.micro_batch_size,
+        ctx.accumulation, info["num_train_samples"], info["num_eval_samples"],
+        info["total_steps"], info["steps_per_epoch"], ctx.num_epochs,
+        f"; resuming at epoch {ctx.start_epoch + 1}, step {ctx.start_global_step}"
+        if ctx.start_global_step or ctx.start_epoch else "",
+    )  # fmt: skip
+
+
+def _batch_info(ctx: RunContext, choice: MicroBatchChoice, tried: list[int]) -> dict[str, Any]:
+    return {
+        "micro_batch_size": ctx.micro_batch_size,
+        "gradient_accumulation_steps": ctx.accumulation,
+        "effective_batch_size": ctx.spec.effective_batch_size,
+        "reason": choice.reason,
+        "tried": tried,
+        **choice.detail,
+    }
+
+
+def _save_model(ctx: RunContext) -> dict[str, str]:
+    if ctx.spec.lora is not None:
+        from trainer_core.lora import save_outputs
+
+        return save_outputs(ctx.model, ctx.tokenizer, ctx.output_dir, merge=ctx.spec.merge_lora)
+    ctx.model.save_pretrained(ctx.output_dir / "model", safe_serialization=True)
+    ctx.tokenizer.save_pretrained(ctx.output_dir / "model")
+    return {"model_dir": str(ctx.output_dir / "model")}
 
 
 def _finish(
@@ -105,20 +121,81 @@ def _finish(
         "optimizer_steps": run.global_step,
         "epochs_completed": len(run.metrics),
         "final_metrics": run.metrics[-1] if run.metrics else None,
+        "train_seconds": round(sum(m.get("train_seconds", 0.0) for m in run.metrics), 4),
         **info,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__},
+        "micro_batch_size": ctx.micro_batch_size,
+        "gradient_accumulation_steps": ctx.accumulation,
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+        },
     }
     if status == "completed":
-        ctx.model.save_pretrained(ctx.output_dir / "model", safe_serialization=True)
-        ctx.tokenizer.save_pretrained(ctx.output_dir / "model")
-        summary["model_dir"] = str(ctx.output_dir / "model")
+        summary |= _save_model(ctx)
     (ctx.output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
+def _out_of_memory(ctx: RunContext, tried: list[int]) -> OutOfMemory:
+    sizes = ", ".join(str(size) for size in tried)
+    return OutOfMemory(
+        f"per_device_train_batch_size: out of memory at micro-batch sizes {sizes} (effective "
+        f"batch {ctx.spec.effective_batch_size}); lower max_seq_length, turn on "
+        "gradient_checkpointing or mixed_precision, or use a larger device",
+        param="per_device_train_batch_size",
+    )
+
+
+def _shrink(ctx: RunContext, run: TrainingRun, tried: list[int]) -> None:
+    """Checkpoint the start of the window that ran out of memory with a smaller micro-batch."""
+    smaller = smaller_micro_batch(ctx.micro_batch_size)
+    if smaller is None or len(tried) > MAX_HALVINGS:
+        raise _out_of_memory(ctx, tried)
+    tried.append(smaller)
+    run.restart_window_with(smaller, ctx.accumulation * ctx.micro_batch_size // smaller)
+
+
+def _release(ctx: RunContext) -> None:
+    ctx.optimizer.zero_grad(set_to_none=True)
+    del ctx.model, ctx.optimizer, ctx.scheduler
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _run(
+    spec: JobSpec, inputs: Inputs, ctx: RunContext, callback: TrainingCallback, **run_kw: Any
+) -> tuple[RunContext, TrainingRun, Status]:
+    """Run the backend; after running out of memory, again from the window's start."""
+    tried = [ctx.micro_batch_size]
+    while True:
+        run = TrainingRun(ctx, callback, **run_kw)
+        try:
+            get_backend(spec.backend).run(run)
+            return ctx, run, "completed"
+        except TrainingCancelled:
+            return ctx, run, "cancelled"
+        except TrainingPreempted:
+            return ctx, run, "preempted"
+        except torch.OutOfMemoryError as exc:
+            if run.evaluating:
+                raise OutOfMemory(
+                    f"per_device_eval_batch_size: out of memory evaluating at "
+                    f"{spec.per_device_eval_batch_size} rows; lower it",
+                    param="per_device_eval_batch_size",
+                ) from exc
+            _shrink(ctx, run, tried)
+        finally:
+            run.close()
+        _release(ctx)
+        ctx, choice = build_context(spec, ctx.output_dir, inputs, resume=True)
+        callback.on_batch_size(_batch_info(ctx, choice, tried) | {"reason": "out_of_memory"})
+
+
 def train(
     spec: JobSpec,
-    output_dir: Path,
+    output_dir: Path | str,
     *,
     callback: TrainingCallback = NULL_CALLBACK,
     should_stop: StopCheck = never_stop,
@@ -128,7 +205,8 @@ def train(
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # "Writing model shards" bars on every checkpoint
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    ctx = _build_context(spec, output_dir, resume)
+    inputs = load_inputs(spec)
+    ctx, choice = build_context(spec, output_dir, inputs, resume=resume)
     tensorboard = None
     if "tensorboard" in spec.report_to:
         from trainer_core.tensorboard import TensorBoardCallback
@@ -137,25 +215,17 @@ def train(
     # metrics.jsonl holds exactly the epochs the checkpoint has seen (a crash may have left more).
     with (output_dir / "metrics.jsonl").open("w") as out:
         out.writelines(json.dumps(m) + "\n" for m in ctx.resume_state.get("metrics", []))
-    run = TrainingRun(ctx, callback, should_stop, progress_bar)
     info = _start_info(ctx)
+    _log_start(ctx, info)
     callback.on_start(info)
-    status: Status = "completed"
+    callback.on_batch_size(_batch_info(ctx, choice, [ctx.micro_batch_size]))
     try:
-        get_backend(spec.backend).run(run)
-    except torch.OutOfMemoryError as exc:
-        raise OutOfMemory(
-            f"per_device_train_batch_size: out of memory at micro-batch "
-            f"{spec.per_device_train_batch_size}; lower it and raise gradient_accumulation_steps",
-            param="per_device_train_batch_size",
-        ) from exc
-    except TrainingCancelled:
-        status = "cancelled"
-    except TrainingPreempted:
-        status = "preempted"
+        ctx, run, status = _run(
+            spec, inputs, ctx, callback, should_stop=should_stop, progress_bar=progress_bar
+        )
     finally:
-        run.close()
         if tensorboard is not None:
             tensorboard.close()
     summary = _finish(ctx, run, status, info)
+    log.info("%s after %d optimizer steps", status, run.global_step)
     return TrainResult(status=status, metrics=run.metrics, summary=summary, output_dir=output_dir)

@@ -1,21 +1,33 @@
-"""/healthz: the process answers. /readyz: the database and the broker answer too."""
+"""/healthz: the process answers. /readyz: the database, the broker and a worker answer too."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
 from api import services
-from api.deps import CeleryDep, SessionDep
-from api.schemas import ErrorResponse, Health
+from api.deps import CeleryDep, SessionDep, SettingsDep
+from api.schemas import ErrorResponse, Health, WorkerRead
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=Health)
+@router.get("/healthz", response_model=Health, summary="Liveness: the API process answers")
 async def healthz() -> Health:
+    """Liveness: the API process answers (nothing else is checked)."""
     return Health(status="ok")
 
 
-@router.get("/readyz", response_model=Health, responses={503: {"model": ErrorResponse}})
-def readyz(session: SessionDep, celery: CeleryDep) -> Health:
-    return Health(status="ready", checks=services.check_readiness(session, celery=celery))
+@router.get(
+    "/readyz",
+    response_model=Health,
+    summary="Readiness: database, broker and at least one live worker",
+    description="503 `not_ready` names what cannot be reached; 503 `no_workers` while no worker "
+    "is alive (a job accepted then would wait). 200 lists the workers and their current jobs.",
+    responses={503: {"model": ErrorResponse, "description": "Not ready"}},
+)
+def readyz(session: SessionDep, celery: CeleryDep, settings: SettingsDep) -> Health:
+    checks, workers = services.check_readiness(session, celery=celery, settings=settings)
+    # Unauthenticated: job ids are shown only when there are no tenants to keep apart.
+    show = not settings.require_auth
+    listed = [WorkerRead.of(w, show_job=show) for w in workers]
+    return Health(status="ready", checks=checks, workers=listed)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 
 from api import services
+from api.artifacts import outputs
 from api.deps import (
     CeleryDep,
     ReadEngineDep,
@@ -21,6 +22,7 @@ from api.schemas import (
     ErrorResponse,
     EventList,
     JobCreate,
+    JobDeleted,
     JobList,
     JobRead,
     MetricsList,
@@ -63,10 +65,17 @@ IdempotencyKey = Annotated[
     "",
     response_model=JobRead,
     status_code=201,
+    summary="Submit a training job",
+    description="Validates the spec (every error at once, in `error.errors`), stores the job as "
+    "queued and enqueues it. 201: created. 200: the job created earlier with this "
+    "Idempotency-Key and body.",
     responses={
-        409: {"model": ErrorResponse},
-        413: {"model": ErrorResponse},
-        429: {"model": ErrorResponse},
+        200: {"model": JobRead, "description": "Replayed: the job of this Idempotency-Key"},
+        400: {"model": ErrorResponse, "description": "The body cannot be decoded"},
+        409: {"model": ErrorResponse, "description": "Idempotency-Key used with another body"},
+        413: {"model": ErrorResponse, "description": "Body over the configured size"},
+        415: {"model": ErrorResponse, "description": "Not sent as application/json"},
+        429: {"model": ErrorResponse, "description": "Too many jobs queued or running"},
     },
 )
 def create_job(
@@ -87,12 +96,18 @@ def create_job(
         settings=settings,
     )
     response.status_code = 201 if created else 200
-    return JobRead.of(job)
+    return JobRead.of(job, outputs(settings.jobs_dir / job.id))
 
 
-@router.get("", response_model=JobList)
+@router.get(
+    "",
+    response_model=JobList,
+    summary="List your jobs",
+    description="Newest first, `limit` at a time; pass `last_id` as `after` for the next page.",
+)
 async def list_jobs(
     session: ReadSessionDep,
+    settings: SettingsDep,
     tenant: TenantDep,
     status: JobStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
@@ -104,17 +119,34 @@ async def list_jobs(
         session, tenant=tenant, status=status, limit=limit, after=after
     )
     last_id = jobs[-1].id if jobs else None
-    return JobList(data=[JobRead.of(j) for j in jobs], has_more=has_more, last_id=last_id)
+    data = [JobRead.of(j, outputs(settings.jobs_dir / j.id)) for j in jobs]
+    return JobList(data=data, has_more=has_more, last_id=last_id)
 
 
-@router.get("/{job_id}", response_model=JobRead)
-async def get_job(job_id: str, engine: ReadEngineDep, tenant: TenantDep) -> Response:
+@router.get(
+    "/{job_id}",
+    response_model=JobRead,
+    summary="Read a job",
+    description="Status, progress, the latest epoch's metrics, the error if any, the outputs on "
+    "disk and, once finished, the run's summary.",
+)
+async def get_job(
+    job_id: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
+) -> Response:
     # The poll endpoint: serialised once by pydantic, skipping FastAPI's second validation pass.
-    job = JobRead.of(services.read_job(engine, job_id=job_id, tenant=tenant))
+    row = services.read_job(engine, job_id=job_id, tenant=tenant)
+    job = JobRead.of(row, outputs(settings.jobs_dir / row.id))
     return Response(job.model_dump_json(), media_type="application/json")
 
 
-@router.get("/{job_id}/metrics", response_model=MetricsList)
+@router.get(
+    "/{job_id}/metrics",
+    response_model=MetricsList,
+    summary="A job's metrics, per epoch or per logging step",
+    description="granularity=epoch (default): one record per finished epoch, in order. "
+    "granularity=step: one record every logging_steps optimizer steps, in pages "
+    "(after=the last page's last_step).",
+)
 async def list_metrics(
     job_id: str,
     engine: ReadEngineDep,
@@ -147,6 +179,7 @@ LastEventId = Annotated[
 @router.get(
     "/{job_id}/stream",
     response_class=EventSourceResponse,
+    summary="A job's live stream (Server-Sent Events)",
     responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}},
 )
 async def stream_job(
@@ -168,11 +201,38 @@ async def stream_job(
     )
 
 
-@router.get("/{job_id}/events", response_model=EventList)
+@router.get(
+    "/{job_id}/events",
+    response_model=EventList,
+    summary="A job's events",
+    description="What happened to the job (queued, started, preempted, ...), oldest first.",
+)
 async def list_events(job_id: str, session: ReadSessionDep, tenant: TenantDep) -> EventList:
     return EventList.of(services.list_events(session, job_id=job_id, tenant=tenant))
 
 
-@router.post("/{job_id}/cancel", response_model=JobRead, responses={409: {"model": ErrorResponse}})
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobRead,
+    summary="Cancel a job",
+    description="Queued: cancelled at once. Running: its training process is stopped within "
+    "seconds. Finished: 409.",
+    responses={409: {"model": ErrorResponse, "description": "The job has already finished"}},
+)
 def cancel_job(job_id: str, session: SessionDep, tenant: TenantDep) -> JobRead:
     return JobRead.of(services.cancel_job(session, job_id=job_id, tenant=tenant))
+
+
+@router.delete(
+    "/{job_id}",
+    response_model=JobDeleted,
+    summary="Delete a finished job",
+    description="Deletes a finished job's rows and outputs. Queued or running: 409, cancel first.",
+    responses={409: {"model": ErrorResponse, "description": "The job is queued or running"}},
+)
+def delete_job(
+    job_id: str, session: SessionDep, settings: SettingsDep, tenant: TenantDep
+) -> JobDeleted:
+    """A finished job's rows and outputs. Queued or running: 409, cancel it first."""
+    services.delete_job(session, settings=settings, job_id=job_id, tenant=tenant)
+    return JobDeleted(id=job_id)

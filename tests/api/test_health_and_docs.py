@@ -5,21 +5,39 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from fastapi.testclient import TestClient
+from sqlalchemy import delete, update
 
 from api.main import create_app
+from gradacc.db import session_scope
+from gradacc.models import Worker, utcnow
 from gradacc.settings import Settings
+from gradacc.workers import register_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_health_and_readiness(client: TestClient) -> None:
-    assert client.get("/healthz").json() == {"status": "ok", "checks": {}}
+def test_health_and_readiness(client: TestClient, db_settings: Settings) -> None:
+    assert client.get("/healthz").json() == {"status": "ok", "checks": {}, "workers": None}
+    no_worker = client.get("/readyz")
+    assert no_worker.status_code == 503, no_worker.text
+    assert no_worker.json()["error"]["code"] == "no_workers"
+    # The row a worker writes when it is ready (tests/e2e/test_serve_signals.py starts real ones).
+    with session_scope(db_settings) as session:
+        session.execute(delete(Worker))
+        register_worker(session, name="host:1", pid=1, devices=["cpu"])
     ready = client.get("/readyz")
     assert ready.status_code == 200, ready.text
-    assert ready.json()["checks"] == {"database": "ok", "broker": "ok"}
+    assert ready.json()["checks"] == {"database": "ok", "broker": "ok", "workers": "1 alive"}
+    assert [w["name"] for w in ready.json()["workers"]] == ["host:1"]
+    stale = db_settings.worker_alive_s + 1
+    with session_scope(db_settings) as session:
+        session.execute(update(Worker).values(heartbeat_at=utcnow() - timedelta(seconds=stale)))
+        session.commit()
+    assert client.get("/readyz").json()["error"]["code"] == "no_workers"  # it stopped beating
 
 
 def test_readiness_fails_when_the_broker_is_unreachable(embedded_settings: Settings) -> None:

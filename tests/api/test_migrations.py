@@ -11,7 +11,7 @@ from gradacc.db import get_engine
 from gradacc.migrate import alembic_config
 from gradacc.settings import Settings
 
-TABLES = {"jobs", "epoch_metrics", "job_events", "alembic_version"}
+TABLES = {"jobs", "epoch_metrics", "job_events", "files", "workers", "alembic_version"}
 
 
 def test_migrations_match_the_models_and_downgrade(db_settings: Settings) -> None:

@@ -60,7 +60,7 @@ def server(pg_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[str, S
     base = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(base_url=base, timeout=2) as probe:
-            wait_ready(probe, timeout_s=30)
+            wait_ready(probe, timeout_s=30, workers=False)
         yield base, settings
     finally:
         process.terminate()

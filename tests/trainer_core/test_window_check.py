@@ -10,17 +10,17 @@ import pytest
 
 from tests.trainer_core.helpers import CLASSIFICATION, make_spec
 from trainer_core.backends import get_backend
+from trainer_core.build import build_context, load_inputs
 from trainer_core.callbacks import NULL_CALLBACK, never_stop
 from trainer_core.loader import EpochLoader, EpochPlan
 from trainer_core.run import TrainingRun, WindowMismatch
-from trainer_core.train import _build_context
 
 
 def _run_with_plan_k(backend: str, plan_k: int, out: Path) -> TrainingRun:
     spec = make_spec(
         CLASSIFICATION, backend=backend, gradient_accumulation_steps=4, num_train_epochs=1
     )
-    ctx = _build_context(spec, out, resume=False)
+    ctx, _ = build_context(spec, out, load_inputs(spec), resume=False)
     plan = EpochPlan(
         ctx.data.train, batch_size=8, accumulation=plan_k, seed=spec.seed, pad_id=ctx.pad_id
     )

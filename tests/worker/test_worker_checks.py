@@ -17,7 +17,7 @@ from gradacc.settings import Settings, get_settings
 from tests.worker.test_job_states import make_job
 from worker.child.reporting import describe_error
 from worker.consumer.reconciler import reconcile_jobs
-from worker.consumer.tasks import run_job
+from worker.consumer.tasks import handle_job
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def test_a_path_outside_the_roots_fails_before_training(
     outside.write_text("text,label\nhi,1\n")
     spec = {"model": "builtin:tiny-bert", "dataset": str(outside)}
     job_id = make_job(worker_settings, spec=spec)
-    assert run_job(job_id) == "failed"
+    assert handle_job(job_id) == "failed"
     with session_scope(worker_settings) as session:
         job = session.get(Job, job_id)
         assert job is not None
@@ -48,7 +48,7 @@ def test_a_path_outside_the_roots_fails_before_training(
         assert job.pid is None  # no training process was started
         kinds = session.scalars(select(JobEvent.kind).where(JobEvent.job_id == job_id)).all()
     assert list(kinds) == ["failed"]
-    assert run_job(job_id) == "skipped"  # a redelivery does not retry it
+    assert handle_job(job_id) == "skipped"  # a redelivery does not retry it
 
 
 def test_a_tenant_at_its_running_limit_waits_queued(worker_settings: Settings) -> None:
@@ -56,8 +56,8 @@ def test_a_tenant_at_its_running_limit_waits_queued(worker_settings: Settings) -
     for _ in range(limit):
         make_job(worker_settings, tenant="busy", status=JobStatus.RUNNING, heartbeat_at=utcnow())
     waiting = make_job(worker_settings, tenant="busy")
-    assert run_job(waiting) == "throttled"
-    assert run_job(waiting) == "throttled"  # redelivered while still busy: one event only
+    assert handle_job(waiting) == "throttled"
+    assert handle_job(waiting) == "throttled"  # redelivered while still busy: one event only
     with session_scope(worker_settings) as session:
         job = session.get(Job, waiting)
         assert job is not None and (job.status, job.attempts, job.enqueued_at) == (

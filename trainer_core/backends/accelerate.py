@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
 
 from trainer_core.accumulation import micro_step_loss
 from trainer_core.run import TrainingRun
@@ -24,15 +25,22 @@ class AccelerateLoop:
     def run(self, run: TrainingRun) -> None:
         ctx = run.ctx
         self.causal, self.max_grad_norm = ctx.causal, ctx.spec.max_grad_norm
+        # One Accelerator per run, configured by this run's spec: a process that trains again (an
+        # in-process retry, a test) must not inherit the previous run's precision or K.
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
         self.accelerator = Accelerator(
-            gradient_accumulation_steps=ctx.spec.gradient_accumulation_steps,
+            gradient_accumulation_steps=ctx.accumulation,
+            mixed_precision=ctx.spec.mixed_precision,
             cpu=ctx.device.type == "cpu",
         )
         self.model, self.optimizer, self.loader, self.scheduler = self.accelerator.prepare(
             ctx.model, ctx.optimizer, ctx.loader, ctx.scheduler
         )
-        run.drive(self)
-        self.accelerator.free_memory()
+        try:
+            run.drive(self)
+        finally:
+            self.accelerator.free_memory()
 
     def batches(self, epoch: int) -> Iterator[dict[str, Any]]:
         self.loader.set_epoch(epoch)  # DataLoaderShard re-applies its own epoch on every iter()

@@ -1,4 +1,8 @@
-"""The plain PyTorch loop: the reference the other backends are checked against."""
+"""The plain PyTorch loop: the reference the other backends are checked against.
+
+With fp16 the loss is scaled on every micro-step and the gradients unscaled once per window,
+before clipping; the scheduler does not step when the scaler skipped an overflowing step (as in
+Accelerate and the Trainer)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import Any
 import torch
 
 from trainer_core.accumulation import micro_step_loss
+from trainer_core.precision import autocast, grad_scaler
 from trainer_core.run import TrainingRun
 
 
@@ -22,6 +27,7 @@ def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
 class PlainLoop:
     def run(self, run: TrainingRun) -> None:
         self.ctx = run.ctx
+        self.scaler = grad_scaler(run.ctx.spec.mixed_precision)
         run.drive(self)
 
     def batches(self, epoch: int) -> Iterator[dict[str, Any]]:
@@ -30,7 +36,10 @@ class PlainLoop:
             yield to_device(batch, self.ctx.device)
 
     def forward_backward(self, batch: dict[str, Any]) -> torch.Tensor:
-        loss, summed = micro_step_loss(self.ctx.model, batch, self.ctx.causal)
+        with autocast(self.ctx.spec.mixed_precision, self.ctx.device):
+            loss, summed = micro_step_loss(self.ctx.model, batch, self.ctx.causal)
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
         loss.backward()  # type: ignore[no-untyped-call]  # loss is already Σ/N_window: gradients add up to the window mean
         return summed
 
@@ -38,11 +47,20 @@ class PlainLoop:
         return bool(batch["last_in_window"])  # the plan is this loop's only rule
 
     def optimizer_step(self) -> torch.Tensor:
-        ctx = self.ctx
+        ctx, scaler = self.ctx, self.scaler
+        if scaler is not None:
+            scaler.unscale_(ctx.optimizer)  # once per window: clipping sees the true gradients
         # max_norm=inf measures without clipping; the norm stays on the device until logged.
         max_norm = ctx.spec.max_grad_norm if ctx.spec.max_grad_norm > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), max_norm)
-        ctx.optimizer.step()
-        ctx.scheduler.step()
+        if scaler is None:
+            ctx.optimizer.step()
+            ctx.scheduler.step()
+        else:
+            scale = scaler.get_scale()
+            scaler.step(ctx.optimizer)
+            scaler.update()
+            if scaler.get_scale() >= scale:  # a lowered scale means the step was skipped
+                ctx.scheduler.step()
         ctx.optimizer.zero_grad(set_to_none=True)
         return grad_norm

@@ -91,9 +91,12 @@ class TrainerLoop:
         with tempfile.TemporaryDirectory(prefix="gradacc-trainer-") as scratch:
             args = TrainingArguments(
                 output_dir=scratch,
-                per_device_train_batch_size=spec.per_device_train_batch_size,
-                gradient_accumulation_steps=spec.gradient_accumulation_steps,
+                per_device_train_batch_size=ctx.micro_batch_size,
+                gradient_accumulation_steps=ctx.accumulation,
                 num_train_epochs=spec.num_train_epochs,
+                max_steps=spec.max_steps or -1,
+                bf16=spec.mixed_precision == "bf16",
+                fp16=spec.mixed_precision == "fp16",
                 max_grad_norm=spec.max_grad_norm,
                 seed=spec.seed,
                 use_cpu=ctx.device.type == "cpu",

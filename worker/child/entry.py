@@ -6,12 +6,13 @@ Exit status (``worker.exit_codes``): OUTCOME_RECORDED, PREEMPTED (checkpoint kep
 
 from __future__ import annotations
 
+import logging
 import sys
-import traceback
 from collections.abc import Callable
 from typing import TypeVar
 
 from gradacc.db import DATABASE_ERRORS, session_scope
+from gradacc.files import resolve_file_sources
 from gradacc.jobs import add_event, transition_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.retry import retry
@@ -20,21 +21,28 @@ from trainer_core.callbacks import TrainResult
 from trainer_core.errors import JobError
 from trainer_core.spec import JobSpec
 from worker import exit_codes
+from worker.child.logs import configure_job_logging
 from worker.child.reporting import DatabaseCallback, describe_error, jsonable
 from worker.child.stop import StopPoller
 from worker.child.training import run_training
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def main(argv: list[str]) -> int:
     (job_id,) = argv
+    configure_job_logging()
     settings = get_settings()
-    with session_scope(settings) as session:
-        job = session.get(Job, job_id)
-        if job is None or job.status != JobStatus.RUNNING:
-            return exit_codes.OUTCOME_RECORDED  # not ours to train (any more)
-        spec = JobSpec.model_validate(job.spec)
+    try:
+        spec = _spec_to_train(settings, job_id)
+    except JobError as exc:  # an uploaded file it names is gone
+        log.error("job %s failed: %s: %s", job_id, exc.code, exc.message)
+        code, message = exc.code, exc.message
+        _retrying(lambda: _record_failure(settings, job_id, code=code, message=message))
+        return exit_codes.OUTCOME_RECORDED
+    if spec is None:
+        return exit_codes.OUTCOME_RECORDED  # not ours to train (any more)
     # Writes a database outage held back, kept on disk by an earlier attempt, go out first.
     journal = settings.jobs_dir / job_id / "pending_writes.jsonl"
     callback = DatabaseCallback(settings, job_id, journal=journal)
@@ -47,18 +55,28 @@ def main(argv: list[str]) -> int:
             threads=settings.train_threads,
         )
     except JobError as exc:
+        log.error("job %s failed: %s: %s", job_id, exc.code, exc.message)
         code, message = exc.code, exc.message
         callback.flush()
         _retrying(lambda: _record_failure(settings, job_id, code=code, message=message))
         return exit_codes.OUTCOME_RECORDED
     except Exception as exc:
-        traceback.print_exc()  # into the job's train.log, not into the database
+        log.exception("job %s crashed", job_id)  # into train.log, not into the database
         callback.flush()
         message = describe_error(exc)
         _retrying(lambda: _record_failure(settings, job_id, code="training_error", message=message))
         return exit_codes.CRASHED
     callback.flush()  # metrics that waited out a database outage go in before the final status
     return _retrying(lambda: _record_result(settings, job_id, result))
+
+
+def _spec_to_train(settings: Settings, job_id: str) -> JobSpec | None:
+    """The job's spec with uploaded files as local paths; None when the job is not running."""
+    with session_scope(settings) as session:
+        job = session.get(Job, job_id)
+        if job is None or job.status != JobStatus.RUNNING:
+            return None
+        return resolve_file_sources(session, settings, job=job)
 
 
 def _retrying(write: Callable[[], T]) -> T:

@@ -196,6 +196,20 @@ class DatabaseCallback(TrainingCallback):
         self._send_steps()  # the epoch's last steps before its record
         self._submit({"kind": "epoch", "record": jsonable(record), "at": _now()})
 
+    def on_batch_size(self, info: dict[str, Any]) -> None:
+        b, k = info["micro_batch_size"], info["gradient_accumulation_steps"]
+        reasons = {
+            "spec": "as the spec asks",
+            "probe": f"the largest that fits {info.get('budget_bytes', 0):,} bytes",
+            "checkpoint": "as when the checkpoint was taken",
+            "out_of_memory": f"out of memory; sizes tried: {info.get('tried')}",
+        }
+        message = (
+            f"micro-batch {b} x K {k} = effective batch {info['effective_batch_size']} "
+            f"({reasons.get(info['reason'], info['reason'])})"
+        )
+        self._update(("batch_size", message), micro_batch_size=b, gradient_accumulation_steps=k)
+
     def on_checkpoint(self, info: dict[str, Any]) -> None:
         self._update(
             (

@@ -15,6 +15,8 @@ import threading
 import time
 from datetime import UTC, datetime
 
+from sqlalchemy import update
+
 from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.jobs import add_event, transition_job, update_running_job
 from gradacc.models import Job, JobStatus, utcnow
@@ -162,6 +164,25 @@ def _hand_on_killed(settings: Settings, job_id: str) -> str:
             add_event(session, job_id=job_id, kind="killed", message=message)
         session.commit()
     return "killed"
+
+
+def release_preempted(settings: Settings, *, job_id: str) -> bool:
+    """At this worker's warm shutdown: let another worker take the preempted job now rather than
+    after ``stale_after_s``. Its heartbeat is made stale (so ``claim_job`` lets anyone take it)
+    and its last enqueue is forgotten, so that any reconciler pass re-sends it (a restarted
+    worker's first pass, at start); the caller also enqueues it for a worker that is up now.
+    False if the job is no longer ours."""
+    with session_scope(settings) as session:
+        gone = datetime(1970, 1, 1, tzinfo=UTC)
+        stmt = update(Job).where(
+            Job.id == job_id, Job.status == JobStatus.RUNNING, Job.worker == worker_name()
+        )
+        released = session.execute(stmt.values(heartbeat_at=gone, pid=None, enqueued_at=None))
+        if released.rowcount != 1:  # type: ignore[attr-defined]
+            return False
+        add_event(session, job_id=job_id, kind="released", message="worker stopping; re-queued")
+        session.commit()
+    return True
 
 
 def _describe(returncode: int) -> str:

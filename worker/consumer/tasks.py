@@ -25,21 +25,36 @@ from gradacc.queue import RUN_JOB_TASK, create_celery_app, enqueue_job
 from gradacc.settings import Settings, get_settings
 from gradacc.sources import check_spec_allowed
 from trainer_core.spec import JobSpec
-from worker.consumer import launcher
+from worker.consumer import launcher, registry
 from worker.consumer.reconciler import start_reconciler_thread
-from worker.consumer.supervisor import shutdown_requested, supervise, worker_name
+from worker.consumer.supervisor import (
+    release_preempted,
+    shutdown_requested,
+    supervise,
+    worker_name,
+)
 
 log = logging.getLogger(__name__)
 
 
 @shared_task(name=RUN_JOB_TASK, ignore_result=True)
-def run_job(job_id: str) -> str:
-    """Train job ``job_id`` unless another delivery already did (or is doing) it.
+def run_job(job_id: str) -> None:
+    """Train job ``job_id`` unless another delivery already did (or is doing) it. Logs the job's
+    outcome under the job id; returns nothing, so Celery's own line reads "succeeded: None"
+    (the task did its work) instead of "succeeded: 'failed'" for a failed job."""
+    log.info("job %s: %s", job_id, handle_job(job_id))
 
-    Returns what happened, for the log: "skipped" when the job was not ours to run.
-    """
+
+def handle_job(job_id: str) -> str:
+    """Claim and supervise; returns what happened: "skipped" when the job was not ours to run,
+    "throttled", or the job's outcome ("succeeded", "failed", "preempted"...)."""
     settings = get_settings()
     worker = worker_name()
+    if shutdown_requested.is_set():
+        # A stopping worker can still be handed a message (the one it just re-sent, even): leave
+        # the job to the others. Its row says it needs sending, so a reconciler will re-send it.
+        log.info("job %s left for another worker: this one is stopping", job_id)
+        return "skipped"
     with session_scope(settings) as session:
         if throttle_if_busy(session, job_id=job_id, max_running=settings.max_running_per_tenant):
             session.commit()
@@ -75,7 +90,18 @@ def run_job(job_id: str) -> str:
         message = f"started on {worker} (attempt {job.attempts})"
         add_event(session, job_id=job_id, kind="started", message=message)
         session.commit()
-    return supervise(settings, job_id=job_id)
+    log.info("job %s started (attempt %d)", job_id, job.attempts)
+    registry.mark_job(settings, job_id)
+    try:
+        outcome = supervise(settings, job_id=job_id)
+    finally:
+        registry.mark_job(settings, None)
+    stopping = outcome == "preempted" and shutdown_requested.is_set()
+    if stopping and release_preempted(settings, job_id=job_id):
+        enqueue_job(current_app._get_current_object(), settings, job_id)
+        outcome = "released"
+    log.info("job %s %s", job_id, outcome)
+    return outcome
 
 
 def _refusal(job: Job, settings: Settings) -> str | None:
@@ -108,9 +134,19 @@ def _start_reconciler(sender: Any = None, **_: Any) -> None:
     )
 
 
+@worker_ready.connect
+def _register(sender: Any = None, **_: Any) -> None:
+    """Last of the ready hooks: the fork server is warm, so a registered worker can take a job."""
+    settings = get_settings()
+    registry.register(settings)
+    registry.start_heartbeat_thread(settings, stop=_reconciler_stop)
+    log.info("worker %s ready", worker_name())
+
+
 @worker_shutdown.connect
 def _stop_reconciler(sender: Any = None, **_: Any) -> None:
     _reconciler_stop.set()
+    registry.unregister(get_settings())
 
 
 @worker_shutting_down.connect

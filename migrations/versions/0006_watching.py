@@ -1,8 +1,8 @@
 """Step-level metrics (one row every logging_steps optimizer steps); jobs.live_progress;
 webhooks: jobs.webhook_url and webhook_on_epoch, the webhook_deliveries outbox, webhook_secrets.
 
-Revision ID: 0003_step_metrics
-Revises: 0002
+Revision ID: 0006_watching
+Revises: 0005_micro_batch
 Create Date: 2026-11-30 13:50:00.000000
 
 """
@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from alembic import op
 
 # revision identifiers, used by Alembic.
-revision: str = "0003_step_metrics"
-down_revision: str | Sequence[str] | None = "0002"
+revision: str = "0006_watching"
+down_revision: str | Sequence[str] | None = "0005_micro_batch"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,109 @@
+"""The OpenAPI document states what the server enforces, with the settings in force: the spec's
+service limits, the source and column rules, the task rules, and the bearer scheme when keys are
+required. An independent fuzzer (schemathesis, tests/e2e/test_contract_fuzz.py) holds us to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from gradacc.settings import Settings
+from trainer_core.sources import LOCAL_DATA_SUFFIXES
+from trainer_core.spec import BUILTIN_DATASETS, BUILTIN_MODELS, COLUMN_PATTERN, HUB_ID_PATTERN
+
+_NOT_A_FILE = "(?!.*(" + "|".join(s.replace(".", r"\.") for s in LOCAL_DATA_SUFFIXES) + ")$)"
+# Hub ids the spec accepts without a disk check: what the server reads as a local path (a data
+# file suffix, a leading "/", "." or "~", a name present on its disk) must lie under a data root,
+# which no schema can state; the field descriptions say so.
+MODEL_HUB_PATTERN = "^" + _NOT_A_FILE + HUB_ID_PATTERN.removeprefix("^")
+DATASET_HUB_PATTERN = (
+    "^(?!builtin:)" + _NOT_A_FILE + HUB_ID_PATTERN.removeprefix("^").removesuffix("$")
+) + r"(:[^\x00-\x1f]{0,900})?$"
+
+
+def _source(builtins: list[str], pattern: str, nullable: bool = False) -> dict[str, Any]:
+    options: list[dict[str, Any]] = [
+        {"type": "string", "enum": builtins},
+        {"type": "string", "pattern": pattern, "maxLength": 1024},
+    ]
+    if nullable:
+        options.append({"type": "null"})
+    return {"anyOf": options}
+
+
+def _task_rules() -> list[dict[str, Any]]:
+    """Which model and data each task accepts (JSON Schema if/then, OpenAPI 3.1)."""
+    causal = {"properties": {"task": {"const": "causal-lm"}}, "required": ["task"]}
+    unlabelled = [name for name, labelled in BUILTIN_DATASETS.items() if not labelled]
+    return [
+        {
+            "if": causal,
+            "then": {
+                "properties": {
+                    "model": {"not": {"const": "builtin:tiny-bert"}},
+                    "label_column": {"type": "null"},
+                }
+            },
+            "else": {
+                "properties": {
+                    "dataset": {"not": {"enum": unlabelled}},
+                    "eval_dataset": {"not": {"enum": unlabelled}},
+                }
+            },
+        }
+    ]
+
+
+def _state_spec_rules(spec: dict[str, Any], settings: Settings) -> None:
+    props = spec["properties"]
+    props["num_train_epochs"]["maximum"] = min(
+        props["num_train_epochs"]["maximum"], settings.max_epochs
+    )
+    for name in ("max_train_samples", "max_eval_samples"):
+        for option in props[name]["anyOf"]:
+            if option.get("type") == "integer":
+                option["maximum"] = settings.max_samples
+    props["model"] |= _source(list(BUILTIN_MODELS), MODEL_HUB_PATTERN)
+    props["dataset"] |= _source(list(BUILTIN_DATASETS), DATASET_HUB_PATTERN)
+    props["eval_dataset"] |= _source(list(BUILTIN_DATASETS), DATASET_HUB_PATTERN, nullable=True)
+    props["eval_dataset"].pop("type", None)
+    for name in ("model", "dataset"):
+        props[name].pop("type", None)
+    props["text_column"]["pattern"] = COLUMN_PATTERN
+    for option in props["label_column"]["anyOf"]:
+        if option.get("type") == "string":
+            option["pattern"] = COLUMN_PATTERN
+    spec["allOf"] = _task_rules()
+
+
+def _declare_security(schema: dict[str, Any]) -> None:
+    schema.setdefault("components", {})["securitySchemes"] = {
+        "apiKey": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key from `gradacc create-api-key --tenant NAME`",
+        }
+    }
+    for path, operations in schema["paths"].items():
+        if path.startswith("/v1"):
+            for operation in operations.values():
+                operation["security"] = [{"apiKey": []}]
+
+
+def contract_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        _state_spec_rules(schema["components"]["schemas"]["JobSpec"], settings)
+        if settings.require_auth:
+            _declare_security(schema)
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+def install_openapi(app: FastAPI, settings: Settings) -> None:
+    app.openapi = lambda: contract_openapi(app, settings)  # type: ignore[method-assign]

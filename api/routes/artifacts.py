@@ -1,0 +1,88 @@
+"""/v1/jobs/{id}/artifacts, /checkpoints and /logs: a finished (or running) job's outputs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import FileResponse, StreamingResponse
+
+from api import artifacts, services
+from api.deps import ReadEngineDep, SettingsDep, TenantDep
+from api.schemas import ArtifactList, CheckpointList, CheckpointRead, ErrorResponse
+
+router = APIRouter(
+    prefix="/jobs",
+    tags=["artifacts"],
+    responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+)
+
+
+@router.get("/{job_id}/artifacts", response_model=ArtifactList)
+async def list_artifacts(
+    job_id: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
+) -> ArtifactList:
+    """The files in a job's output folder: path, bytes and kind."""
+    services.read_job(engine, job_id=job_id, tenant=tenant)
+    return ArtifactList.model_validate(
+        {"data": artifacts.list_artifacts(settings.jobs_dir / job_id)}
+    )
+
+
+@router.get(
+    "/{job_id}/artifacts/{path:path}",
+    response_class=Response,
+    responses={200: {"content": {"application/gzip": {}, "application/octet-stream": {}}}},
+)
+async def get_artifact(
+    job_id: str, path: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
+) -> Response:
+    """`model` or `checkpoint`: the folder as a tar.gz built while it is sent. Any other path
+    from /artifacts: that file, with Range support."""
+    services.read_job(engine, job_id=job_id, tenant=tenant)
+    root = settings.jobs_dir / job_id
+    if path in artifacts.FOLDERS:
+        folder = artifacts.folder_path(root, path)
+        name = f"{job_id}-{path}"
+        headers = {"Content-Disposition": f'attachment; filename="{name}.tar.gz"'}
+        stream = artifacts.tar_gz(folder, name)
+        return StreamingResponse(stream, media_type="application/gzip", headers=headers)
+    return FileResponse(artifacts.artifact_path(root, path), media_type="application/octet-stream")
+
+
+@router.get("/{job_id}/checkpoints", response_model=CheckpointList)
+async def list_checkpoints(
+    job_id: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
+) -> CheckpointList:
+    """The job keeps its latest checkpoint (each epoch replaces it): zero or one entries."""
+    services.read_job(engine, job_id=job_id, tenant=tenant)
+    state = artifacts.checkpoint_state(settings.jobs_dir / job_id)
+    if state is None:
+        return CheckpointList(data=[])
+    metrics = state.get("metrics") or [{}]
+    checkpoint = CheckpointRead(
+        id=f"ckpt-{job_id}-{state['global_step']}",
+        created_at=state["created_at"],
+        fine_tuning_job_id=job_id,
+        fine_tuned_model_checkpoint=f"/v1/jobs/{job_id}/artifacts/checkpoint",
+        step_number=state["global_step"],
+        epoch=state["epoch"],
+        metrics=metrics[-1],
+    )
+    return CheckpointList(data=[checkpoint], first_id=checkpoint.id, last_id=checkpoint.id)
+
+
+@router.get(
+    "/{job_id}/logs", response_class=Response, responses={200: {"content": {"text/plain": {}}}}
+)
+async def get_logs(
+    job_id: str,
+    engine: ReadEngineDep,
+    settings: SettingsDep,
+    tenant: TenantDep,
+    tail: Annotated[int, Query(ge=1, le=100_000, description="Last N lines")] = 200,
+) -> Response:
+    """The job's train.log: start line, epochs, library warnings, a failure's traceback."""
+    services.read_job(engine, job_id=job_id, tenant=tenant)
+    text = artifacts.tail(settings.jobs_dir / job_id / "train.log", tail)
+    return Response(text, media_type="text/plain; charset=utf-8")

@@ -1,0 +1,105 @@
+"""Uploaded files as jobs use them: ids, where their bytes live, and the spec fields naming them.
+
+A spec may name ``model``, ``dataset`` and ``eval_dataset`` as ``file-…`` ids. The API checks at
+POST that each exists, belongs to the tenant and has the right purpose; the training child turns
+them into local paths (``resolve_file_sources``) before calling the core, which knows nothing of
+the database. The path of a file is a function of its id alone, so the resolved spec, and with it
+the checkpoint's fingerprint, is the same on every attempt.
+
+Layout: ``files/<id>/<stored_name>`` is the upload as received (``data.csv``, ``model.tar.gz``…);
+a model's archive is unpacked next to it into ``files/<id>/model/``.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gradacc.errors import InvalidRequest
+from gradacc.models import ACTIVE_STATUSES, File, FilePurpose, Job
+from gradacc.settings import Settings
+from trainer_core.errors import JobError
+from trainer_core.sources import FILE_ID_PATTERN, classify_source
+from trainer_core.spec import JobSpec
+
+# spec field -> the purpose of a file it may name
+FILE_FIELDS: dict[str, FilePurpose] = {
+    "model": FilePurpose.MODEL,
+    "dataset": FilePurpose.DATASET,
+    "eval_dataset": FilePurpose.DATASET,
+}
+MODEL_DIR = "model"
+
+
+class FileUnavailable(JobError):
+    """A job's file was deleted (or never was) by the time it trains."""
+
+    code = "file_not_found"
+
+
+def new_file_id() -> str:
+    return f"file-{int(time.time() * 1000):012x}{secrets.token_hex(4)}"
+
+
+def is_file_id(value: str) -> bool:
+    return re.fullmatch(FILE_ID_PATTERN, value) is not None
+
+
+def file_dir(settings: Settings, file_id: str) -> Path:
+    return settings.files_dir / file_id
+
+
+def local_source(settings: Settings, file: File) -> Path:
+    """What the core loads: the dataset file itself, or a model's unpacked directory."""
+    if file.purpose == FilePurpose.MODEL:
+        return file_dir(settings, file.id) / MODEL_DIR
+    return file_dir(settings, file.id) / file.stored_name
+
+
+def file_refs(spec: JobSpec | dict[str, Any]) -> dict[str, str]:
+    """Spec field -> file id, for the fields that name an uploaded file."""
+    values = spec if isinstance(spec, dict) else spec.model_dump()
+    return {
+        field: value
+        for field in FILE_FIELDS
+        if isinstance(value := values.get(field), str) and classify_source(value) == "file"
+    }
+
+
+def check_file_refs(session: Session, *, spec: JobSpec, tenant: str) -> None:
+    """422 naming the field: a file that does not exist, is another tenant's, or has the wrong
+    purpose (a dataset given as the model)."""
+    for field, file_id in file_refs(spec).items():
+        file = session.get(File, file_id)
+        if file is None or file.tenant != tenant:
+            raise InvalidRequest(f"no file with id {file_id!r}", param=field)
+        if file.purpose != FILE_FIELDS[field]:
+            raise InvalidRequest(
+                f"{file_id} was uploaded as a {file.purpose}, not a {FILE_FIELDS[field]}",
+                param=field,
+            )
+
+
+def resolve_file_sources(session: Session, settings: Settings, *, job: Job) -> JobSpec:
+    """The job's spec with every ``file-…`` id replaced by the local path of its bytes."""
+    spec = JobSpec.model_validate(job.spec)
+    update: dict[str, str] = {}
+    for field, file_id in file_refs(spec).items():
+        file = session.get(File, file_id)
+        path = local_source(settings, file) if file is not None else None
+        if file is None or file.tenant != job.tenant or path is None or not path.exists():
+            raise FileUnavailable(f"{field}: file {file_id} no longer exists", param=field)
+        update[field] = str(path.resolve())
+    return spec.model_copy(update=update) if update else spec
+
+
+def jobs_using(session: Session, *, file_id: str, tenant: str) -> list[str]:
+    """The tenant's queued or running jobs whose spec names ``file_id``."""
+    query = select(Job.id, Job.spec).where(Job.tenant == tenant, Job.status.in_(ACTIVE_STATUSES))
+    return [row.id for row in session.execute(query) if file_id in file_refs(row.spec).values()]

@@ -1,0 +1,102 @@
+"""``gradacc serve`` on the embedded stack, signalled like Docker, systemd or ``kill`` do: SIGTERM
+stops the API and the workers, a running job is preempted and released at once, no process is
+left behind; after a restart the job resumes (not after a stale period) and succeeds. Along the
+way: /readyz and GET /v1/workers show the real worker, and the default log stays quiet."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+from sqlalchemy import func, select
+
+from commands.demo import free_port, wait_ready
+from gradacc.db import session_scope
+from gradacc.models import Worker
+from gradacc.settings import Settings
+from tests.conftest import ROOT, TINY
+from tests.e2e.conftest import settings_env
+
+# Long enough to be caught running (a few seconds at one thread), short enough to finish soon.
+LONG = {**TINY, "num_train_epochs": 12, "max_train_samples": 128}
+
+
+def start_serve(settings: Settings, port: int, log: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "1"]
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            argv, cwd=ROOT, env=settings_env(settings), stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def wait_job(client: httpx.Client, job_id: str, done: Any, timeout: float = 240) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
+        if done(job):
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} did not get there: {job}")
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Iterator[Settings]:
+    yield Settings(home=tmp_path / "home")
+
+
+@pytest.mark.integration
+def test_sigterm_leaves_nothing_and_the_job_resumes(settings: Settings, tmp_path: Path) -> None:
+    port, log = free_port(), tmp_path / "serve.log"
+    serve = start_serve(settings, port, log)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
+    try:
+        wait_ready(client, timeout_s=180)  # 200 only once a worker is alive
+        ready = client.get("/readyz").json()
+        assert ready["checks"]["workers"] == "1 alive", ready
+        workers = client.get("/v1/workers").json()["data"]
+        assert len(workers) == 1 and "cpu" in workers[0]["devices"], workers
+        job_id = client.post("/v1/jobs", json=LONG).json()["id"]
+        wait_job(client, job_id, lambda j: j["progress"]["epoch"] >= 1)
+        assert client.get("/v1/workers").json()["data"][0]["current_job"] == job_id
+        family = psutil.Process(serve.pid).children(recursive=True)
+        assert len(family) >= 3, family  # the worker, its fork server, the training process
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=90) == 0, log.read_text()[-3000:]
+        _, alive = psutil.wait_procs(family, timeout=30)
+        assert not alive, [(p.pid, p.cmdline()) for p in alive]
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+    text = log.read_text()
+    with session_scope(settings) as session:
+        assert session.scalar(select(func.count()).select_from(Worker)) == 0  # unregistered
+    assert "alembic" not in text and "celery@" not in text and "superuser" not in text, text
+    assert "API ready on" in text and "ready" in text and job_id in text, text
+    assert len(text.splitlines()) < 20, text
+
+    restarted_at = time.monotonic()
+    serve = start_serve(settings, port, log)
+    try:
+        wait_ready(client, timeout_s=180)
+        job = wait_job(client, job_id, lambda j: j["status"] in ("succeeded", "failed"))
+        assert job["status"] == "succeeded", job
+        listed = client.get(f"/v1/jobs/{job_id}/events").json()["data"]
+        events = [e["kind"] for e in listed]
+        assert "preempted" in events and "released" in events, listed
+        print([(e["kind"], e["message"]) for e in listed])
+        assert job["attempts"] == 2, [
+            (e["kind"], e["message"]) for e in listed
+        ]  # claimed once before the restart, once after
+        print(f"restart to success: {time.monotonic() - restarted_at:.1f} s; events {events}")
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(timeout=90)
+        client.close()

@@ -1,0 +1,106 @@
+"""Build a run's context: what is loaded once per job (device, tokenizer, data) and what a
+(re)start builds from it (model, micro-batch, epoch plan, optimizer, scheduler, resume state)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from trainer_core.accumulation import optimizer_steps_per_epoch
+from trainer_core.autobatch import choose_micro_batch
+from trainer_core.checkpoint import load_training_state, read_state
+from trainer_core.context import RunContext, spec_fingerprint
+from trainer_core.data import JobData, load_job_data
+from trainer_core.errors import JobError
+from trainer_core.loader import EpochLoader, EpochPlan
+from trainer_core.models import load_model, load_tokenizer
+from trainer_core.optim import build_optimizer, build_scheduler
+from trainer_core.precision import check_precision
+from trainer_core.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class Inputs:
+    device: torch.device
+    tokenizer: PreTrainedTokenizerBase
+    data: JobData
+
+    @property
+    def pad_id(self) -> int:
+        return int(self.tokenizer.pad_token_id)  # load_tokenizer guarantees a pad token
+
+
+@dataclass(frozen=True)
+class MicroBatchChoice:
+    size: int
+    accumulation: int
+    reason: str  # "spec", "probe" ("auto"), "checkpoint" (a resume keeps what was in force)
+    detail: dict[str, Any]
+
+
+def resolve_device(spec: JobSpec) -> torch.device:
+    if spec.device == "cuda" and not torch.cuda.is_available():
+        raise JobError("device: cuda was requested but no GPU is visible", param="device")
+    if spec.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(spec.device)
+
+
+def load_inputs(spec: JobSpec) -> Inputs:
+    device = resolve_device(spec)
+    check_precision(spec.mixed_precision, device)
+    tokenizer = load_tokenizer(spec)
+    return Inputs(device, tokenizer, load_job_data(spec, tokenizer))
+
+
+def _micro_batch(
+    spec: JobSpec, state: dict[str, Any] | None, model: torch.nn.Module, inputs: Inputs
+) -> MicroBatchChoice:
+    if state is not None and "micro_batch_size" in state:
+        size, k = int(state["micro_batch_size"]), int(state["gradient_accumulation_steps"])
+        return MicroBatchChoice(size, k, "checkpoint", {})
+    if spec.per_device_train_batch_size != "auto":
+        assert spec.gradient_accumulation_steps is not None  # resolved by the spec
+        return MicroBatchChoice(
+            spec.per_device_train_batch_size, spec.gradient_accumulation_steps, "spec", {}
+        )
+    choice = choose_micro_batch(model, inputs.data.train, spec, inputs.device, inputs.pad_id)
+    assert spec.effective_batch_size is not None
+    k = spec.effective_batch_size // choice.micro_batch_size  # exact: a divisor was chosen
+    detail = {"budget_bytes": choice.budget_bytes, "tried": choice.tried}
+    return MicroBatchChoice(choice.micro_batch_size, k, "probe", detail)
+
+
+def build_context(
+    spec: JobSpec, output_dir: Path, inputs: Inputs, *, resume: bool
+) -> tuple[RunContext, MicroBatchChoice]:
+    state = read_state(output_dir / "checkpoint") if resume else None
+    if state is not None and state.get("spec") != spec_fingerprint(spec):
+        raise JobError("output_dir holds a checkpoint of a different spec", param="output_dir")
+    data = inputs.data
+    model = load_model(spec, inputs.tokenizer, data.label_names)
+    model.to(inputs.device)  # type: ignore[arg-type]
+    choice = _micro_batch(spec, state, model, inputs)
+    b, k = choice.size, choice.accumulation
+    plan = EpochPlan(data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=inputs.pad_id)
+    # ceil(ceil(n/b)/K) = ceil(n/(b*K)): the same for every (b, K) of one effective batch.
+    steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b, k)
+    total_steps = spec.max_steps or steps_per_epoch * spec.num_train_epochs
+    optimizer = build_optimizer(model, spec)
+    scheduler = build_scheduler(optimizer, spec, total_steps)
+    ctx = RunContext(
+        spec, data, model, inputs.pad_id, inputs.device, EpochLoader(plan), optimizer, scheduler,
+        output_dir, steps_per_epoch, total_steps, micro_batch_size=b, accumulation=k,
+        tokenizer=inputs.tokenizer,
+    )  # fmt: skip
+    if state is not None:
+        load_training_state(
+            ctx.checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler
+        )
+        ctx.start_epoch, ctx.start_micro_step = state["epoch"], state["micro_step"]
+        ctx.start_global_step, ctx.resume_state = state["global_step"], state
+    return ctx, choice
