@@ -30,7 +30,7 @@ def spec_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_submit_follow_then_read_it_back(served_url: str, spec_file: Path) -> None:
+def test_submit_follow_then_read_it_back(served_url: str, spec_file: Path, tmp_path: Path) -> None:
     server = served_url
     done = gradacc(server, "submit", str(spec_file), "--set", "logging_steps=1", "--follow")
     assert done.returncode == 0, done.stderr
@@ -44,6 +44,24 @@ def test_submit_follow_then_read_it_back(served_url: str, spec_file: Path) -> No
     assert job_id in [job["id"] for job in listed]
     table = gradacc(server, "jobs")
     assert table.returncode == 0 and job_id in table.stdout and "pytorch" in table.stdout
+    model_dir = tmp_path / "model"
+    fetched = gradacc(server, "download", job_id, str(model_dir))
+    assert fetched.returncode == 0, fetched.stderr
+    assert list(model_dir.rglob("model.safetensors")) and list(model_dir.rglob("config.json"))
+
+
+def test_upload_then_train_on_it(served_url: str, spec_file: Path, tmp_path: Path) -> None:
+    rows = [f"{'a good film' if i % 2 else 'a bad film'} {i},{i % 2}" for i in range(64)]
+    data = tmp_path / "reviews.csv"
+    data.write_text("text,label\n" + "\n".join(rows) + "\n")
+    uploaded = gradacc(served_url, "upload", str(data))
+    assert uploaded.returncode == 0, uploaded.stderr
+    file_id = uploaded.stdout.strip()
+    assert file_id.startswith("file")
+    done = gradacc(served_url, "submit", str(spec_file), "--set", f"dataset={file_id}",
+                   "--follow", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["spec"]["dataset"] == file_id
 
 
 def test_cancel_and_exit_statuses(served_url: str, spec_file: Path) -> None:
