@@ -21,8 +21,11 @@ class JobCreate(JobSpec):
     webhook_url: str | None = Field(
         default=None,
         description="POSTed the job object, signed (Gradacc-Signature), on every final status",
+        examples=["https://hooks.example.com/gradacc"],
     )
-    webhook_on_epoch: bool = Field(default=False, description="Also after each epoch")
+    webhook_on_epoch: bool = Field(
+        default=False, description="Also after each epoch", examples=[False]
+    )
 
 
 def unix(moment: datetime | None) -> int | None:

@@ -166,11 +166,12 @@ async def list_metrics(
     return Response(page.model_dump_json(), media_type="application/json")
 
 
+# A string, never null: an absent header is "", so a client cannot send the text "null".
 LastEventId = Annotated[
-    str | None,
+    str,
     Header(
         alias="Last-Event-ID",
-        pattern=r"^\d{1,18}-\d{1,18}-\d{1,18}$",
+        pattern=r"^(\d{1,18}-\d{1,18}-\d{1,18})?$",
         description="Resume after this message (the id of the last one received)",
     ),
 ]
@@ -187,7 +188,7 @@ async def stream_job(
     request: Request,
     engine: ReadEngineDep,
     tenant: TenantDep,
-    last_event_id: LastEventId = None,
+    last_event_id: LastEventId = "",
 ) -> EventSourceResponse:
     """Events `event`, `epoch`, `step` and `job` (status and progress); ends after the final
     status. Each message's id resumes the stream as `Last-Event-ID`."""
