@@ -29,7 +29,7 @@ from gradacc.errors import (
     TooManyJobs,
     Unauthorized,
 )
-from trainer_core.spec import unknown_field_hint
+from trainer_core.spec_hints import unknown_field_hint
 
 log = logging.getLogger(__name__)
 

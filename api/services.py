@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from api.schemas import WEBHOOK_FIELDS, JobCreate
+from gradacc.capacity import check_devices
 from gradacc.errors import (
     IdempotencyConflict,
     JobActive,
@@ -39,6 +40,7 @@ from gradacc.settings import Settings
 from gradacc.sources import check_spec_allowed
 from gradacc.webhooks import check_webhook_url, tenant_secret
 from gradacc.workers import alive_workers
+from trainer_core.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ def create_job(
     key already used by this tenant, returns that job (same spec) or raises (another spec).
     A failed enqueue leaves the job for the reconciler."""
     check_spec_allowed(spec, settings)
+    check_devices(spec, celery, settings)
     if spec.webhook_url is not None:
         check_webhook_url(spec.webhook_url, settings)
     body = spec.model_dump(mode="json")
@@ -102,7 +105,7 @@ def create_job(
 
 def _enqueue(session: Session, *, job: Job, celery: Celery, settings: Settings) -> None:
     try:
-        enqueue_job(celery, settings, job.id)
+        enqueue_job(celery, settings, job.id, JobSpec.model_validate(job.spec).num_processes)
     except Exception as exc:  # the broker is down: the row is safe, the reconciler retries
         log.warning("enqueue of %s failed (%s); the reconciler will retry", job.id, exc)
         job.enqueued_at = None

@@ -5,6 +5,7 @@
 #   3. the accumulation-equivalence tests, on CUDA
 #   4. the memory-adaptive micro-batch: a real CUDA OOM (a capped memory fraction) halving the
 #      micro-batch, fp16 and bf16 pairs, "auto" against the card's memory
+#   4. with 2 GPUs or more: 2 data-parallel processes over NCCL (bench/ddp_comm.py --device cuda)
 #
 # The GPU image has torch, transformers and accelerate but not datasets or pydantic, and no
 # network. Prepare the missing wheels here first, then carry bench/wheelhouse with the run:
@@ -42,3 +43,10 @@ echo "## equivalence tests on CUDA"
 timeout 120 $PY -m pytest -q -p no:cacheprovider --noconftest tests/trainer_core/test_equivalence.py | tail -3 | tee "$OUT/gpu_tests.txt"
 echo "## memory-adaptive micro-batch, fp16/bf16 (CUDA)"
 timeout 150 $PY bench/gpu_memory_adaptive.py | tee "$OUT/gpu_memory_adaptive.md"
+GPUS=$(nvidia-smi -L | wc -l)
+if [ "$GPUS" -ge 2 ]; then
+  echo "## two processes over NCCL: all-reduce per window vs every micro-batch"
+  timeout 150 $PY bench/ddp_comm.py --device cuda --rows 8192 | tee "$OUT/gpu_ddp.md"
+else
+  echo "## two-process NCCL case skipped: $GPUS GPU (NCCL needs one GPU per rank)" | tee "$OUT/gpu_ddp.md"
+fi

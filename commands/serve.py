@@ -15,6 +15,7 @@ from types import FrameType
 import httpx
 
 from gradacc.migrate import upgrade_database
+from gradacc.queue import worker_queues
 from gradacc.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ def worker_argv(name: str, settings: Settings) -> list[str]:
         "--pool=solo",
         "--concurrency=1",
         f"--hostname={name}@%h",
-        f"--queues={settings.queue}",
+        f"--queues={','.join(worker_queues(settings))}",  # the jobs that fit its devices
         "--without-mingle",  # the serverless brokers have no use for worker-to-worker chatter
         "--without-gossip",
         f"--loglevel={'DEBUG' if debug else 'WARNING'}",

@@ -16,6 +16,7 @@ from celery import Celery
 from gradacc.settings import Settings
 
 RUN_JOB_TASK = "gradacc.run_job"
+DEVICES_SUFFIX = ".devices-"
 
 
 def _filesystem_options(settings: Settings) -> dict[str, Any]:
@@ -66,8 +67,22 @@ def create_celery_app(settings: Settings, *, include: Sequence[str] = ()) -> Cel
     return app
 
 
-def enqueue_job(celery: Celery, settings: Settings, job_id: str) -> None:
+def job_queue(settings: Settings, num_processes: int) -> str:
+    """The queue of a job that needs ``num_processes`` devices (the plain queue for one)."""
+    return (
+        settings.queue if num_processes <= 1 else f"{settings.queue}{DEVICES_SUFFIX}{num_processes}"
+    )
+
+
+def worker_queues(settings: Settings) -> list[str]:
+    """The queues a worker with ``settings.devices`` devices consumes: every job that fits it.
+    Its queue names are also how it advertises its device count (``gradacc.capacity``)."""
+    return [job_queue(settings, n) for n in range(1, settings.devices + 1)]
+
+
+def enqueue_job(celery: Celery, settings: Settings, job_id: str, num_processes: int = 1) -> None:
     """Send the run-job task by name: the sender never imports the task or the training core.
     The task id starts with the job id, so Celery's own log lines name the job."""
     task_id = f"{job_id}-{secrets.token_hex(4)}"  # unique per delivery: a job is sent again
-    celery.send_task(RUN_JOB_TASK, args=[job_id], queue=settings.queue, task_id=task_id)
+    queue = job_queue(settings, num_processes)
+    celery.send_task(RUN_JOB_TASK, args=[job_id], queue=queue, task_id=task_id)

@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     fork_server: bool = Field(
         default=True, validation_alias=AliasChoices("gradacc_fork_server", "gradacc_warm_standby")
     )
+    # Devices this worker trains a job on: GPUs, or gloo CPU processes where there is none. A job
+    # with num_processes n goes to queue "<queue>.devices-n"; this worker takes n <= devices.
+    devices: int = Field(default=1, ge=1, le=1024)
     # ``gradacc serve`` and its workers: "info" prints one line per component ready and per job
     # event (libraries at WARNING); "debug" brings back every library's log and Celery's banner.
     log_level: Literal["info", "debug"] = "info"

@@ -95,6 +95,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     import torch  # imports below pull in torch: after validation
 
+    from trainer_core.distributed import launched_world, leave
     from trainer_core.errors import JobError
     from trainer_core.train import train
 
@@ -107,6 +108,10 @@ def run_command(args: argparse.Namespace) -> int:
     except JobError as exc:
         print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
         return EXIT_JOB_ERROR
+    finally:
+        leave(launched_world())  # under torchrun: every rank runs this command
+    if not launched_world().is_main:
+        return 0  # rank 0 prints the results
     print(json.dumps(result.summary.get("final_metrics"), indent=2))
     print(f"{result.status}: outputs in {args.output_dir}", file=sys.stderr)
     return 0

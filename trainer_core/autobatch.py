@@ -94,14 +94,21 @@ def _measure(model: torch.nn.Module, batch: dict[str, Any], spec: JobSpec) -> in
 
 
 def choose_micro_batch(
-    model: torch.nn.Module, train: TokenizedSplit, spec: JobSpec, device: torch.device, pad_id: int
+    model: torch.nn.Module,
+    train: TokenizedSplit,
+    spec: JobSpec,
+    device: torch.device,
+    pad_id: int,
+    *,
+    world: int = 1,
 ) -> Choice:
+    """The largest divisor of effective / world that fits (each of ``world`` ranks holds one)."""
     assert spec.effective_batch_size is not None
     budget = memory_budget(spec, device)
     choice = Choice(micro_batch_size=0, budget_bytes=budget)
     rng = torch.random.get_rng_state()  # the probe must leave no trace in the run's randomness
     model.train()
-    for rows in divisors(spec.effective_batch_size):
+    for rows in divisors(spec.effective_batch_size // world):
         batch = _probe_batch(train, rows, pad_id, spec.task == "causal-lm")
         try:
             used: int | None = _measure(model, batch, spec)

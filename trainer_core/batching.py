@@ -17,9 +17,14 @@ def divisors(n: int) -> list[int]:
 
 
 def resolve_effective_batch(
-    micro_batch: int | Literal["auto"], accumulation: int | None, effective: int | None
+    micro_batch: int | Literal["auto"],
+    accumulation: int | None,
+    effective: int | None,
+    *,
+    world: int = 1,
 ) -> int | None:
-    """The effective batch a spec asks for, or a ``ValueError`` saying which values would work."""
+    """The effective batch a spec asks for (micro-batch x K x ``world`` processes), or a
+    ``ValueError`` saying which values would work."""
     if micro_batch == "auto":
         if effective is None:
             raise ValueError("required when per_device_train_batch_size is 'auto'")
@@ -28,20 +33,25 @@ def resolve_effective_batch(
                 "with per_device_train_batch_size 'auto' the machine chooses "
                 "gradient_accumulation_steps: leave it out"
             )
+        if effective % world:
+            raise ValueError(f"{effective} is not a multiple of num_processes {world}")
         return effective
     if effective is None:
-        return micro_batch * (accumulation or 1)
-    if effective % micro_batch:
-        options = ", ".join(str(d) for d in divisors(effective) if d <= 65536)
+        return micro_batch * (accumulation or 1) * world
+    per_step = micro_batch * world  # rows of one micro-batch over all processes
+    if effective % per_step:
+        processes = f" x num_processes {world}" if world > 1 else ""
+        options = ", ".join(str(d) for d in divisors(effective // world) if d <= 65536)
+        options = options if effective % world == 0 else "none (not a multiple of num_processes)"
         raise ValueError(
-            f"{effective} is not a multiple of per_device_train_batch_size {micro_batch}; "
-            f"per_device_train_batch_size could be one of {options}, or 'auto'"
+            f"{effective} is not a multiple of per_device_train_batch_size {micro_batch}"
+            f"{processes}; per_device_train_batch_size could be one of {options}, or 'auto'"
         )
-    derived = effective // micro_batch
+    derived = effective // per_step
     if accumulation is not None and accumulation != derived:
         raise ValueError(
-            f"{effective} / per_device_train_batch_size {micro_batch} = {derived}, but "
-            f"gradient_accumulation_steps is {accumulation}: give two of the three"
+            f"{effective} / (per_device_train_batch_size {micro_batch} x {world} processes) = "
+            f"{derived}, but gradient_accumulation_steps is {accumulation}: give two of the three"
         )
     return effective
 

@@ -15,6 +15,7 @@ from trainer_core.autobatch import choose_micro_batch
 from trainer_core.checkpoint import load_training_state, read_state
 from trainer_core.context import RunContext, spec_fingerprint
 from trainer_core.data import JobData, load_job_data
+from trainer_core.distributed import World, join, launched_world, min_over_ranks
 from trainer_core.errors import JobError
 from trainer_core.loader import EpochLoader, EpochPlan
 from trainer_core.models import load_model, load_tokenizer
@@ -28,6 +29,7 @@ class Inputs:
     device: torch.device
     tokenizer: PreTrainedTokenizerBase
     data: JobData
+    world: World  # this process's rank among the job's data-parallel processes
 
     @property
     def pad_id(self) -> int:
@@ -50,11 +52,26 @@ def resolve_device(spec: JobSpec) -> torch.device:
     return torch.device(spec.device)
 
 
+def _join_world(spec: JobSpec, device: torch.device) -> tuple[World, torch.device]:
+    """This process's rank: a job of W processes runs under a launcher that started W of them."""
+    world = launched_world()
+    if world.size != spec.num_processes:
+        raise JobError(
+            f"num_processes: the job asks for {spec.num_processes} processes but runs in "
+            f"{world.size}; start it with torchrun --nproc_per_node {spec.num_processes} "
+            f"(on each of num_machines machines)",
+            param="num_processes",
+        )
+    if world.distributed:
+        device = join(world, device)
+    return world, device
+
+
 def load_inputs(spec: JobSpec) -> Inputs:
-    device = resolve_device(spec)
+    world, device = _join_world(spec, resolve_device(spec))
     check_precision(spec.mixed_precision, device)
     tokenizer = load_tokenizer(spec)
-    return Inputs(device, tokenizer, load_job_data(spec, tokenizer))
+    return Inputs(device, tokenizer, load_job_data(spec, tokenizer), world)
 
 
 def _micro_batch(
@@ -68,11 +85,15 @@ def _micro_batch(
         return MicroBatchChoice(
             spec.per_device_train_batch_size, spec.gradient_accumulation_steps, "spec", {}
         )
-    choice = choose_micro_batch(model, inputs.data.train, spec, inputs.device, inputs.pad_id)
+    world = inputs.world
+    choice = choose_micro_batch(
+        model, inputs.data.train, spec, inputs.device, inputs.pad_id, world=world.size
+    )
+    size = min_over_ranks(choice.micro_batch_size, world)  # every rank must use the same
     assert spec.effective_batch_size is not None
-    k = spec.effective_batch_size // choice.micro_batch_size  # exact: a divisor was chosen
+    k = spec.effective_batch_size // (size * world.size)  # exact: a divisor was chosen
     detail = {"budget_bytes": choice.budget_bytes, "tried": choice.tried}
-    return MicroBatchChoice(choice.micro_batch_size, k, "probe", detail)
+    return MicroBatchChoice(size, k, "probe", detail)
 
 
 def build_context(
@@ -86,16 +107,19 @@ def build_context(
     model.to(inputs.device)  # type: ignore[arg-type]
     choice = _micro_batch(spec, state, model, inputs)
     b, k = choice.size, choice.accumulation
-    plan = EpochPlan(data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=inputs.pad_id)
-    # ceil(ceil(n/b)/K) = ceil(n/(b*K)): the same for every (b, K) of one effective batch.
-    steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b, k)
+    world = inputs.world
+    plan = EpochPlan(
+        data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=inputs.pad_id, world=world
+    )
+    # ceil(ceil(n/bW)/K) = ceil(n/(b*W*K)): the same for every (b, K) of one effective batch.
+    steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b * world.size, k)
     total_steps = spec.max_steps or steps_per_epoch * spec.num_train_epochs
     optimizer = build_optimizer(model, spec)
     scheduler = build_scheduler(optimizer, spec, total_steps)
     ctx = RunContext(
         spec, data, model, inputs.pad_id, inputs.device, EpochLoader(plan), optimizer, scheduler,
         output_dir, steps_per_epoch, total_steps, micro_batch_size=b, accumulation=k,
-        tokenizer=inputs.tokenizer,
+        tokenizer=inputs.tokenizer, world=world,
     )  # fmt: skip
     if state is not None:
         load_training_state(

@@ -12,6 +12,7 @@ import torch
 from transformers import PreTrainedModel
 
 from trainer_core.data import JobData
+from trainer_core.distributed import SINGLE, World
 from trainer_core.loader import EpochLoader
 from trainer_core.spec import JobSpec
 
@@ -44,6 +45,7 @@ class RunContext:
     start_global_step: int = 0
     resume_state: dict[str, Any] = field(default_factory=dict)
     tokenizer: Any = None  # saved with the final model
+    world: World = SINGLE  # this process's rank among the job's data-parallel processes
 
     @property
     def fingerprint(self) -> str:

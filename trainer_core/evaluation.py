@@ -9,6 +9,7 @@ import torch
 
 from trainer_core.accumulation import MicroBatch, collate, summed_loss
 from trainer_core.data import TokenizedSplit
+from trainer_core.distributed import SINGLE, World, gather_lists, shard, sum_over_ranks
 
 
 def macro_f1(predictions: list[int], labels: list[int], num_classes: int) -> float:
@@ -30,13 +31,15 @@ def evaluate(
     pad_id: int,
     device: torch.device,
     num_classes: int | None,
+    world: World = SINGLE,
 ) -> dict[str, float]:
+    """Over the whole eval set; with W ranks each takes a contiguous W-th and they combine."""
     was_training = model.training
     model.eval()
     causal = split.labels is None
     loss_sum = torch.zeros((), device=device)
     predictions: list[torch.Tensor] = []
-    rows = list(range(len(split)))
+    rows = shard(list(range(len(split))), world)
     for start in range(0, len(rows), batch_size):
         chunk = MicroBatch(rows[start : start + batch_size], 0, 1, True)
         batch: dict[str, Any] = collate(split.input_ids, split.labels, chunk, pad_id)
@@ -47,11 +50,13 @@ def evaluate(
         if not causal:
             predictions.append(logits.argmax(-1).cpu())
     model.train(was_training)
-    eval_loss = loss_sum.item() / sum(split.items)  # host sync: once per evaluation
+    (total,) = sum_over_ranks([loss_sum.item()], world)  # host sync: once per evaluation
+    eval_loss = total / sum(split.items)
     if causal:
         return {"eval_loss": eval_loss, "eval_perplexity": math.exp(min(eval_loss, 700.0))}
     assert split.labels is not None and num_classes is not None
-    predicted = torch.cat(predictions).tolist()
+    # Shards are contiguous and gathered in rank order: the predictions line up with the labels.
+    predicted = gather_lists(torch.cat(predictions).tolist() if predictions else [], world)
     accuracy = sum(p == y for p, y in zip(predicted, split.labels, strict=True)) / len(split)
     return {
         "eval_loss": eval_loss,

@@ -9,18 +9,29 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader, Dataset
 
-from trainer_core.accumulation import MicroBatch, collate, epoch_order, plan_epoch
+from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate, epoch_order, plan_epoch
 from trainer_core.data import TokenizedSplit
+from trainer_core.distributed import SINGLE, World, shard
 
 
 class EpochPlan(Dataset[dict[str, Any]]):
     def __init__(
-        self, split: TokenizedSplit, *, batch_size: int, accumulation: int, seed: int, pad_id: int
+        self,
+        split: TokenizedSplit,
+        *,
+        batch_size: int,
+        accumulation: int,
+        seed: int,
+        pad_id: int,
+        world: World = SINGLE,
     ) -> None:
         self.split = split
-        self.batch_size = batch_size
+        self.world = world
+        # The plan's micro-batches are global: b rows for each of the W ranks (distributed.py).
+        self.batch_size = batch_size * world.size
         self.accumulation = accumulation
         self.seed = seed
         self.pad_id = pad_id
@@ -52,7 +63,24 @@ class EpochPlan(Dataset[dict[str, Any]]):
         return len(self.plan)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        return collate(self.split.input_ids, self.split.labels, self.plan[index], self.pad_id)
+        micro = self.plan[index]
+        if not self.world.distributed:
+            return collate(self.split.input_ids, self.split.labels, micro, self.pad_id)
+        return self._rank_share(micro)
+
+    def _rank_share(self, micro: MicroBatch) -> dict[str, Any]:
+        rows = shard(micro.rows, self.world)
+        # A rank with no rows in a ragged last micro-batch still joins the window's all-reduce:
+        # it runs one row with every label ignored, a backward that adds exactly zero.
+        own = MicroBatch(rows or micro.rows[:1], micro.window, micro.n_window_items,
+                         micro.last_in_window)  # fmt: skip
+        batch = collate(self.split.input_ids, self.split.labels, own, self.pad_id)
+        if not rows:
+            batch["labels"] = torch.full_like(batch["labels"], IGNORE_INDEX)
+            batch["n_items"], batch["n_rows"] = 0, 0
+        # Σ own item losses / (N_W / W): DDP averages over the W ranks, giving Σ all / N_W.
+        batch["n_window_items"] = micro.n_window_items / self.world.size
+        return batch
 
 
 def _unwrap(items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ class LossMeter:
     def add(self, batch: dict[str, Any], summed: torch.Tensor) -> None:
         self._window_sum += summed  # stays on the device: no host sync, no graph (detached)
         self._window_items += int(batch["n_items"])
-        self._window_samples += int(batch["input_ids"].shape[0])
+        self._window_samples += int(batch.get("n_rows", batch["input_ids"].shape[0]))  # 0: padding
 
     def close_window(self) -> None:
         """The optimizer stepped: the window's sums join the epoch's."""

@@ -21,9 +21,10 @@ from tqdm import tqdm
 from transformers import TrainerState
 
 from trainer_core.accumulation import micro_batches_per_epoch
-from trainer_core.callbacks import StopCheck, TrainingCallback
+from trainer_core.callbacks import StopCheck, TrainingCallback, TrainingCancelled
 from trainer_core.checkpoint import save_checkpoint
 from trainer_core.context import RunContext
+from trainer_core.distributed import agree_on_stop, barrier, sum_over_ranks
 from trainer_core.evaluation import evaluate
 from trainer_core.metering import LossMeter, StepMeter, peak_memory_bytes
 from trainer_core.stopping import StopPolling, TrainingPreempted
@@ -71,7 +72,9 @@ class TrainingRun:
         self.bar = tqdm(total=ctx.total_steps, initial=self.global_step, disable=not progress_bar)
         self.epoch = ctx.start_epoch
         self.micro_step = ctx.start_micro_step
-        self.meter = LossMeter(ctx.device, ctx.resume_state)
+        self.world = ctx.world
+        # A resumed epoch's partial loss sums are global; rank 0 carries them (save()).
+        self.meter = LossMeter(ctx.device, ctx.resume_state if self.world.is_main else None)
         self.window_start = ctx.start_micro_step  # micro-steps of the epoch before this window
         self.evaluating = False
         # Step records: every logging_steps optimizer steps, by default about 50 an epoch.
@@ -115,10 +118,13 @@ class TrainingRun:
         self.meter.add(batch, summed)
         self.steps.add(batch, summed)
         self.micro_step += 1
-        self.stop.poll()
+        if not self.world.distributed:
+            self.stop.poll()  # ranks must stop at the same step: they agree once per window instead
 
     def after_optimizer_step(self, grad_norm: torch.Tensor | float | None = None) -> None:
         self._check_window(library_stepped=True)
+        if self.world.distributed:
+            self._agree_on_stop()
         self._plan_closed_window = False
         self.meter.close_window()
         self.window_start = self.micro_step
@@ -157,6 +163,13 @@ class TrainingRun:
             record |= self._evaluate()
         self.callback.on_step_metrics(record)
 
+    def _agree_on_stop(self) -> None:
+        request = agree_on_stop(self.stop.should_stop(), self.world)
+        if request == "cancel":
+            raise TrainingCancelled
+        if request == "preempt":
+            self.stop.preempt_requested = True
+
     def _micro_batches(self) -> int:
         """Of an epoch, at the micro-batch size in force (it may have been lowered)."""
         return micro_batches_per_epoch(len(self.ctx.data.train), self.ctx.micro_batch_size)
@@ -171,6 +184,7 @@ class TrainingRun:
             pad_id=ctx.pad_id,
             device=ctx.device,
             num_classes=len(ctx.data.label_names) if ctx.data.label_names else None,
+            world=self.world,
         )
         self.evaluating = False
         return scores
@@ -194,20 +208,25 @@ class TrainingRun:
         self._check_window(library_stepped=False)
         ctx, meter = self.ctx, self.meter
         seconds = meter.seconds()
-        record: dict[str, Any] = {"epoch": self.epoch + 1, "train_loss": meter.mean_loss()}
+        # Every rank's share (one collective per epoch); a single process sums only its own.
+        loss_sum, items, samples = sum_over_ranks(
+            [meter.loss_sum.item(), meter.loss_items, meter.samples], self.world
+        )
+        record: dict[str, Any] = {"epoch": self.epoch + 1, "train_loss": loss_sum / max(items, 1)}
         record |= self._evaluate()
         record |= {
             "learning_rate": self.learning_rate(),
             "optimizer_steps": self.global_step,
-            "train_samples": meter.samples,
+            "train_samples": int(samples),
             "train_seconds": round(seconds, 4),
-            "samples_per_second": round(meter.samples / seconds, 2) if seconds > 0 else None,
+            "samples_per_second": round(samples / seconds, 2) if seconds > 0 else None,
             "peak_memory_bytes": peak_memory_bytes(ctx.device),
         }
         self.metrics.append(record)
-        log.info("epoch %d/%d: %s", record["epoch"], ctx.spec.num_train_epochs, _brief(record))
-        with (ctx.output_dir / "metrics.jsonl").open("a") as out:
-            out.write(json.dumps(record) + "\n")
+        if self.world.is_main:
+            log.info("epoch %d/%d: %s", record["epoch"], ctx.spec.num_train_epochs, _brief(record))
+            with (ctx.output_dir / "metrics.jsonl").open("a") as out:
+                out.write(json.dumps(record) + "\n")
         self.callback.on_epoch_end(record)
         self.save(epoch=self.epoch + 1, micro_step=0)
         return record
@@ -232,7 +251,8 @@ class TrainingRun:
         """A checkpoint at a window boundary; ``micro_step`` counts micro-batches of
         ``micro_batch`` (default: the size in force) done in ``epoch``."""
         ctx = self.ctx
-        batch_size, accumulation = micro_batch or (ctx.micro_batch_size, ctx.accumulation)
+        b, accumulation = micro_batch or (ctx.micro_batch_size, ctx.accumulation)
+        batch_size = b * self.world.size  # the global micro-batch: every rank's rows
         trainer_state = TrainerState(
             global_step=self.global_step,
             epoch=epoch + micro_step / micro_batches_per_epoch(len(ctx.data.train), batch_size),
@@ -240,18 +260,31 @@ class TrainingRun:
             num_train_epochs=ctx.num_epochs,
             train_batch_size=batch_size,
         )
-        partial = micro_step > 0
+        loss_sum, loss_items = 0.0, 0.0
+        if micro_step > 0:  # inside an epoch: keep the meter's sums over every rank
+            loss_sum, loss_items = sum_over_ranks(
+                [self.meter.loss_sum.item(), self.meter.loss_items], self.world
+            )
         state = {
             "epoch": epoch,
             "micro_step": micro_step,
             "global_step": self.global_step,
-            "micro_batch_size": batch_size,
+            "micro_batch_size": b,
             "gradient_accumulation_steps": accumulation,
             "metrics": self.metrics,
-            **(self.meter.saved() if partial else {"loss_sum": 0.0, "loss_items": 0}),
+            "loss_sum": loss_sum,
+            "loss_items": int(loss_items),
             "backend": ctx.spec.backend,
             "spec": ctx.fingerprint,
         }
+        # Every rank holds the same weights and optimizer state after a window's all-reduce:
+        # rank 0 writes them, and the others wait until the checkpoint is whole on disk.
+        if self.world.is_main:
+            self._write_checkpoint(state, trainer_state)
+        barrier(self.world)
+
+    def _write_checkpoint(self, state: dict[str, Any], trainer_state: TrainerState) -> None:
+        ctx = self.ctx
         save_checkpoint(
             ctx.checkpoint_dir,
             model=ctx.model,
@@ -261,7 +294,7 @@ class TrainingRun:
             state=state,
         )
         self.callback.on_checkpoint(
-            {"path": str(ctx.checkpoint_dir), "epoch": epoch, "step": self.global_step}
+            {"path": str(ctx.checkpoint_dir), "epoch": state["epoch"], "step": self.global_step}
         )
 
     def close(self) -> None:

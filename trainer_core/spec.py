@@ -6,14 +6,23 @@ Field names follow ``transformers.TrainingArguments`` where one exists.
 
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
 from trainer_core.batching import resolve_effective_batch
 from trainer_core.sources import classify_source
+from trainer_core.spec_lora import LoraSpec
 
 BUILTIN_MODELS = ("builtin:tiny-bert", "builtin:tiny-gpt2")
 # builtin model -> the tasks it can do (a BERT encoder has no causal attention mask)
@@ -42,7 +51,6 @@ MicroBatch = Annotated[int, Field(ge=1, le=65536)]
 MixedPrecision = Literal["no", "bf16", "fp16"]
 # Names as in TrainingArguments.optim.
 Optimizer = Literal["adamw_torch", "adamw_torch_fused", "sgd", "adafactor"]
-_MODULE = re.compile(r"^[\w.-]{1,128}$")
 
 
 def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
@@ -69,29 +77,6 @@ def _check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
             f"{what} {value!r} is neither a builtin, a local path, nor a hub id like 'owner/name'"
         )
     return value
-
-
-class LoraSpec(BaseModel):
-    """Low-rank adapters (the ``peft`` library): only they (and a new classification head) train."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    r: int = Field(default=8, ge=1, le=1024, description="Rank of the adapters")
-    alpha: int = Field(default=16, ge=1, le=1_000_000, description="Scaling: alpha / r")
-    dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the adapters' input")
-    target_modules: tuple[str, ...] | None = Field(
-        default=None,
-        max_length=64,
-        description="Module names to adapt; default: peft's choice for the model type",
-        examples=[["query", "value"]],
-    )
-
-    @field_validator("target_modules")
-    @classmethod
-    def _module_names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if value is not None and not all(_MODULE.fullmatch(name) for name in value):
-            raise ValueError("module names are 1-128 letters, digits, '_', '-' or '.'")
-        return value
 
 
 class JobSpec(BaseModel):
@@ -136,6 +121,21 @@ class JobSpec(BaseModel):
         default=None,
         description="Classification only (none for causal-lm); defaults to 'label'",
         examples=["label"],
+    )
+    num_processes: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Data-parallel world size: processes (one per GPU, or gloo CPU processes) "
+        "over all machines; the effective batch is micro-batch x K x num_processes",
+        examples=[1],
+    )
+    num_machines: int = Field(
+        default=1,
+        ge=1,
+        le=128,
+        description="Machines the processes are spread over (num_processes must be a multiple)",
+        examples=[1],
     )
     per_device_train_batch_size: MicroBatch | Literal["auto"] = Field(
         default=8,
@@ -311,6 +311,15 @@ class JobSpec(BaseModel):
             raise ValueError("a causal-lm task has no label column")
         return value
 
+    @field_validator("per_device_train_batch_size", mode="wrap")
+    @classmethod
+    def _micro_batch(cls, value: object, handler: ValidatorFunctionWrapHandler) -> object:
+        """One error for the field, not one per member of ``int | "auto"``."""
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError("an integer from 1 to 65536, or 'auto'") from None
+
     @field_validator("effective_batch_size")
     @classmethod
     def _effective_batch(cls, value: int | None, info: ValidationInfo) -> int | None:
@@ -321,6 +330,7 @@ class JobSpec(BaseModel):
             info.data["per_device_train_batch_size"],
             info.data.get("gradient_accumulation_steps"),
             value,
+            world=info.data.get("num_processes", 1),
         )
 
     @field_validator("mixed_precision")
@@ -339,8 +349,9 @@ class JobSpec(BaseModel):
         b = self.per_device_train_batch_size
         if b != "auto" and self.gradient_accumulation_steps is None:
             assert self.effective_batch_size is not None  # resolved with b
-            # Derived, not chosen: K = effective / micro-batch (x world size, here 1).
-            object.__setattr__(self, "gradient_accumulation_steps", self.effective_batch_size // b)
+            # Derived, not chosen: K = effective / (micro-batch x world size).
+            k = self.effective_batch_size // (b * self.num_processes)
+            object.__setattr__(self, "gradient_accumulation_steps", k)
         return self
 
     @field_validator("eval_steps")
@@ -354,46 +365,23 @@ class JobSpec(BaseModel):
     def auto_micro_batch(self) -> bool:
         return self.per_device_train_batch_size == "auto"
 
+    @field_validator("num_machines")
+    @classmethod
+    def _machines_divide_processes(cls, value: int, info: ValidationInfo) -> int:
+        processes = info.data.get("num_processes", 1)
+        if processes % value:
+            raise ValueError(f"num_processes ({processes}) must be a multiple of num_machines")
+        return value
+
+    @property
+    def processes_per_machine(self) -> int:
+        return self.num_processes // self.num_machines
+
     @property
     def resolved_label_column(self) -> str | None:
         if self.task == "causal-lm":
             return None
         return self.label_column or "label"
-
-
-# Names users bring from other trainers, and what this spec calls them.
-HABITS = {
-    "lr": "learning_rate",
-    "batch_size": "per_device_train_batch_size",
-    "train_batch_size": "per_device_train_batch_size",
-    "eval_batch_size": "per_device_eval_batch_size",
-    "epochs": "num_train_epochs",
-    "num_epochs": "num_train_epochs",
-    "grad_accum": "gradient_accumulation_steps",
-    "accumulation_steps": "gradient_accumulation_steps",
-    "scheduler": "lr_scheduler_type",
-    "model_name_or_path": "model",
-    "dataset_name": "dataset",
-}
-UNSUPPORTED = {
-    "fp16": "did you mean 'mixed_precision': 'fp16'?",
-    "bf16": "did you mean 'mixed_precision': 'bf16'?",
-}
-
-
-def unknown_field_hint(name: str) -> str | None:
-    """What to say about an unknown field: the known name it probably means, or why it has none.
-
-    Example:
-        >>> unknown_field_hint("lr")
-        "did you mean 'learning_rate'?"
-    """
-    if name in UNSUPPORTED:
-        return UNSUPPORTED[name]
-    known = HABITS.get(name) or next(
-        iter(difflib.get_close_matches(name, list(JobSpec.model_fields), n=1, cutoff=0.75)), None
-    )
-    return f"did you mean {known!r}?" if known else None
 
 
 def example_spec() -> dict[str, object]:

@@ -47,6 +47,7 @@ from trainer_core.callbacks import (
     never_stop,
 )
 from trainer_core.context import RunContext
+from trainer_core.distributed import barrier
 from trainer_core.errors import OutOfMemory
 from trainer_core.run import TrainingRun
 from trainer_core.spec import JobSpec
@@ -61,8 +62,9 @@ def _start_info(ctx: RunContext) -> dict[str, Any]:
         "total_steps": ctx.total_steps,
         "steps_per_epoch": ctx.steps_per_epoch,
         "micro_batches_per_epoch": micro_batches_per_epoch(
-            len(ctx.data.train), ctx.micro_batch_size
+            len(ctx.data.train), ctx.micro_batch_size * ctx.world.size
         ),
+        "num_processes": ctx.world.size,
         "num_train_samples": len(ctx.data.train),
         "num_eval_samples": len(ctx.data.eval),
         "effective_batch_size": ctx.spec.effective_batch_size,
@@ -131,6 +133,8 @@ def _finish(
             "transformers": transformers.__version__,
         },
     }
+    if not ctx.world.is_main:
+        return summary  # rank 0 writes the run's files
     if status == "completed":
         summary |= _save_model(ctx)
     (ctx.output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -185,6 +189,8 @@ def _run(
                     f"{spec.per_device_eval_batch_size} rows; lower it",
                     param="per_device_eval_batch_size",
                 ) from exc
+            if ctx.world.distributed:  # one rank's retry would leave the others waiting
+                raise _out_of_memory(ctx, tried) from exc
             _shrink(ctx, run, tried)
         finally:
             run.close()
@@ -207,14 +213,17 @@ def train(
     output_dir.mkdir(parents=True, exist_ok=True)
     inputs = load_inputs(spec)
     ctx, choice = build_context(spec, output_dir, inputs, resume=resume)
+    if not ctx.world.is_main:
+        callback = NULL_CALLBACK  # metrics, progress and events come from rank 0
     tensorboard = None
     if "tensorboard" in spec.report_to:
         from trainer_core.tensorboard import TensorBoardCallback
 
         callback = tensorboard = TensorBoardCallback(callback, output_dir / "tensorboard")
     # metrics.jsonl holds exactly the epochs the checkpoint has seen (a crash may have left more).
-    with (output_dir / "metrics.jsonl").open("w") as out:
-        out.writelines(json.dumps(m) + "\n" for m in ctx.resume_state.get("metrics", []))
+    if ctx.world.is_main:
+        with (output_dir / "metrics.jsonl").open("w") as out:
+            out.writelines(json.dumps(m) + "\n" for m in ctx.resume_state.get("metrics", []))
     info = _start_info(ctx)
     _log_start(ctx, info)
     callback.on_start(info)
@@ -227,5 +236,6 @@ def train(
         if tensorboard is not None:
             tensorboard.close()
     summary = _finish(ctx, run, status, info)
+    barrier(ctx.world)  # the final model is on disk before any rank reports the run done
     log.info("%s after %d optimizer steps", status, run.global_step)
     return TrainResult(status=status, metrics=run.metrics, summary=summary, output_dir=output_dir)

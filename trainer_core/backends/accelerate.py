@@ -5,6 +5,11 @@ dataloader for a partial window); the run checks that decision against the plan.
 always divides the loss by K, which under-weights a partial window; our loss is already normalised
 by the window's item count, so we hand it over multiplied by K and Accelerate's division cancels
 exactly.
+
+With several processes (``accelerate launch`` or torchrun) ``prepare`` wraps the model in DDP and
+``accumulate`` holds the all-reduce back until the window's last micro-batch. Our loader already
+hands each rank its own share, so it is wrapped for a single process (no second sharding), and the
+scheduler is stepped by us, once per window (a prepared one would step once per process).
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.data_loader import prepare_data_loader
 from accelerate.state import AcceleratorState, GradientState
 
 from trainer_core.accumulation import micro_step_loss
+from trainer_core.distributed import ddp_ready
 from trainer_core.run import TrainingRun
 
 
@@ -27,16 +34,26 @@ class AccelerateLoop:
         self.causal, self.max_grad_norm = ctx.causal, ctx.spec.max_grad_norm
         # One Accelerator per run, configured by this run's spec: a process that trains again (an
         # in-process retry, a test) must not inherit the previous run's precision or K.
-        AcceleratorState._reset_state(reset_partial_state=True)
+        # (The process group of a multi-process job stays: only a single process resets it.)
+        AcceleratorState._reset_state(reset_partial_state=not ctx.world.distributed)
         GradientState._reset_state()
         self.accelerator = Accelerator(
             gradient_accumulation_steps=ctx.accumulation,
             mixed_precision=ctx.spec.mixed_precision,
             cpu=ctx.device.type == "cpu",
         )
-        self.model, self.optimizer, self.loader, self.scheduler = self.accelerator.prepare(
-            ctx.model, ctx.optimizer, ctx.loader, ctx.scheduler
+        self.model, self.optimizer = self.accelerator.prepare(ctx.model, ctx.optimizer)
+        self.scheduler = ctx.scheduler
+        # Wrapped like prepare() would, for a world of one: it still marks the end of the epoch,
+        # which closes a partial last window.
+        self.loader = prepare_data_loader(
+            ctx.loader,
+            self.accelerator.device,
+            num_processes=1,
+            process_index=0,
+            put_on_device=True,
         )
+        ddp_ready(self.model)
         try:
             run.drive(self)
         finally:

@@ -2,17 +2,24 @@
 
 With fp16 the loss is scaled on every micro-step and the gradients unscaled once per window,
 before clipping; the scheduler does not step when the scaler skipped an overflowing step (as in
-Accelerate and the Trainer)."""
+Accelerate and the Trainer).
+
+With several processes the model is wrapped in DDP, and every micro-batch but a window's last
+runs under ``no_sync()``: gradients are all-reduced once per window (``distributed``).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from trainer_core.accumulation import micro_step_loss
+from trainer_core.distributed import wrap
 from trainer_core.precision import autocast, grad_scaler
 from trainer_core.run import TrainingRun
 
@@ -28,6 +35,9 @@ class PlainLoop:
     def run(self, run: TrainingRun) -> None:
         self.ctx = run.ctx
         self.scaler = grad_scaler(run.ctx.spec.mixed_precision)
+        self.model: torch.nn.Module = run.ctx.model
+        if run.ctx.world.distributed:
+            self.model = wrap(run.ctx.model, run.ctx.device)
         run.drive(self)
 
     def batches(self, epoch: int) -> Iterator[dict[str, Any]]:
@@ -36,12 +46,19 @@ class PlainLoop:
             yield to_device(batch, self.ctx.device)
 
     def forward_backward(self, batch: dict[str, Any]) -> torch.Tensor:
-        with autocast(self.ctx.spec.mixed_precision, self.ctx.device):
-            loss, summed = micro_step_loss(self.ctx.model, batch, self.ctx.causal)
-        if self.scaler is not None:
-            loss = self.scaler.scale(loss)
-        loss.backward()  # type: ignore[no-untyped-call]  # loss is already Σ/N_window: gradients add up to the window mean
+        with self._sync_context(batch):
+            with autocast(self.ctx.spec.mixed_precision, self.ctx.device):
+                loss, summed = micro_step_loss(self.model, batch, self.ctx.causal)
+            if self.scaler is not None:
+                loss = self.scaler.scale(loss)
+            loss.backward()  # type: ignore[no-untyped-call]  # loss is already Σ/N_window: gradients add up to the window mean
         return summed
+
+    def _sync_context(self, batch: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
+        """Inside a window a DDP rank keeps its gradients; the window's last backward syncs."""
+        if isinstance(self.model, DistributedDataParallel) and not batch["last_in_window"]:
+            return self.model.no_sync()
+        return contextlib.nullcontext()
 
     def window_closes(self, batch: dict[str, Any]) -> bool:
         return bool(batch["last_in_window"])  # the plan is this loop's only rule

@@ -10,6 +10,12 @@ and scheduler steps, resume), but two of its loss rules break exactness and are 
 tells the Trainer not to divide again. The Trainer's Accelerator has K = 1, so its backward does
 not divide either.
 
+With several processes (torchrun) the Trainer wraps the model in DDP itself and runs every
+micro-batch but a window's last under ``accelerator.no_sync``; ``compute_loss`` is unchanged (our
+loader's N_W is already per rank, see ``distributed``). Its gather of the window's item count
+across ranks (``average_tokens_across_devices``) is switched off: we do not use it, and it would
+be a second collective per window.
+
 The Trainer drives its own loop; its callbacks call the run's hooks, and the run checks each of its
 optimizer steps against the plan's windows.
 """
@@ -31,6 +37,7 @@ from transformers import (
 )
 
 from trainer_core.accumulation import micro_step_loss
+from trainer_core.distributed import ddp_ready
 from trainer_core.run import TrainingRun
 
 
@@ -64,6 +71,12 @@ class _RunHooks(TrainerCallback):
     def __init__(self, run: TrainingRun) -> None:
         self.run = run
         self.trainer: _ExactTrainer | None = None
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        if self.trainer is not None:
+            ddp_ready(self.trainer.model_wrapped)  # DDP under torchrun; the model itself otherwise
 
     def on_epoch_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -107,6 +120,8 @@ class TrainerLoop:
                 disable_tqdm=True,
                 remove_unused_columns=False,
                 dataloader_pin_memory=False,
+                average_tokens_across_devices=False,
+                ddp_find_unused_parameters=False,  # every parameter gets a gradient: skip the search
             )
             hooks = _RunHooks(run)
             trainer = _ExactTrainer(
@@ -115,7 +130,8 @@ class TrainerLoop:
                 optimizers=(ctx.optimizer, ctx.scheduler),  # type: ignore[arg-type]
                 callbacks=[hooks],
             )
-            trainer.training_run, hooks.trainer = run, trainer
+            hooks.trainer = trainer
+            trainer.training_run = run
             trainer.remove_callback(PrinterCallback)  # the run reports; no stray prints
             resume = str(ctx.checkpoint_dir) if ctx.start_global_step > 0 else None
             trainer.train(resume_from_checkpoint=resume)

@@ -22,6 +22,7 @@ from trainer_core.errors import JobError
 from trainer_core.spec import JobSpec
 from worker import exit_codes
 from worker.child.logs import configure_job_logging
+from worker.child.ranks import launch_ranks
 from worker.child.reporting import DatabaseCallback, describe_error, jsonable
 from worker.child.stop import StopPoller
 from worker.child.training import run_training
@@ -35,14 +36,25 @@ def main(argv: list[str]) -> int:
     configure_job_logging()
     settings = get_settings()
     try:
-        spec = _spec_to_train(settings, job_id)
+        spec = running_spec(settings, job_id)
     except JobError as exc:  # an uploaded file it names is gone
-        log.error("job %s failed: %s: %s", job_id, exc.code, exc.message)
-        code, message = exc.code, exc.message
-        _retrying(lambda: _record_failure(settings, job_id, code=code, message=message))
-        return exit_codes.OUTCOME_RECORDED
+        return fail_early(settings, job_id, exc)
     if spec is None:
         return exit_codes.OUTCOME_RECORDED  # not ours to train (any more)
+    if spec.num_processes > 1:
+        return launch_ranks(settings.jobs_dir / job_id, job_id, spec.num_processes)
+    return train_and_record(settings, job_id, spec)
+
+
+def fail_early(settings: Settings, job_id: str, exc: JobError) -> int:
+    log.error("job %s failed: %s: %s", job_id, exc.code, exc.message)
+    code, message = exc.code, exc.message
+    _retrying(lambda: _record_failure(settings, job_id, code=code, message=message))
+    return exit_codes.OUTCOME_RECORDED
+
+
+def train_and_record(settings: Settings, job_id: str, spec: JobSpec) -> int:
+    """Train (a one-process job, or rank 0 of several) and record the outcome; exit status."""
     # Writes a database outage held back, kept on disk by an earlier attempt, go out first.
     journal = settings.jobs_dir / job_id / "pending_writes.jsonl"
     callback = DatabaseCallback(settings, job_id, journal=journal)
@@ -70,7 +82,7 @@ def main(argv: list[str]) -> int:
     return _retrying(lambda: _record_result(settings, job_id, result))
 
 
-def _spec_to_train(settings: Settings, job_id: str) -> JobSpec | None:
+def running_spec(settings: Settings, job_id: str) -> JobSpec | None:
     """The job's spec with uploaded files as local paths; None when the job is not running."""
     with session_scope(settings) as session:
         job = session.get(Job, job_id)

@@ -11,6 +11,7 @@ from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.models import Job, JobStatus
 from gradacc.settings import Settings
 from trainer_core.callbacks import StopRequest
+from worker.child.ranks import PREEMPT_FILE
 
 STATUS_EVERY_S = 3.0  # the worker enforces a cancel by itself within ~1 s; this is the polite path
 PARENT_EVERY_S = 0.5  # a system call, no database
@@ -26,6 +27,8 @@ class StopPoller:
         self.settings = settings
         self.job_id = job_id
         self.parent = os.getppid()
+        # A multi-process job's launcher asks its rank 0 to preempt here (worker.child.ranks).
+        self.preempt_file = settings.jobs_dir / job_id / PREEMPT_FILE
         self._next_check = 0.0
         self._next_read = 0.0
         self._answer: StopRequest | None = None
@@ -39,7 +42,7 @@ class StopPoller:
         if self._answer is not None or now < self._next_check:
             return self._answer
         self._next_check = now + PARENT_EVERY_S
-        if os.getppid() != self.parent:
+        if os.getppid() != self.parent or self.preempt_file.exists():
             self._answer = "preempt"
             return self._answer
         if now < self._next_read:

@@ -22,7 +22,8 @@ def run_training(
     from trainer_core.train import train
 
     if threads > 0:
-        torch.set_num_threads(threads)
+        # The worker's share of the cores, split between the job's ranks on this machine.
+        torch.set_num_threads(max(1, threads // spec.processes_per_machine))
 
     # resume=True: a job handed over after its worker died continues from its last checkpoint.
     result: TrainResult = train(

@@ -98,7 +98,8 @@ def handle_job(job_id: str) -> str:
         registry.mark_job(settings, None)
     stopping = outcome == "preempted" and shutdown_requested.is_set()
     if stopping and release_preempted(settings, job_id=job_id):
-        enqueue_job(current_app._get_current_object(), settings, job_id)
+        app = current_app._get_current_object()
+        enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
         outcome = "released"
     log.info("job %s %s", job_id, outcome)
     return outcome
@@ -129,9 +130,18 @@ def _start_fork_server(sender: Any = None, **_: Any) -> None:
 def _start_reconciler(sender: Any = None, **_: Any) -> None:
     settings = get_settings()
     app = current_app._get_current_object()
-    start_reconciler_thread(
-        settings, enqueue=lambda job_id: enqueue_job(app, settings, job_id), stop=_reconciler_stop
-    )
+
+    def enqueue(job_id: str) -> None:
+        enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
+
+    start_reconciler_thread(settings, enqueue=enqueue, stop=_reconciler_stop)
+
+
+def _processes_of(settings: Settings, job_id: str) -> int:
+    """The devices the job needs: it goes back to the queue of workers that have them."""
+    with session_scope(settings) as session:
+        job = session.get(Job, job_id)
+        return int(job.spec.get("num_processes", 1)) if job is not None else 1
 
 
 @worker_ready.connect

@@ -1,0 +1,122 @@
+"""Multi-process jobs through the service on PostgreSQL + Redis: a 2-process job runs end to end on
+a worker with 2 devices (2 gloo CPU processes here) under torchrun; cancel and preemption leave no
+rank behind; a job no live worker can hold is refused at POST."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psutil
+import pytest
+from fastapi.testclient import TestClient
+
+from gradacc import capacity
+from gradacc.db import session_scope
+from gradacc.models import Job
+from gradacc.settings import Settings
+from tests.conftest import TINY
+from tests.e2e.conftest import WorkerProcess, event_kinds, wait_final, wait_for
+
+pytestmark = pytest.mark.integration
+
+TWO = {**TINY, "num_processes": 2, "per_device_train_batch_size": 4}  # effective batch 4·2·2
+LONG = {**TWO, "max_train_samples": 4000, "num_train_epochs": 3}  # minutes: stopped early
+
+
+@pytest.fixture(autouse=True)
+def fresh_capacity() -> Iterator[None]:
+    capacity._cached = None  # each test sees the workers it started, not a cached answer
+    yield
+    capacity._cached = None
+
+
+@pytest.fixture
+def two_device_worker(
+    start_worker: Callable[[str], WorkerProcess], monkeypatch: pytest.MonkeyPatch
+) -> Callable[[str], WorkerProcess]:
+    monkeypatch.setenv("GRADACC_DEVICES", "2")  # read by the workers started here
+    return start_worker
+
+
+def post_when_accepted(api: TestClient, spec: dict[str, Any], timeout: float = 60) -> str:
+    """POST until a worker that holds the job is live (it answers the capacity check)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = api.post("/v1/jobs", json=spec)
+        if response.status_code == 201:
+            return str(response.json()["id"])
+        assert response.status_code == 422 and time.monotonic() < deadline, response.json()
+        capacity._cached = None
+        time.sleep(0.5)
+
+
+def rank_processes(job_id: str) -> list[psutil.Process]:
+    """The job's torchrun agent and rank processes, wherever they are in the process tree."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if job_id in cmdline and any("torch.distributed.run" in a or "worker.child.rank" in a
+                                     for a in cmdline):  # fmt: skip
+            found.append(process)
+    return found
+
+
+def all_gone(processes: list[psutil.Process], timeout: float) -> bool:
+    _, alive = psutil.wait_procs(processes, timeout=timeout)
+    return not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_refused_when_no_live_worker_holds_it(api: TestClient) -> None:
+    response = api.post("/v1/jobs", json=TWO)
+    assert response.status_code == 422
+    assert response.json()["error"]["param"] == "num_processes"
+    response = api.post("/v1/jobs", json={**TWO, "num_machines": 2})
+    assert response.status_code == 422
+    assert response.json()["error"]["param"] == "num_machines"
+
+
+def test_two_process_jobs_end_to_end_on_two_workers(
+    api: TestClient, pg_redis_settings: Settings, two_device_worker: Callable[[str], WorkerProcess]
+) -> None:
+    """Two 2-process jobs at once on two workers with 2 devices each: they spread, one per
+    worker (each takes one job at a time), and each job's ranks train in one worker's set."""
+    workers = [two_device_worker("gpus2x"), two_device_worker("gpus2y")]
+    job_ids = [post_when_accepted(api, TWO), post_when_accepted(api, {**TWO, "seed": 1})]
+    for job_id in job_ids:
+        job = wait_final(api, job_id, timeout=240)
+        assert job["status"] == "succeeded", (job, [w.log() for w in workers])
+        assert job["effective_batch_size"] == 4 * 2 * 2
+        metrics = api.get(f"/v1/jobs/{job_id}/metrics").json()["data"]
+        assert [m["epoch"] for m in metrics] == [1]
+        assert metrics[0]["train_samples"] == 64  # both ranks' rows, each once
+        assert metrics[0]["optimizer_steps"] == 64 // (4 * 2 * 2)
+    with session_scope(pg_redis_settings) as session:
+        stored = [session.get(Job, job_id) for job_id in job_ids]
+        assert all(job is not None and job.summary is not None for job in stored)
+        # rank 0 trained in a world of 2, and the two jobs ran on different workers
+        assert [job.summary["num_processes"] for job in stored if job and job.summary] == [2, 2]
+        assert len({job.worker for job in stored if job}) == 2, [j.worker for j in stored if j]
+    for job_id in job_ids:
+        assert all_gone(rank_processes(job_id), timeout=30)  # they exit once rank 0 recorded it
+
+
+def test_cancel_and_preemption_stop_every_rank(
+    api: TestClient, pg_redis_settings: Settings, two_device_worker: Callable[[str], WorkerProcess]
+) -> None:
+    first = two_device_worker("gpus2a")
+    job_id = post_when_accepted(api, LONG)
+    wait_for(api, job_id, lambda job: (job["progress"] or {}).get("step", 0) > 0, timeout=180)
+    ranks = rank_processes(job_id)
+    assert len(ranks) == 3, ranks  # torchrun's agent and 2 ranks
+    first.stop()  # warm shutdown: the job is preempted, checkpointed at a window's end
+    assert all_gone(ranks, timeout=30), "a rank outlived its preempted job"
+    assert "preempted" in event_kinds(api, job_id)
+
+    two_device_worker("gpus2b")  # resumes it from the checkpoint
+    wait_for(api, job_id, lambda job: len(rank_processes(job_id)) == 3, timeout=180)
+    ranks = rank_processes(job_id)
+    assert api.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    assert all_gone(ranks, timeout=15), "a rank outlived its cancelled job"
+    assert wait_final(api, job_id, timeout=30)["status"] == "cancelled"

@@ -1,0 +1,37 @@
+"""Run under torchrun: train each job of a JSON list in turn, counting DDP's all-reduces.
+
+``torchrun --nproc_per_node 2 tests/trainer_core/dist_runner.py JOBS.json``, where JOBS.json is
+``[{"spec": {...}, "out": "DIR"}, ...]``. One launch trains several jobs, so the ~4 s import of
+torch and transformers is paid once per rank. Rank 0 writes ``DIR/comm.json``: the counts of
+``CommCounter`` (``syncs``: backward passes whose gradients were all-reduced), the run's status
+and its metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from trainer_core.comm_counter import CommCounter
+from trainer_core.distributed import launched_world, leave, observe_ddp
+from trainer_core.spec import JobSpec
+from trainer_core.train import train
+
+
+def main(jobs_file: str) -> int:
+    counter = CommCounter()
+    observe_ddp(counter.attach)
+    world = launched_world()
+    for job in json.loads(Path(jobs_file).read_text()):
+        counter.reset()
+        result = train(JobSpec.model_validate(job["spec"]), Path(job["out"]), resume=True)
+        if world.is_main:
+            report = {**counter.counts(), "status": result.status, "metrics": result.metrics}
+            (Path(job["out"]) / "comm.json").write_text(json.dumps(report))
+    leave(world)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

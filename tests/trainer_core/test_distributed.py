@@ -1,0 +1,185 @@
+"""Data parallelism over 2 CPU processes (torchrun, gloo), for every backend: world size 2 with K
+gives the weights of world size 1 with 2K and of (2b, K) on one process, with one gradient
+all-reduce per optimizer window, metrics over the whole data set, and a kill -9 resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.trainer_core.helpers import (
+    CAUSAL,
+    CLASSIFICATION,
+    Weights,
+    final_weights,
+    initial_weights,
+    make_spec,
+    max_abs_diff,
+    run,
+    tolerance,
+)
+from trainer_core.distributed import World, shard
+from trainer_core.errors import JobError
+from trainer_core.spec import JobSpec
+from trainer_core.train import train
+
+TASKS = {"classification": CLASSIFICATION, "causal-lm": CAUSAL}
+# (task, backend) pairs trained at world size 2 in one torchrun launch (imports paid once).
+PAIRS = [("classification", b) for b in ("pytorch", "accelerate", "trainer")] + [
+    ("causal-lm", "pytorch")
+]
+B, K = 4, 2
+
+
+def torchrun(*args: str, nproc: int = 2) -> list[str]:
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    return [*launcher, f"--nproc_per_node={nproc}", *args]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _two_rank_spec(task: str, backend: str) -> dict[str, Any]:
+    spec = make_spec(TASKS[task], backend=backend, per_device_train_batch_size=B,
+                     gradient_accumulation_steps=K, num_processes=2, device="cpu")  # fmt: skip
+    return spec.model_dump()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
+    """Each pair trained with (b, K) = (4, 2) on 2 processes; its output directory."""
+    root = tmp_path_factory.mktemp("ddp")
+    outs = {pair: root / "-".join(pair) for pair in PAIRS}
+    jobs = [{"spec": _two_rank_spec(task, backend), "out": str(outs[(task, backend)])}
+            for task, backend in PAIRS]  # fmt: skip
+    (root / "jobs.json").write_text(json.dumps(jobs))
+    runner = str(Path(__file__).with_name("dist_runner.py"))
+    done = subprocess.run(
+        torchrun(runner, str(root / "jobs.json")), env=_env(), capture_output=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return outs
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    cache: dict[tuple[str, int, int], tuple[Weights, list[dict[str, Any]]]] = {}
+
+    def get(task: str, b: int, k: int) -> tuple[Weights, list[dict[str, Any]]]:
+        if (task, b, k) not in cache:
+            spec = make_spec(TASKS[task], per_device_train_batch_size=b,
+                             gradient_accumulation_steps=k)  # fmt: skip
+            out = tmp_path_factory.mktemp(f"single-{task}-{b}x{k}")
+            metrics = run(spec, out).metrics
+            cache[(task, b, k)] = (final_weights(out), metrics)
+        return cache[(task, b, k)]
+
+    return get
+
+
+def _report(out: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads((out / "comm.json").read_text())
+    return report
+
+
+@pytest.mark.parametrize(("task", "backend"), PAIRS)
+def test_two_ranks_equal_one_process(
+    two_ranks: dict[tuple[str, str], Path], single: Any, task: str, backend: str
+) -> None:
+    out = two_ranks[(task, backend)]
+    ranks = final_weights(out)
+    bound = tolerance(initial_weights(make_spec(TASKS[task])), ranks)
+    assert bound > 1e-6, "training must move the weights for the comparison to mean anything"
+    # World size 1 with 2K; and (2b, K) on one process (classification only, to save CI time).
+    for b, k in ((B, 2 * K), (2 * B, K))[: 2 if task == "classification" else 1]:
+        weights, metrics = single(task, b, k)
+        assert max_abs_diff(ranks, weights) <= bound, (b, k)
+    # Rank 0's metrics cover both ranks' rows and the whole eval set, as one process's do.
+    for mine, theirs in zip(_report(out)["metrics"], metrics, strict=True):
+        assert mine["train_samples"] == theirs["train_samples"] == 101  # none duplicated
+        assert mine["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-4)
+        assert mine["eval_loss"] == pytest.approx(theirs["eval_loss"], rel=1e-4)
+        assert mine.get("eval_accuracy") == theirs.get("eval_accuracy")
+        assert mine["optimizer_steps"] == theirs["optimizer_steps"]
+
+
+def test_half_the_window_is_told_apart(two_ranks: dict[tuple[str, str], Path], single: Any) -> None:
+    """Negative control: one process with K (half the effective batch) is far outside the bound."""
+    ranks = final_weights(two_ranks[("classification", "pytorch")])
+    bound = tolerance(initial_weights(make_spec(CLASSIFICATION)), ranks)
+    assert max_abs_diff(ranks, single("classification", B, K)[0]) > 10 * bound
+
+
+@pytest.mark.parametrize(("task", "backend"), PAIRS)
+def test_one_all_reduce_per_window(
+    two_ranks: dict[tuple[str, str], Path], task: str, backend: str
+) -> None:
+    report = _report(two_ranks[(task, backend)])
+    steps = report["metrics"][-1]["optimizer_steps"]
+    assert report["models"] == 1
+    assert steps == 2 * 7  # 2 epochs of ceil(101 / (4·2·2)) windows, the last one partial
+    assert report["syncs"] == steps  # not K per window: no_sync held the others back
+
+
+def test_shard_splits_without_duplicates() -> None:
+    rows = list(range(11))
+    shares = [shard(rows, World(rank=r, size=3)) for r in range(3)]
+    assert sorted(row for share in shares for row in share) == rows
+    assert [len(s) for s in shares] == [3, 4, 4]
+    assert [shard([5], World(rank=r, size=2)) for r in range(2)] == [[], [5]]
+
+
+def test_world_size_must_match_the_spec(tmp_path: Path) -> None:
+    spec = make_spec(CLASSIFICATION, num_processes=2)
+    with pytest.raises(JobError) as caught:
+        train(spec, tmp_path)
+    assert caught.value.param == "num_processes"
+    assert spec.effective_batch_size == 8 * 1 * 2
+
+
+def _ranks(agent: subprocess.Popen[bytes]) -> list[psutil.Process]:
+    return [p for p in psutil.Process(agent.pid).children(recursive=True)]
+
+
+def test_kill_9_at_world_size_2_then_resume(tmp_path: Path, single: Any) -> None:
+    spec = {**make_spec(CLASSIFICATION, per_device_train_batch_size=B,
+                        gradient_accumulation_steps=K, num_processes=2,
+                        max_train_samples=240).model_dump()}  # fmt: skip
+    spec_file, out = tmp_path / "spec.json", tmp_path / "out"
+    spec_file.write_text(json.dumps(spec))
+    command = torchrun("-m", "trainer_core", "run", str(spec_file), "--output-dir", str(out))
+    agent = subprocess.Popen(command, env=_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():
+        assert agent.poll() is None and time.monotonic() < deadline, "epoch 1 never finished"
+        time.sleep(0.02)
+    ranks = _ranks(agent)
+    for rank in ranks:
+        rank.send_signal(signal.SIGKILL)
+    assert agent.wait(timeout=60) != 0, "the job finished before it could be killed"
+    assert not (out / "summary.json").exists()
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks)
+
+    again = subprocess.run(command, env=_env(), capture_output=True, timeout=300)
+    assert again.returncode == 0, again.stderr.decode()[-3000:]
+    resumed = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in resumed] == [1, 2]
+    clean_spec = JobSpec(**{**spec, "num_processes": 1, "gradient_accumulation_steps": 2 * K})
+    clean_out = tmp_path / "clean"
+    clean = run(clean_spec, clean_out)
+    for a, b in zip(resumed, clean.metrics, strict=True):
+        assert a["eval_loss"] == pytest.approx(b["eval_loss"], rel=1e-4)
+        assert a["optimizer_steps"] == b["optimizer_steps"]
+    bound = tolerance(initial_weights(clean_spec), final_weights(clean_out))
+    assert max_abs_diff(final_weights(out), final_weights(clean_out)) <= bound
