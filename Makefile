@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test lint typecheck bench clean
+.PHONY: setup browser run test lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_VERSION) -m venv $(VENV)
@@ -20,7 +20,11 @@ setup: $(STAMP)
 run: setup
 	$(PY) -m commands.cli demo
 
-test: setup lint typecheck
+# The dashboard's browser test needs Debian's chromium and Playwright (a no-op once installed).
+browser: setup
+	sh scripts/install_browser.sh $(PY)
+
+test: setup browser lint typecheck
 	$(PY) -m pytest -q
 
 # lint-imports checks the layer contracts in pyproject.toml ([tool.importlinter]).

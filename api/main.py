@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import lru_cache
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 
 from api.auth_gate import RequireAuth
 from api.body_limit import BodySizeLimit
 from api.docs import install_docs
 from api.errors import install_error_handlers
 from api.openapi import install_openapi
-from api.routes import artifacts, files, health, jobs, workers
+from api.prometheus import TimingMiddleware
+from api.routes import artifacts, dashboard, files, health, jobs, ops, webhooks, workers
+from api.stream import StreamHub
+from api.webhooks import WebhookSender
 from gradacc.auth import KeyCache
 from gradacc.db import get_read_engine, get_sessionmaker
 from gradacc.queue import create_celery_app
@@ -37,28 +43,46 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # A body with no content type at all (curl --data-binary without -H) is read as JSON;
         # one with another type is refused with a message saying so (api.errors).
         strict_content_type=False,
+        lifespan=_lifespan,
     )
     app.state.settings = settings
     app.state.sessionmaker = get_sessionmaker(settings)
     app.state.read_sessionmaker = get_sessionmaker(settings, autocommit=True)
     app.state.read_engine = get_read_engine(settings.resolved_database_url())
+    app.state.stream_hub = StreamHub(app.state.read_engine, settings.stream_poll_interval_s)
     app.state.key_cache = KeyCache(settings.api_key_cache_s)
     app.state.celery = create_celery_app(settings)
     install_error_handlers(app)
     # Uploads stream to disk, so their limit is the upload setting, not the in-memory body one.
     upload_limits = {"/v1/files": settings.max_upload_bytes}
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, limits=upload_limits)
+    app.add_middleware(TimingMiddleware)
     if settings.require_auth:  # added last: runs first, before size checks, routing and parsing
         new_session = app.state.read_sessionmaker
         app.add_middleware(RequireAuth, key_cache=app.state.key_cache, new_session=new_session)
     app.include_router(health.router)
+    app.include_router(dashboard.router)
+    app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
+    app.include_router(ops.router)
     app.include_router(jobs.router, prefix="/v1")
+    app.include_router(webhooks.router, prefix="/v1")
     app.include_router(artifacts.router, prefix="/v1")
     app.include_router(files.router, prefix="/v1")
     app.include_router(workers.router, prefix="/v1")
     install_docs(app)
     install_openapi(app, settings)
     return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Background work of each API process: sending webhooks from the outbox."""
+    sender = WebhookSender(app.state.sessionmaker, app.state.settings)
+    sender.start()
+    try:
+        yield
+    finally:
+        await sender.stop()
 
 
 @lru_cache(maxsize=1)

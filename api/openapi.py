@@ -98,7 +98,7 @@ def contract_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
         schema = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
-        _state_spec_rules(schema["components"]["schemas"]["JobSpec"], settings)
+        _state_spec_rules(schema["components"]["schemas"]["JobCreate"], settings)
         if settings.require_auth:
             _declare_security(schema)
         app.openapi_schema = schema

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -11,8 +11,21 @@ from sqlalchemy import Row
 from gradacc.models import File, FilePurpose, Job, JobEvent, JobStatus, Worker
 from trainer_core.spec import JobSpec
 
-# The request body of POST /v1/jobs is the training core's spec itself, defined once.
-JobCreate = JobSpec
+WEBHOOK_FIELDS = frozenset({"webhook_url", "webhook_on_epoch"})
+
+
+class JobCreate(JobSpec):
+    """The body of POST /v1/jobs: the training core's spec itself, defined once, plus where to
+    report (the service's business, not the core's: stored apart from the spec)."""
+
+    webhook_url: str | None = Field(
+        default=None,
+        description="POSTed the job object, signed (Gradacc-Signature), on every final status",
+        examples=["https://hooks.example.com/gradacc"],
+    )
+    webhook_on_epoch: bool = Field(
+        default=False, description="Also after each epoch", examples=[False]
+    )
 
 
 def unix(moment: datetime | None) -> int | None:
@@ -23,6 +36,28 @@ class Progress(BaseModel):
     epoch: int = Field(description="Epochs finished (or the current one while it runs)")
     step: int = Field(description="Optimizer steps done")
     total_steps: int | None = Field(description="Optimizer steps in the whole job, once known")
+    elapsed_seconds: float | None = Field(default=None, description="Since the job started")
+    eta_seconds: float | None = Field(default=None, description="At the latest step record")
+    samples_per_second: float | None = Field(default=None, description="At the latest record")
+    train_loss: float | None = Field(default=None, description="The latest step record's")
+
+    @classmethod
+    def of(cls, job: Job | Row[Any]) -> Progress:
+        live = job.live_progress or {}
+        elapsed = None
+        if job.started_at is not None:
+            elapsed = round(
+                ((job.finished_at or datetime.now(UTC)) - job.started_at).total_seconds(), 1
+            )
+        return cls(
+            epoch=job.epoch,
+            step=job.step,
+            total_steps=job.total_steps,
+            elapsed_seconds=elapsed,
+            eta_seconds=live.get("eta_seconds") if job.status == JobStatus.RUNNING else None,
+            samples_per_second=live.get("samples_per_second"),
+            train_loss=live.get("train_loss"),
+        )
 
 
 class JobErrorInfo(BaseModel):
@@ -57,6 +92,7 @@ class JobRead(BaseModel):
         description="Once finished: parameters, device, effective batch, rows, steps, timings, "
         "versions",
     )
+    webhook_url: str | None = None
 
     @classmethod
     def of(cls, job: Job | Row[Any], outputs: dict[str, int] | None = None) -> JobRead:
@@ -75,11 +111,12 @@ class JobRead(BaseModel):
             started_at=unix(job.started_at),
             finished_at=unix(job.finished_at),
             attempts=job.attempts,
-            progress=Progress(epoch=job.epoch, step=job.step, total_steps=job.total_steps),
+            progress=Progress.of(job),
             metrics=job.latest_metrics,
             error=error,
             outputs=outputs or {},
             summary=public_summary(job.summary),
+            webhook_url=job.webhook_url,
         )
 
 
@@ -101,7 +138,11 @@ class JobList(BaseModel):
 
 class MetricsList(BaseModel):
     object: Literal["list"] = "list"
-    data: list[dict[str, Any]] = Field(description="One record per finished epoch, in order")
+    data: list[dict[str, Any]] = Field(
+        description="granularity=epoch: one record per finished epoch; step: one per logging step"
+    )
+    has_more: bool = False
+    last_step: int | None = Field(default=None, description="step pages: pass as ?after=")
 
 
 class EventRead(BaseModel):
@@ -128,6 +169,11 @@ class EventList(BaseModel):
                 for e in rows
             ]
         )
+
+
+class WebhookSecretRead(BaseModel):
+    object: Literal["webhook_secret"] = "webhook_secret"
+    secret: str = Field(description="HMAC-SHA256 key of this tenant's Gradacc-Signature headers")
 
 
 class FileRead(BaseModel):

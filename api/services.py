@@ -13,6 +13,7 @@ from sqlalchemy import Engine, Row, bindparam, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from api.schemas import WEBHOOK_FIELDS, JobCreate
 from gradacc.capacity import check_devices
 from gradacc.errors import (
     IdempotencyConflict,
@@ -24,10 +25,20 @@ from gradacc.errors import (
 )
 from gradacc.files import check_file_refs
 from gradacc.jobs import add_event, is_job_id, lock_tenant, new_job_id, require_transition
-from gradacc.models import ACTIVE_STATUSES, EpochMetric, Job, JobEvent, JobStatus, Worker, utcnow
+from gradacc.models import (
+    ACTIVE_STATUSES,
+    EpochMetric,
+    Job,
+    JobEvent,
+    JobStatus,
+    StepMetric,
+    Worker,
+    utcnow,
+)
 from gradacc.queue import enqueue_job
 from gradacc.settings import Settings
 from gradacc.sources import check_spec_allowed
+from gradacc.webhooks import check_webhook_url, tenant_secret
 from gradacc.workers import alive_workers
 from trainer_core.spec import JobSpec
 
@@ -37,7 +48,7 @@ log = logging.getLogger(__name__)
 def create_job(
     session: Session,
     *,
-    spec: JobSpec,
+    spec: JobCreate,
     tenant: str,
     idempotency_key: str | None,
     celery: Celery,
@@ -48,8 +59,11 @@ def create_job(
     A failed enqueue leaves the job for the reconciler."""
     check_spec_allowed(spec, settings)
     check_devices(spec, celery, settings)
-    payload = spec.model_dump(mode="json")
-    request_hash = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    if spec.webhook_url is not None:
+        check_webhook_url(spec.webhook_url, settings)
+    body = spec.model_dump(mode="json")
+    request_hash = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    payload = {k: v for k, v in body.items() if k not in WEBHOOK_FIELDS}  # the core's spec
     if idempotency_key is not None:
         earlier = _job_with_key(session, tenant=tenant, key=idempotency_key)
         if earlier is not None:
@@ -68,6 +82,8 @@ def create_job(
         micro_batch_size=None if spec.auto_micro_batch else spec.per_device_train_batch_size,
         gradient_accumulation_steps=spec.gradient_accumulation_steps,
         enqueued_at=utcnow(),
+        webhook_url=spec.webhook_url,
+        webhook_on_epoch=spec.webhook_on_epoch,
     )
     session.add(job)
     add_event(session, job_id=job.id, kind="queued", message="job created")
@@ -141,8 +157,9 @@ _POLL_JOB = select(
     Job.id, Job.status, Job.spec, Job.effective_batch_size, Job.micro_batch_size,
     Job.gradient_accumulation_steps, Job.created_at, Job.started_at,
     Job.finished_at, Job.attempts, Job.epoch, Job.step, Job.total_steps, Job.latest_metrics,
-    Job.error_code, Job.error_message, Job.summary,
+    Job.error_code, Job.error_message, Job.summary, Job.live_progress, Job.webhook_url,
 ).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))  # fmt: skip
+JOB_COLUMNS = _POLL_JOB.selected_columns  # what JobRead.of needs of a row
 _POLL_METRICS = (
     select(EpochMetric.record)
     .join_from(Job, EpochMetric, isouter=True)
@@ -188,6 +205,22 @@ def list_metrics(engine: Engine, *, job_id: str, tenant: str) -> list[dict[str, 
     return [record for record in records if record is not None]
 
 
+def list_step_metrics(
+    engine: Engine, *, job_id: str, tenant: str, after: int, limit: int
+) -> tuple[list[dict[str, Any]], bool]:
+    """Step records after step ``after``, in order, one page; (page, has_more)."""
+    read_job(engine, job_id=job_id, tenant=tenant)  # 404 for no such job of this tenant
+    query = (
+        select(StepMetric.record)
+        .where(StepMetric.job_id == job_id, StepMetric.step > after)
+        .order_by(StepMetric.step)
+        .limit(limit + 1)
+    )
+    with engine.connect() as connection:
+        records = list(connection.scalars(query))
+    return records[:limit], len(records) > limit
+
+
 def list_events(session: Session, *, job_id: str, tenant: str) -> list[JobEvent]:
     get_job(session, job_id=job_id, tenant=tenant)
     query = select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)
@@ -202,6 +235,10 @@ def cancel_job(session: Session, *, job_id: str, tenant: str) -> Job:
     add_event(session, job_id=job_id, kind="cancelled", message="cancelled by request")
     session.commit()
     return get_job(session, job_id=job_id, tenant=tenant)
+
+
+def get_webhook_secret(session: Session, *, tenant: str) -> str:
+    return tenant_secret(session, tenant=tenant)
 
 
 def delete_job(session: Session, *, settings: Settings, job_id: str, tenant: str) -> None:

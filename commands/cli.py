@@ -1,4 +1,5 @@
-"""The ``gradacc`` command: serve, worker, migrate, create-api-key, demo, cache."""
+"""The ``gradacc`` command: serve, worker, migrate, create-api-key, demo, cache; and the client
+commands (submit, jobs, status, metrics, cancel, logs, upload, download: ``commands.client_cli``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,18 @@ import sys
 
 from gradacc.settings import Settings, get_settings
 
+CLIENT_COMMANDS = frozenset(
+    {"submit", "jobs", "status", "metrics", "cancel", "logs", "upload", "download"}
+)
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gradacc", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="gradacc",
+        description=__doc__,
+        epilog="client commands (gradacc COMMAND --help): submit, jobs, status, metrics, "
+        "cancel, logs, upload, download",
+    )
     subcommands = parser.add_subparsers(dest="command", required=True)
     serve = subcommands.add_parser(
         "serve", help="the API and N workers (embedded defaults: SQLite)"
@@ -38,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in CLIENT_COMMANDS:
+        from commands.client_cli import run
+
+        return run(argv)
     args = _parser().parse_args(argv)
     settings = get_settings()
     if getattr(args, "log_level", None):

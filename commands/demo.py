@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from commands.client import Client
 from gradacc.settings import Settings
 
 BACKENDS = ("pytorch", "accelerate", "trainer")
@@ -57,12 +58,9 @@ def run_demo(settings: Settings, *, port: int, workers: int, timeout_s: float = 
     ]
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-            wait_ready(client)
-            jobs = [
-                client.post("/v1/jobs", json=spec).raise_for_status().json()
-                for spec in demo_specs()
-            ]
+        with Client(f"http://127.0.0.1:{port}", timeout=10) as client:
+            wait_ready(client.http)
+            jobs = [client.submit(spec) for spec in demo_specs()]
             print(f"submitted {len(jobs)} jobs to http://127.0.0.1:{port}/v1/jobs")
             finished = follow(
                 client, [j["id"] for j in jobs], deadline=time.monotonic() + timeout_s
@@ -108,11 +106,12 @@ def describe(job: dict[str, Any]) -> str:
     )
 
 
-def follow(client: httpx.Client, ids: list[str], *, deadline: float) -> list[dict[str, Any]]:
-    """Poll every job until all are final; print a line whenever one of them moves."""
+def follow(client: Client, ids: list[str], *, deadline: float) -> list[dict[str, Any]]:
+    """Poll every job until all are final; print a line whenever one of them moves. (Six jobs
+    at once: one poll each per half second costs less than six streams.)"""
     shown: dict[str, str] = {}
     while True:
-        jobs = [client.get(f"/v1/jobs/{job_id}").raise_for_status().json() for job_id in ids]
+        jobs = [client.get(job_id) for job_id in ids]
         for job in jobs:
             key = _milestone(job)
             if shown.get(job["id"]) != key:
@@ -133,7 +132,7 @@ def _milestone(job: dict[str, Any]) -> str:
 COLUMNS = ("epoch", "train_loss", "eval_loss", "eval_accuracy", "eval_f1", "samples/s")
 
 
-def print_table(client: httpx.Client, jobs: list[dict[str, Any]]) -> None:
+def print_table(client: Client, jobs: list[dict[str, Any]]) -> None:
     header = f"{'backend':<10} {'b':>3} {'K':>2} " + " ".join(f"{c:>14}" for c in COLUMNS)
     print("\n" + header + "\n" + "-" * len(header))
     for job in jobs:
@@ -144,7 +143,7 @@ def print_table(client: httpx.Client, jobs: list[dict[str, Any]]) -> None:
         )
         if job["error"]:
             print(prefix + f"{job['status']}: {job['error']['message']}")
-        for record in client.get(f"/v1/jobs/{job['id']}/metrics").json()["data"]:
+        for record in client.metrics(job["id"]):
             values = [record.get("samples_per_second" if c == "samples/s" else c) for c in COLUMNS]
             print(prefix + " ".join(f"{_cell(v):>14}" for v in values))
 

@@ -17,7 +17,16 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from gradacc.errors import InvalidTransition, JobNotFound
-from gradacc.models import EpochMetric, Job, JobEvent, JobStatus, utcnow
+from gradacc.models import (
+    TERMINAL_STATUSES,
+    EpochMetric,
+    Job,
+    JobEvent,
+    JobStatus,
+    StepMetric,
+    utcnow,
+)
+from gradacc.webhooks import queue_webhook
 
 S = JobStatus
 ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
@@ -55,7 +64,10 @@ def transition_job(
     if owned_by is not None:
         stmt = stmt.where(Job.worker == owned_by)
     stmt = stmt.values(status=str(to), updated_at=utcnow(), **values)
-    return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined, no-any-return]
+    moved = session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
+    if moved and to in TERMINAL_STATUSES:
+        queue_webhook(session, job_id=job_id, event=f"job.{to}")
+    return bool(moved)
 
 
 def require_transition(session: Session, *, job_id: str, to: JobStatus, **values: Any) -> None:
@@ -168,6 +180,26 @@ def record_epoch_metrics(session: Session, *, job_id: str, record: dict[str, Any
         stmt.on_conflict_do_update(
             index_elements=["job_id", "epoch"],
             set_={k: stmt.excluded[k] for k in ("train_loss", "eval_loss", "record")},
+        )
+    )
+
+
+def record_step_metrics(session: Session, *, job_id: str, records: list[dict[str, Any]]) -> None:
+    """Insert step records, or replace them: a run resumed from a checkpoint logs its steps
+    after the checkpoint again, and (job, step) is unique."""
+    if not records:
+        return
+    rows = [{"job_id": job_id, "step": int(r["step"]), "record": r, "created_at": utcnow()}
+            for r in records]  # fmt: skip
+    dialect = session.get_bind().dialect.name
+    if dialect not in ("postgresql", "sqlite"):
+        session.execute(insert(StepMetric), rows)
+        return
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    stmt = module.insert(StepMetric).values(rows)
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["job_id", "step"], set_={"record": stmt.excluded.record}
         )
     )
 

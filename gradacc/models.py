@@ -1,4 +1,4 @@
-"""ORM models: jobs, per-epoch metrics and the event log. Schemas live in ``api.schemas``."""
+"""ORM models: jobs, per-epoch and per-step metrics and the event log. Schemas live in ``api.schemas``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Dialect,
@@ -21,6 +22,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -115,9 +117,14 @@ class Job(Base):
     step: Mapped[int] = mapped_column(Integer, default=0)
     total_steps: Mapped[int | None] = mapped_column(Integer)
     latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The latest step record's train_loss, samples_per_second and eta_seconds (progress).
+    live_progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)
+    # POSTed (signed) on every final status, and after each epoch with webhook_on_epoch.
+    webhook_url: Mapped[str | None] = mapped_column(String(2048))
+    webhook_on_epoch: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     metrics: Mapped[list[EpochMetric]] = relationship(
         back_populates="job", cascade="all, delete-orphan", order_by="EpochMetric.epoch"
@@ -142,6 +149,19 @@ class EpochMetric(Base):
     job: Mapped[Job] = relationship(back_populates="metrics")
 
 
+class StepMetric(Base):
+    """One record every ``logging_steps`` optimizer steps (``TrainingCallback.on_step_metrics``)."""
+
+    __tablename__ = "step_metrics"
+    __table_args__ = (UniqueConstraint("job_id", "step", name="uq_step_metrics_job_id_step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    record: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class JobEvent(Base):
     __tablename__ = "job_events"
     __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
@@ -153,6 +173,32 @@ class JobEvent(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     job: Mapped[Job] = relationship(back_populates="events")
+
+
+class WebhookDelivery(Base):
+    """An outbox row: one webhook to send (written with the status change or epoch it reports,
+    in the same transaction), then its attempts' outcome."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_status_next", "status", "next_attempt_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    event: Mapped[str] = mapped_column(String(32))  # job.succeeded, job.failed, job.epoch, ...
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # delivered, failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class WebhookSecret(Base):
+    """A tenant's webhook signing secret (created on first use)."""
+
+    __tablename__ = "webhook_secrets"
+
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    secret: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class ApiKey(Base):

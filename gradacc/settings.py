@@ -83,6 +83,22 @@ class Settings(BaseSettings):
     api_key_cache_s: float = Field(default=5.0, ge=0)
     max_queued_per_tenant: int = Field(default=1000, ge=1)
     max_running_per_tenant: int = Field(default=8, ge=1)
+    # The job stream's one reader per API process polls the database this often: the delay of
+    # a stream message is at most about this plus the training process's own write interval.
+    stream_poll_interval_s: float = Field(default=0.25, gt=0)
+    # Webhooks: hosts a job's webhook_url may name (comma-separated; unset: any public host);
+    # private and loopback addresses only when allowed (a local receiver in tests).
+    webhook_allowed_hosts: str | None = None
+    webhook_allow_private: bool = False
+    webhook_max_attempts: int = Field(default=6, ge=1)
+    webhook_retry_first_s: float = Field(default=2.0, gt=0, description="doubles per attempt")
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+    webhook_poll_interval_s: float = Field(default=1.0, gt=0)
+    # prometheus-client's own variable: set (an empty directory, shared by the API's uvicorn
+    # workers) it switches /metrics to multi-process mode.
+    prometheus_multiproc_dir: str | None = Field(
+        default=None, validation_alias=AliasChoices("prometheus_multiproc_dir")
+    )
 
     @property
     def is_embedded(self) -> bool:
@@ -104,6 +120,11 @@ class Settings(BaseSettings):
     @property
     def broker_dir(self) -> Path:
         return self.home / "broker"
+
+    def webhook_allowed_host_list(self) -> set[str] | None:
+        if self.webhook_allowed_hosts is None:
+            return None
+        return {h.strip().lower() for h in self.webhook_allowed_hosts.split(",") if h.strip()}
 
     def resolved_data_roots(self) -> list[Path]:
         if not self.data_roots:

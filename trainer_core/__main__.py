@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +20,53 @@ COLUMNS = ("epoch", "train_loss", "eval_loss", "eval_accuracy", "eval_f1", "eval
            "learning_rate", "samples_per_second")  # fmt: skip
 
 
+PROGRESS_EVERY_S = 5.0  # without a terminal (no progress bar): a progress line this often
+
+
+def _say(line: str) -> None:
+    """Through tqdm, which clears its bar, prints, and draws the bar again below the line."""
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)
+
+
 class PrintEpochs(TrainingCallback):
+    def __init__(self, *, progress_lines: bool) -> None:
+        self.progress_lines = progress_lines
+        self.last_line = time.monotonic()
+        self.latest: dict[str, Any] = {}
+
     def on_start(self, info: dict[str, Any]) -> None:
-        print(
+        _say(
             f"training {info['num_train_samples']} rows, {info['total_steps']} optimizer steps "
-            f"(effective batch {info['effective_batch_size']}) on {info['device']}",
-            file=sys.stderr,
+            f"(effective batch {info['effective_batch_size']}) on {info['device']}"
         )
+
+    def on_step_metrics(self, record: dict[str, Any]) -> None:
+        self.latest = record
+
+    def on_progress(self, progress: dict[str, Any]) -> None:
+        if not self.progress_lines or time.monotonic() - self.last_line < PROGRESS_EVERY_S:
+            return
+        self.last_line = time.monotonic()
+        line = f"epoch {progress['epoch']} step {progress['step']}/{progress['total_steps']}"
+        if "train_loss" in self.latest:
+            line += f"  loss {self.latest['train_loss']:.4g}  ETA {self.latest['eta_seconds']:.0f}s"
+        _say(line)
 
     def on_epoch_end(self, record: dict[str, Any]) -> None:
         cells = [f"{k}={record[k]:.4g}" if isinstance(record[k], float) else f"{k}={record[k]}"
                  for k in COLUMNS if k in record]  # fmt: skip
-        print("  ".join(cells), file=sys.stderr)
+        _say("  ".join(cells))
+
+
+def finished_before(spec: JobSpec, output_dir: Path) -> bool:
+    """``output_dir`` holds a completed run of this very spec."""
+    try:
+        summary = json.loads((output_dir / "summary.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return bool(summary.get("status") == "completed" and summary.get("spec") == spec.model_dump())
 
 
 def spec_errors(exc: ValidationError) -> list[str]:
@@ -52,13 +88,23 @@ def run_command(args: argparse.Namespace) -> int:
         for line in spec_errors(exc):
             print(f"invalid spec: {line}", file=sys.stderr)
         return EXIT_BAD_SPEC
+    if not args.no_resume and finished_before(spec, args.output_dir):
+        print(f"{args.output_dir} already holds a completed run of this spec (summary.json); "
+              "pass --no-resume to train it again from the start, or another --output-dir",
+              file=sys.stderr)  # fmt: skip
+        return 0
+    import torch  # imports below pull in torch: after validation
+
     from trainer_core.distributed import launched_world, leave
-    from trainer_core.errors import JobError  # imports below pull in torch: after validation
+    from trainer_core.errors import JobError
     from trainer_core.train import train
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    terminal = sys.stderr.isatty()
     try:
-        result = train(spec, args.output_dir, callback=PrintEpochs(), resume=not args.no_resume,
-                       progress_bar=sys.stderr.isatty())  # fmt: skip
+        result = train(spec, args.output_dir, callback=PrintEpochs(progress_lines=not terminal),
+                       resume=not args.no_resume, progress_bar=terminal)  # fmt: skip
     except JobError as exc:
         print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
         return EXIT_JOB_ERROR
@@ -78,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("spec", type=Path, help="a JSON job spec")
     run.add_argument("--output-dir", type=Path, required=True)
     run.add_argument("--no-resume", action="store_true", help="ignore a checkpoint in output-dir")
+    run.add_argument("--threads", type=int, default=0, help="torch threads (default: all cores)")
     args = parser.parse_args(argv)
     return run_command(args)
 

@@ -32,6 +32,11 @@ class TrainingCallback:
                    and "eval_f1" (classification) or "eval_perplexity" (causal LM),
                    "learning_rate", "optimizer_steps", "train_samples", "train_seconds",
                    "samples_per_second", "peak_memory_bytes"} (``TrainingRun.end_epoch``).
+    on_step_metrics: every ``logging_steps`` optimizer steps (and at each ``eval_steps`` with
+                   ``eval_strategy: "steps"``): {"step", "epoch" (fractional), "train_loss" (the
+                   exact mean of that step's window), "grad_norm" (before clipping),
+                   "samples_per_second" (since the previous record), "learning_rate",
+                   "elapsed_seconds", "eta_seconds"}, plus the eval keys when it evaluated.
     on_checkpoint: {"path", "epoch", "step"} after a checkpoint is complete on disk.
     on_batch_size: {"micro_batch_size", "gradient_accumulation_steps", "effective_batch_size",
                     "reason", "tried", ...} when the run starts and whenever the micro-batch
@@ -46,6 +51,9 @@ class TrainingCallback:
         pass
 
     def on_epoch_end(self, record: dict[str, Any]) -> None:
+        pass
+
+    def on_step_metrics(self, record: dict[str, Any]) -> None:
         pass
 
     def on_checkpoint(self, info: dict[str, Any]) -> None:

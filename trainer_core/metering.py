@@ -61,3 +61,41 @@ def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+class StepMeter:
+    """What a step record needs between logging steps: the current window's Σ item losses and
+    items (on the device, reset at each optimizer step without a sync) and the samples and the
+    clock since the last record."""
+
+    def __init__(self, device: torch.device, every: int) -> None:
+        self.every = every
+        self.window_sum = torch.zeros((), device=device)
+        self.window_items = 0
+        self.samples = 0
+        self.since = self.started_at = time.perf_counter()
+
+    def add(self, batch: dict[str, Any], summed: torch.Tensor) -> None:
+        self.window_sum += summed
+        self.window_items += int(batch["n_items"])
+        self.samples += int(batch["input_ids"].shape[0])
+
+    def due(self, global_step: int) -> bool:
+        return global_step % self.every == 0
+
+    def take(self, grad_norm: torch.Tensor | float | None) -> dict[str, Any]:
+        """The window's exact mean loss, the gradient norm and samples/s (host sync: here only,
+        at logging steps); starts the next interval."""
+        now = time.perf_counter()
+        seconds = now - self.since
+        record = {
+            "train_loss": self.window_sum.item() / max(self.window_items, 1),
+            "grad_norm": None if grad_norm is None else float(grad_norm),
+            "samples_per_second": round(self.samples / seconds, 2) if seconds > 0 else None,
+        }
+        self.samples, self.since = 0, now
+        return record
+
+    def end_window(self) -> None:
+        self.window_sum.zero_()  # in place on the device: no host sync
+        self.window_items = 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -24,7 +26,7 @@ from trainer_core.callbacks import StopCheck, TrainingCallback, TrainingCancelle
 from trainer_core.context import RunContext
 from trainer_core.distributed import agree_on_stop, barrier, sum_over_ranks
 from trainer_core.evaluation import evaluate
-from trainer_core.metering import LossMeter, peak_memory_bytes
+from trainer_core.metering import LossMeter, StepMeter, peak_memory_bytes
 from trainer_core.stopping import StopPolling, TrainingPreempted
 
 log = logging.getLogger(__name__)
@@ -43,8 +45,9 @@ class SteppingBackend(Protocol):
 
     def window_closes(self, batch: dict[str, Any]) -> bool: ...
 
-    def optimizer_step(self) -> None:
-        """Clip, step the optimizer and the scheduler, zero the gradients."""
+    def optimizer_step(self) -> torch.Tensor | None:
+        """Clip, step the optimizer and the scheduler, zero the gradients; the gradient norm
+        before clipping (computed with max_norm=inf when clipping is off)."""
         ...
 
 
@@ -80,6 +83,10 @@ class TrainingRun:
         self.micro_per_epoch = micro_batches_per_epoch(
             len(ctx.data.train), ctx.micro_batch_size * self.world.size
         )
+        # Step records: every logging_steps optimizer steps, by default about 50 an epoch.
+        every = ctx.spec.logging_steps or max(1, math.ceil(ctx.steps_per_epoch / 50))
+        self.steps = StepMeter(ctx.device, every)
+        self.eval_every = (ctx.spec.eval_steps or every) if ctx.spec.eval_strategy == "steps" else 0
         # The last micro-batch closed its window in the plan, and no optimizer step followed yet.
         self._plan_closed_window = False
         if ctx.device.type == "cuda":
@@ -96,8 +103,8 @@ class TrainingRun:
                 summed = backend.forward_backward(batch)
                 self.after_micro_step(batch, summed)
                 if backend.window_closes(batch):
-                    backend.optimizer_step()
-                    self.after_optimizer_step()
+                    grad_norm = backend.optimizer_step()
+                    self.after_optimizer_step(grad_norm)
                     if self.global_step >= ctx.total_steps:
                         break  # max_steps reached inside the epoch
             self.end_epoch()
@@ -115,11 +122,12 @@ class TrainingRun:
         self._check_window(library_stepped=False)
         self._plan_closed_window = bool(batch["last_in_window"])
         self.meter.add(batch, summed)
+        self.steps.add(batch, summed)
         self.micro_step += 1
         if not self.world.distributed:
             self.stop.poll()  # ranks must stop at the same step: they agree once per window instead
 
-    def after_optimizer_step(self) -> None:
+    def after_optimizer_step(self, grad_norm: torch.Tensor | float | None = None) -> None:
         self._check_window(library_stepped=True)
         if self.world.distributed:
             self._agree_on_stop()
@@ -128,6 +136,10 @@ class TrainingRun:
         self.window_start = self.micro_step
         self.global_step += 1
         self.bar.update(1)
+        evaluate_now = self.eval_every > 0 and self.global_step % self.eval_every == 0
+        if self.steps.due(self.global_step) or evaluate_now:
+            self._report_step(grad_norm, evaluate_now)
+        self.steps.end_window()
         self.callback.on_progress(
             {
                 "epoch": self.epoch + 1,
@@ -154,12 +166,49 @@ class TrainingRun:
             return wanted
         return sum_over_ranks([float(wanted)], self.world)[0] > 0
 
+    def _report_step(self, grad_norm: torch.Tensor | float | None, evaluate_now: bool) -> None:
+        ctx = self.ctx
+        record: dict[str, Any] = {
+            "step": self.global_step,
+            "epoch": round(self.epoch + self.micro_step / self._micro_batches(), 4),  # fractional
+            **self.steps.take(grad_norm),
+            "learning_rate": self.learning_rate(),
+        }
+        elapsed = time.perf_counter() - self.steps.started_at
+        done = self.global_step - ctx.start_global_step  # steps of this run (resumes excluded)
+        record["elapsed_seconds"] = round(elapsed, 3)
+        record["eta_seconds"] = round(elapsed / done * (ctx.total_steps - self.global_step), 1)
+        if evaluate_now:
+            record |= self._evaluate()
+        self.callback.on_step_metrics(record)
+
     def _agree_on_stop(self) -> None:
         request = agree_on_stop(self.stop.should_stop(), self.world)
         if request == "cancel":
             raise TrainingCancelled
         if request == "preempt":
             self.stop.preempt_requested = True
+
+    def _micro_batches(self) -> int:
+        """Of an epoch, at the micro-batch size in force (it may have been lowered)."""
+        return micro_batches_per_epoch(
+            len(self.ctx.data.train), self.ctx.micro_batch_size * self.world.size
+        )
+
+    def _evaluate(self) -> dict[str, float]:
+        ctx = self.ctx
+        self.evaluating = True
+        scores = evaluate(
+            ctx.model,
+            ctx.data.eval,
+            batch_size=ctx.spec.per_device_eval_batch_size,
+            pad_id=ctx.pad_id,
+            device=ctx.device,
+            num_classes=len(ctx.data.label_names) if ctx.data.label_names else None,
+            world=self.world,
+        )
+        self.evaluating = False
+        return scores
 
     def _check_window(self, *, library_stepped: bool) -> None:
         """The library steps exactly where the plan closes a window: right after the window's
@@ -185,17 +234,7 @@ class TrainingRun:
             [meter.loss_sum.item(), meter.loss_items, meter.samples], self.world
         )
         record: dict[str, Any] = {"epoch": self.epoch + 1, "train_loss": loss_sum / max(items, 1)}
-        self.evaluating = True
-        record |= evaluate(
-            ctx.model,
-            ctx.data.eval,
-            batch_size=ctx.spec.per_device_eval_batch_size,
-            pad_id=ctx.pad_id,
-            device=ctx.device,
-            num_classes=len(ctx.data.label_names) if ctx.data.label_names else None,
-            world=self.world,
-        )
-        self.evaluating = False
+        record |= self._evaluate()
         record |= {
             "learning_rate": self.learning_rate(),
             "optimizer_steps": self.global_step,
@@ -221,6 +260,7 @@ class TrainingRun:
         have not moved since the window began, so the checkpoint is that moment exactly."""
         self.ctx.optimizer.zero_grad(set_to_none=True)
         self.meter.drop_window()
+        self.steps.end_window()
         windows_done = self.window_start // self.ctx.accumulation
         self.save(
             epoch=self.epoch,

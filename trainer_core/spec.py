@@ -270,6 +270,30 @@ class JobSpec(BaseModel):
         "(not with save_strategy 'no'); 0 disables",
     )
     save_total_limit: int = Field(default=1, ge=1, le=100, description="Checkpoints kept")
+    logging_steps: PositiveInt | None = Field(
+        default=None,
+        le=10_000_000,
+        description="Record step metrics every this many optimizer steps; default: about 50 "
+        "points per epoch",
+        examples=[10],
+    )
+    eval_strategy: Literal["epoch", "steps"] = Field(
+        default="epoch",
+        description='"steps": also evaluate every eval_steps optimizer steps',
+        examples=["epoch"],
+    )
+    eval_steps: PositiveInt | None = Field(
+        default=None,
+        le=10_000_000,
+        description='With eval_strategy "steps"; default: logging_steps',
+        examples=[100],
+    )
+    report_to: list[Literal["tensorboard"]] = Field(
+        default_factory=list,
+        max_length=1,
+        description='["tensorboard"]: event files in the outputs\' tensorboard/ folder',
+        examples=[["tensorboard"]],
+    )
 
     @field_validator("model")
     @classmethod
@@ -345,6 +369,13 @@ class JobSpec(BaseModel):
             k = self.effective_batch_size // (b * self.num_processes)
             object.__setattr__(self, "gradient_accumulation_steps", k)
         return self
+
+    @field_validator("eval_steps")
+    @classmethod
+    def _eval_steps_need_strategy(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("eval_strategy") != "steps":
+            raise ValueError('eval_steps needs eval_strategy "steps"')
+        return value
 
     @property
     def auto_micro_batch(self) -> bool:

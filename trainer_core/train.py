@@ -230,6 +230,11 @@ def train(
     ctx, choice = build_context(spec, output_dir, inputs, resume=resume)
     if not ctx.world.is_main:
         callback = NULL_CALLBACK  # metrics, progress and events come from rank 0
+    tensorboard = None
+    if "tensorboard" in spec.report_to:
+        from trainer_core.tensorboard import TensorBoardCallback
+
+        callback = tensorboard = TensorBoardCallback(callback, output_dir / "tensorboard")
     # metrics.jsonl holds exactly the epochs the checkpoint has seen (a crash may have left more).
     if ctx.world.is_main:
         with (output_dir / "metrics.jsonl").open("w") as out:
@@ -238,9 +243,13 @@ def train(
     _log_start(ctx, info)
     callback.on_start(info)
     callback.on_batch_size(_batch_info(ctx, choice, [ctx.micro_batch_size]))
-    ctx, run, status = _run(
-        spec, inputs, ctx, callback, should_stop=should_stop, progress_bar=progress_bar
-    )
+    try:
+        ctx, run, status = _run(
+            spec, inputs, ctx, callback, should_stop=should_stop, progress_bar=progress_bar
+        )
+    finally:
+        if tensorboard is not None:
+            tensorboard.close()
     summary = _finish(ctx, run, status, info)
     barrier(ctx.world)  # the final model is on disk before any rank reports the run done
     log.info("%s after %d optimizer steps", status, run.global_step)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import asyncio
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Header, Query, Request, Response
+from sse_starlette import EventSourceResponse
 
 from api import services
 from api.artifacts import outputs
@@ -25,6 +27,8 @@ from api.schemas import (
     JobRead,
     MetricsList,
 )
+from api.stream import StreamHub, messages
+from api.stream_reads import Cursor, read_history
 from gradacc.jobs import JOB_ID_PATTERN
 from gradacc.models import JobStatus
 from trainer_core.spec import example_spec
@@ -138,12 +142,64 @@ async def get_job(
 @router.get(
     "/{job_id}/metrics",
     response_model=MetricsList,
-    summary="A job's per-epoch metrics",
-    description="One record per finished epoch, in order.",
+    summary="A job's metrics, per epoch or per logging step",
+    description="granularity=epoch (default): one record per finished epoch, in order. "
+    "granularity=step: one record every logging_steps optimizer steps, in pages "
+    "(after=the last page's last_step).",
 )
-async def list_metrics(job_id: str, engine: ReadEngineDep, tenant: TenantDep) -> Response:
-    records = services.list_metrics(engine, job_id=job_id, tenant=tenant)
-    return Response(MetricsList(data=records).model_dump_json(), media_type="application/json")
+async def list_metrics(
+    job_id: str,
+    engine: ReadEngineDep,
+    tenant: TenantDep,
+    granularity: Literal["epoch", "step"] = "epoch",
+    after: Annotated[int, Query(ge=0, le=2**31 - 1, description="step pages: a step")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000, description="step pages: records")] = 1000,
+) -> Response:
+    if granularity == "epoch":
+        page = MetricsList(data=services.list_metrics(engine, job_id=job_id, tenant=tenant))
+    else:
+        records, has_more = services.list_step_metrics(
+            engine, job_id=job_id, tenant=tenant, after=after, limit=limit
+        )
+        last = records[-1]["step"] if records else None
+        page = MetricsList(data=records, has_more=has_more, last_step=last)
+    return Response(page.model_dump_json(), media_type="application/json")
+
+
+# A string, never null: an absent header is "", so a client cannot send the text "null".
+LastEventId = Annotated[
+    str,
+    Header(
+        alias="Last-Event-ID",
+        pattern=r"^(\d{1,18}-\d{1,18}-\d{1,18})?$",
+        description="Resume after this message (the id of the last one received)",
+    ),
+]
+
+
+@router.get(
+    "/{job_id}/stream",
+    response_class=EventSourceResponse,
+    summary="A job's live stream (Server-Sent Events)",
+    responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}},
+)
+async def stream_job(
+    job_id: str,
+    request: Request,
+    engine: ReadEngineDep,
+    tenant: TenantDep,
+    last_event_id: LastEventId = "",
+) -> EventSourceResponse:
+    """Events `event`, `epoch`, `step` and `job` (status and progress); ends after the final
+    status. Each message's id resumes the stream as `Last-Event-ID`."""
+    since = Cursor.parse(last_event_id) if last_event_id else Cursor()
+    row, history = await asyncio.to_thread(
+        read_history, engine, job_id=job_id, tenant=tenant, since=since
+    )
+    hub: StreamHub = request.app.state.stream_hub
+    return EventSourceResponse(
+        messages(hub, job_id=job_id, row=row, history=history, since=since), ping=15
+    )
 
 
 @router.get(

@@ -31,7 +31,8 @@ def test_create_commits_a_queued_job_and_enqueues_it(
     assert job["id"].startswith("job_")
     assert job["effective_batch_size"] == 16
     assert job["spec"]["gradient_accumulation_steps"] == 2
-    assert job["progress"] == {"epoch": 0, "step": 0, "total_steps": None}
+    assert job["progress"] == {"epoch": 0, "step": 0, "total_steps": None, "elapsed_seconds": None,
+                               "eta_seconds": None, "samples_per_second": None, "train_loss": None}  # fmt: skip
     assert job["error"] is None and job["metrics"] is None
     assert client.get(f"/v1/jobs/{job['id']}").json() == job
     messages = list((db_settings.broker_dir / "queue").iterdir())

@@ -12,12 +12,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from api.main import create_app
+from commands.demo import free_port, wait_ready
 from gradacc.db import session_scope
 from gradacc.models import Job
 from gradacc.settings import Settings
@@ -160,3 +162,26 @@ def process_gone(pid: int, timeout: float) -> bool:
 
 def path_of(settings: Settings, job_id: str) -> Path:
     return settings.jobs_dir / job_id
+
+
+@pytest.fixture(scope="module")
+def served_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``gradacc serve --workers 1`` on the embedded defaults, over real HTTP: its base URL."""
+    tmp = tmp_path_factory.mktemp("served")
+    env = settings_env(Settings(home=tmp / "home"))
+    for name in ("GRADACC_DATABASE_URL", "GRADACC_BROKER_URL", "GRADACC_QUEUE"):
+        env.pop(name, None)
+    port = free_port()
+    with (tmp / "serve.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "1"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        try:
+            with httpx.Client(base_url=url) as client:
+                wait_ready(client)
+            yield url
+        finally:
+            process.terminate()
+            process.wait(60)

@@ -128,7 +128,7 @@ def test_local_files_and_task_rules_are_checked_at_post(live: tuple[str, str, Se
 def test_the_schema_states_the_limits_in_force(live: tuple[str, str, Settings]) -> None:
     base, _, _ = live
     schema = httpx.get(f"{base}/openapi.json", timeout=10).json()
-    spec = schema["components"]["schemas"]["JobSpec"]
+    spec = schema["components"]["schemas"]["JobCreate"]
     assert spec["properties"]["num_train_epochs"]["maximum"] == 7
     samples = spec["properties"]["max_train_samples"]["anyOf"]
     assert {"type": "integer", "minimum": 1, "maximum": 5000} in samples

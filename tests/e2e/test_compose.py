@@ -23,9 +23,10 @@ def compose_binary() -> Path:
     return binary
 
 
-def compose_config(path: Path) -> subprocess.CompletedProcess[str]:
+def compose_config(path: Path, *profiles: str) -> subprocess.CompletedProcess[str]:
+    chosen = [arg for profile in profiles for arg in ("--profile", profile)]
     return subprocess.run(
-        [str(compose_binary()), "-f", str(path), "config", "--format", "json"],
+        [str(compose_binary()), "-f", str(path), *chosen, "config", "--format", "json"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -49,6 +50,15 @@ def test_compose_file_is_valid_and_has_what_the_service_needs() -> None:
     assert services["worker"]["stop_grace_period"]
     for name in ("postgres", "redis", "api", "worker"):
         assert services[name]["healthcheck"]["test"]
+
+
+def test_flower_runs_only_with_the_monitoring_profile() -> None:
+    result = compose_config(COMPOSE_FILE, "monitoring")
+    assert result.returncode == 0, result.stderr
+    services: dict[str, Any] = json.loads(result.stdout)["services"]
+    assert services["flower"]["profiles"] == ["monitoring"]
+    assert "flower" in services["flower"]["command"]
+    assert services["api"]["environment"]["PROMETHEUS_MULTIPROC_DIR"]
 
 
 @pytest.mark.parametrize(

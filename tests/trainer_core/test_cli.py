@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+import trainer_core.__main__ as cli
+
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
 
@@ -27,7 +31,8 @@ def test_run_writes_metrics_summary_and_model(tmp_path: Path) -> None:
             "backend": "accelerate", "num_train_epochs": 2, "max_train_samples": 50, "max_eval_samples": 10,
             "gradient_accumulation_steps": 3, "per_device_train_batch_size": 4}  # fmt: skip
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    done = _cli("run", str(tmp_path / "spec.json"), "--output-dir", str(tmp_path / "out"))
+    done = _cli("run", str(tmp_path / "spec.json"), "--output-dir", str(tmp_path / "out"),
+                "--threads", "1")  # fmt: skip
     assert done.returncode == 0, done.stderr
     records = [
         json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
@@ -39,6 +44,26 @@ def test_run_writes_metrics_summary_and_model(tmp_path: Path) -> None:
     assert summary["status"] == "completed"
     assert (tmp_path / "out" / "model" / "model.safetensors").is_file()
     assert json.loads(done.stdout)["epoch"] == 2
+
+    # The same spec into the finished directory: said so, nothing trained or rewritten.
+    metrics_before = (tmp_path / "out" / "metrics.jsonl").read_text()
+    again = _cli("run", str(tmp_path / "spec.json"), "--output-dir", str(tmp_path / "out"))
+    assert again.returncode == 0 and "already holds a completed run" in again.stderr
+    assert "--no-resume" in again.stderr and again.stdout == ""
+    assert (tmp_path / "out" / "metrics.jsonl").read_text() == metrics_before
+
+
+def test_progress_lines_without_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "PROGRESS_EVERY_S", 0.0)
+    printer = cli.PrintEpochs(progress_lines=True)
+    printer.on_step_metrics({"step": 3, "train_loss": 0.5, "eta_seconds": 12.0})
+    printer.on_progress({"epoch": 1, "step": 3, "total_steps": 10})
+    assert "epoch 1 step 3/10  loss 0.5  ETA 12s" in capsys.readouterr().err
+    quiet = cli.PrintEpochs(progress_lines=False)  # a terminal has the bar instead
+    quiet.on_progress({"epoch": 1, "step": 4, "total_steps": 10})
+    assert capsys.readouterr().err == ""
 
 
 def test_bad_spec_exits_non_zero_naming_the_field(tmp_path: Path) -> None:

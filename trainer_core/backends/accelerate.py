@@ -14,6 +14,7 @@ scheduler is stepped by us, once per window (a prepared one would step once per 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,9 +72,13 @@ class AccelerateLoop:
     def window_closes(self, batch: dict[str, Any]) -> bool:
         return bool(self.accelerator.sync_gradients)
 
-    def optimizer_step(self) -> None:
-        if self.max_grad_norm > 0:
-            self.accelerator.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+    def optimizer_step(self) -> torch.Tensor | None:
+        # max_norm=inf measures without clipping; the norm stays on the device until logged.
+        max_norm = self.max_grad_norm if self.max_grad_norm > 0 else math.inf
+        grad_norm: torch.Tensor | None = self.accelerator.clip_grad_norm_(
+            self.model.parameters(), max_norm
+        )
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad()
+        return grad_norm

@@ -11,6 +11,7 @@ runs under ``no_sync()``: gradients are all-reduced once per window (``distribut
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -62,12 +63,13 @@ class PlainLoop:
     def window_closes(self, batch: dict[str, Any]) -> bool:
         return bool(batch["last_in_window"])  # the plan is this loop's only rule
 
-    def optimizer_step(self) -> None:
+    def optimizer_step(self) -> torch.Tensor:
         ctx, scaler = self.ctx, self.scaler
         if scaler is not None:
             scaler.unscale_(ctx.optimizer)  # once per window: clipping sees the true gradients
-        if ctx.spec.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), ctx.spec.max_grad_norm)
+        # max_norm=inf measures without clipping; the norm stays on the device until logged.
+        max_norm = ctx.spec.max_grad_norm if ctx.spec.max_grad_norm > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), max_norm)
         if scaler is None:
             ctx.optimizer.step()
             ctx.scheduler.step()
@@ -78,3 +80,4 @@ class PlainLoop:
             if scaler.get_scale() >= scale:  # a lowered scale means the step was skipped
                 ctx.scheduler.step()
         ctx.optimizer.zero_grad(set_to_none=True)
+        return grad_norm

@@ -44,6 +44,13 @@ from trainer_core.run import TrainingRun
 class _ExactTrainer(Trainer):
     loss_is_scaled_for_ga = True
     training_run: TrainingRun
+    last_grad_norm: Any = None
+
+    def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:
+        # The Trainer computes the pre-clip norm here (with max_norm=inf when clipping is off)
+        # but hands it to no callback: keep it for the run's step record.
+        self.last_grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)  # type: ignore[no-untyped-call]
+        return self.last_grad_norm
 
     def get_train_dataloader(self) -> Any:
         return self.training_run.ctx.loader
@@ -63,7 +70,7 @@ class _ExactTrainer(Trainer):
 class _RunHooks(TrainerCallback):
     def __init__(self, run: TrainingRun) -> None:
         self.run = run
-        self.trainer: Trainer | None = None
+        self.trainer: _ExactTrainer | None = None
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -82,7 +89,7 @@ class _RunHooks(TrainerCallback):
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
-        self.run.after_optimizer_step()
+        self.run.after_optimizer_step(self.trainer.last_grad_norm if self.trainer else None)
 
     def on_epoch_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any

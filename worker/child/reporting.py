@@ -19,13 +19,16 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from gradacc.db import DATABASE_ERRORS, session_scope
-from gradacc.jobs import add_event, record_epoch_metrics, update_running_job
+from gradacc.jobs import add_event, record_epoch_metrics, record_step_metrics, update_running_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.retry import Backoff, retry
 from gradacc.settings import Settings
+from gradacc.webhooks import queue_webhook
 from trainer_core.callbacks import TrainingCallback
 
 RETRY_MAX_S = 30.0
+# What the job's progress shows of its latest step record.
+LIVE_KEYS = ("step", "train_loss", "samples_per_second", "eta_seconds")
 Entry = dict[str, Any]  # one write that waits: JSON, so that it can wait on disk too
 # Progress arrives every micro-step; the database needs it far less often. Every write wakes
 # other processes (the database server), and on a small CPU box each wake-up stalls a
@@ -80,6 +83,9 @@ class DatabaseCallback(TrainingCallback):
         self._journaled = bool(self._pending)  # the journal holds entries not yet written
         self._backoff = Backoff(first=1.0, cap=RETRY_MAX_S)
         self._retry_at = 0.0
+        # Step records go out together, at most once per PROGRESS_EVERY_S (one write, one wake-up).
+        self._steps: list[Entry] = []
+        self._last_steps = 0.0
 
     def _submit(self, entry: Entry, *, keep: bool = True) -> None:
         if keep:
@@ -127,6 +133,7 @@ class DatabaseCallback(TrainingCallback):
 
     def flush(self, timeout_s: float = 300.0) -> bool:
         """Retry the waiting writes until none is left (True) or ``timeout_s`` passed (False)."""
+        self._send_steps()
         try:
             retry(
                 self._drain_or_save,
@@ -174,7 +181,19 @@ class DatabaseCallback(TrainingCallback):
             total_steps=progress.get("total_steps"),
         )
 
+    def on_step_metrics(self, record: dict[str, Any]) -> None:
+        self._steps.append(jsonable(record))
+        if time.monotonic() - self._last_steps >= PROGRESS_EVERY_S:
+            self._send_steps()
+
+    def _send_steps(self) -> None:
+        if self._steps:
+            self._last_steps = time.monotonic()
+            steps, self._steps = self._steps, []
+            self._submit({"kind": "steps", "records": steps, "at": _now()})
+
     def on_epoch_end(self, record: dict[str, Any]) -> None:
+        self._send_steps()  # the epoch's last steps before its record
         self._submit({"kind": "epoch", "record": jsonable(record), "at": _now()})
 
     def on_batch_size(self, info: dict[str, Any]) -> None:
@@ -212,11 +231,17 @@ def _apply(session: Session, job_id: str, entry: Entry) -> None:
         if update_running_job(session, job_id=job_id, **entry["values"]) and event is not None:
             add_event(session, job_id=job_id, kind=event[0], message=event[1], at=at)
         return
-    record = entry["record"]
     job = session.get(Job, job_id)
     if job is None or job.status != JobStatus.RUNNING:
         return
+    if entry["kind"] == "steps":
+        records = entry["records"]
+        record_step_metrics(session, job_id=job_id, records=records)
+        job.live_progress = {k: records[-1].get(k) for k in LIVE_KEYS}
+        return
+    record = entry["record"]
     record_epoch_metrics(session, job_id=job_id, record=record)
+    queue_webhook(session, job_id=job_id, event="job.epoch", epoch_only=True)
     job.epoch = int(record["epoch"])
     job.step = int(record.get("optimizer_steps") or job.step)
     job.latest_metrics = record

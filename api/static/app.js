@@ -1,0 +1,209 @@
+// The dashboard: the job list, a job page fed by the job's stream, a submit form. Plain JS, no
+// build step; the API key (if any) lives in sessionStorage and goes out as a bearer header.
+"use strict";
+
+const KEY = "gradacc_api_key";
+const TERMINAL = ["succeeded", "failed", "cancelled"];
+const $ = (id) => document.getElementById(id);
+let listTimer = null;
+let current = null; // {id, abort, charts}
+
+function headers(extra = {}) {
+  const key = sessionStorage.getItem(KEY);
+  return key ? { ...extra, Authorization: `Bearer ${key}` } : extra;
+}
+
+async function api(path, options = {}) {
+  const response = await fetch(path, { ...options, headers: headers(options.headers) });
+  const body = response.headers.get("content-type")?.includes("json") ? await response.json() : null;
+  if (!response.ok) {
+    const error = body?.error || { message: response.statusText };
+    throw new Error(error.param ? `${error.param}: ${error.message}` : error.message);
+  }
+  return body;
+}
+
+function age(unix) {
+  const s = Math.max(0, Math.floor(Date.now() / 1000 - unix));
+  return s >= 86400 ? `${Math.floor(s / 86400)}d` : s >= 3600 ? `${Math.floor(s / 3600)}h`
+    : s >= 60 ? `${Math.floor(s / 60)}m` : `${s}s`;
+}
+
+function progressText(job) {
+  const p = job.progress;
+  let text = `epoch ${p.epoch} · step ${p.step}/${p.total_steps ?? "?"}`;
+  if (p.train_loss != null) text += ` · loss ${p.train_loss.toFixed(4)}`;
+  if (p.eta_seconds != null && job.status === "running") text += ` · ETA ${Math.round(p.eta_seconds)}s`;
+  return text;
+}
+
+async function refreshList() {
+  try {
+    const page = await api("/v1/jobs?limit=50");
+    const rows = page.data.map((job) => {
+      const tr = document.createElement("tr");
+      const cells = [job.id, job.status, job.spec.backend, job.spec.gradient_accumulation_steps,
+        job.effective_batch_size, progressText(job), age(job.created_at)];
+      for (const value of cells) {
+        const td = document.createElement("td");
+        td.textContent = String(value);
+        tr.appendChild(td);
+      }
+      tr.children[1].className = `status-${job.status}`;
+      tr.onclick = () => { location.hash = `#/jobs/${job.id}`; };
+      return tr;
+    });
+    $("jobs").querySelector("tbody").replaceChildren(...rows);
+  } catch (error) {
+    $("submit-error").textContent = `job list: ${error.message}`;
+  }
+}
+
+async function submitJob(event) {
+  event.preventDefault();
+  const form = event.target;
+  $("submit-error").textContent = "";
+  const spec = { model: form.model.value, dataset: form.dataset.value, backend: form.backend.value };
+  spec.task = spec.model === "builtin:tiny-gpt2" ? "causal-lm" : "sequence-classification";
+  if (spec.task === "causal-lm" && spec.dataset === "builtin:sentiment") spec.dataset = "builtin:tiny-stories";
+  for (const name of ["gradient_accumulation_steps", "per_device_train_batch_size", "num_train_epochs", "max_train_samples"]) {
+    if (form[name].value) spec[name] = parseInt(form[name].value, 10);
+  }
+  spec.learning_rate = parseFloat(form.learning_rate.value);
+  try {
+    if (form.upload.files.length) {
+      const data = new FormData();
+      data.append("file", form.upload.files[0]);
+      data.append("purpose", "dataset");
+      spec.dataset = (await api("/v1/files", { method: "POST", body: data })).id;
+    }
+    const job = await api("/v1/jobs", { method: "POST", headers: { "content-type": "application/json" },
+                                       body: JSON.stringify(spec) });
+    location.hash = `#/jobs/${job.id}`;
+  } catch (error) {
+    $("submit-error").textContent = error.message;
+  }
+}
+
+// Server-Sent Events over fetch (EventSource cannot send an Authorization header).
+async function readStream(jobId, signal, onMessage) {
+  const response = await fetch(`/v1/jobs/${jobId}/stream`, { headers: headers(), signal });
+  if (!response.ok) throw new Error(`stream: HTTP ${response.status}`);
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value.replace(/\r\n/g, "\n");
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const fields = { event: "message", data: [] };
+      for (const line of block.split("\n")) {
+        if (!line || line.startsWith(":")) continue;
+        const at = line.indexOf(":");
+        const name = at < 0 ? line : line.slice(0, at);
+        const text = at < 0 ? "" : line.slice(at + 1).replace(/^ /, "");
+        if (name === "data") fields.data.push(text); else fields[name] = text;
+      }
+      if (fields.data.length) onMessage(fields.event, JSON.parse(fields.data.join("\n")));
+    }
+  }
+}
+
+function showJob(job) {
+  $("job-title").textContent = `${job.id} · ${job.spec.backend} · K=${job.spec.gradient_accumulation_steps} · effective batch ${job.effective_batch_size}`;
+  const status = $("job-status");
+  status.textContent = `${job.status} · ${progressText(job)}` + (job.error ? ` · ${job.error.code}: ${job.error.message}` : "");
+  status.className = `status-${job.status}`;
+  status.dataset.status = job.status;
+  $("cancel").disabled = TERMINAL.includes(job.status);
+  $("download").disabled = job.status !== "succeeded";
+}
+
+function onJobMessage(charts, kind, data) {
+  if (kind === "job") return showJob(data);
+  if (kind === "event") {
+    const li = document.createElement("li");
+    li.textContent = `${new Date(data.created_at * 1000).toLocaleTimeString()} ${data.kind}: ${data.message}`;
+    return $("events").appendChild(li);
+  }
+  const step = kind === "epoch" ? data.optimizer_steps : data.step;
+  const prefix = kind === "epoch" ? "epoch" : "step";
+  charts.loss.add(step, { [`${prefix} train_loss`]: data.train_loss });
+  charts.eval.add(step, { eval_loss: data.eval_loss });
+  charts.quality.add(step, data);
+  if (kind === "step") charts.lr.add(step, { learning_rate: data.learning_rate });
+}
+
+async function openJob(jobId) {
+  closeJob();
+  $("list-view").hidden = true;
+  $("job-view").hidden = false;
+  $("events").replaceChildren();
+  const job = await api(`/v1/jobs/${jobId}`);
+  showJob(job);
+  const causal = job.spec.task === "causal-lm";
+  $("quality-caption").textContent = causal ? "perplexity" : "accuracy and F1";
+  const charts = {
+    loss: new LineChart($("chart-loss"), ["step train_loss", "epoch train_loss"]),
+    eval: new LineChart($("chart-eval"), ["eval_loss"]),
+    quality: new LineChart($("chart-quality"), causal ? ["eval_perplexity"] : ["eval_accuracy", "eval_f1"]),
+    lr: new LineChart($("chart-lr"), ["learning_rate"]),
+  };
+  const abort = new AbortController();
+  current = { id: jobId, abort, charts };
+  readStream(jobId, abort.signal, (kind, data) => onJobMessage(charts, kind, data))
+    .catch((error) => { if (!abort.signal.aborted) $("job-status").textContent += ` (stream: ${error.message})`; })
+    .finally(() => refreshLog(jobId));
+  refreshLog(jobId);
+}
+
+async function refreshLog(jobId) {
+  try {
+    const response = await fetch(`/v1/jobs/${jobId}/logs?tail=50`, { headers: headers() });
+    $("log").textContent = response.ok ? await response.text() : "(no log available from this server)";
+  } catch (error) {
+    $("log").textContent = `(log: ${error.message})`;
+  }
+}
+
+async function downloadModel() {
+  const response = await fetch(`/v1/jobs/${current.id}/artifacts/model`, { headers: headers() });
+  if (!response.ok) { $("job-status").textContent += ` (download: HTTP ${response.status})`; return; }
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(await response.blob());
+  link.download = `${current.id}-model.tar.gz`;
+  link.click();
+}
+
+function closeJob() {
+  if (!current) return;
+  current.abort.abort();
+  Object.values(current.charts).forEach((chart) => chart.destroy());
+  current = null;
+}
+
+function route() {
+  const match = location.hash.match(/^#\/jobs\/(job_[0-9a-f]+)$/);
+  clearInterval(listTimer);
+  if (match) return openJob(match[1]);
+  closeJob();
+  $("job-view").hidden = true;
+  $("list-view").hidden = false;
+  refreshList();
+  listTimer = setInterval(refreshList, 2000);
+}
+
+$("key-form").onsubmit = (event) => {
+  event.preventDefault();
+  sessionStorage.setItem(KEY, $("api-key").value.trim());
+  route();
+};
+$("api-key").value = sessionStorage.getItem(KEY) || "";
+$("submit-form").onsubmit = submitJob;
+$("cancel").onclick = () => api(`/v1/jobs/${current.id}/cancel`, { method: "POST" }).catch((e) => alert(e.message));
+$("download").onclick = downloadModel;
+window.addEventListener("hashchange", route);
+route();

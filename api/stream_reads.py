@@ -1,0 +1,98 @@
+"""The database reads behind the job stream: a subscriber's history once, at connect, and the
+hub's one poll per tick for every watched job together (never a query per subscriber)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, and_, or_, select
+
+from api.services import JOB_COLUMNS, read_job
+from gradacc.models import EpochMetric, Job, JobEvent, StepMetric
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The last event, step record and epoch record a subscriber has, by row id. The SSE id of
+    every message is this cursor after it, so ``Last-Event-ID`` resumes exactly."""
+
+    events: int = 0
+    steps: int = 0
+    epochs: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.events}-{self.steps}-{self.epochs}"
+
+    @classmethod
+    def parse(cls, text: str) -> Cursor:
+        """Raises ValueError on anything but three non-negative integers."""
+        events, steps, epochs = (int(part) for part in text.split("-"))
+        if min(events, steps, epochs) < 0:
+            raise ValueError(text)
+        return cls(events, steps, epochs)
+
+    def low(self, other: Cursor) -> Cursor:
+        return Cursor(
+            min(self.events, other.events),
+            min(self.steps, other.steps),
+            min(self.epochs, other.epochs),
+        )
+
+
+@dataclass(frozen=True)
+class Item:
+    """One message for a job's subscribers: kind "event", "step", "epoch" or "job"."""
+
+    job_id: str
+    kind: str
+    row_id: int  # 0 for "job" (a snapshot, always delivered)
+    data: dict[str, Any]
+    at: datetime | None = None  # when it was written: the order across tables
+
+
+def _event(row: Any) -> dict[str, Any]:
+    return {"id": row.id, "created_at": int(row.created_at.timestamp()), "kind": row.kind,
+            "message": row.message}  # fmt: skip
+
+
+def _after(table: Any, cursors: dict[str, Cursor], field: str) -> Any:
+    """Rows of the watched jobs past each job's own cursor (ids are per table, not per job)."""
+    return or_(*(and_(table.job_id == j, table.id > getattr(c, field)) for j, c in cursors.items()))
+
+
+def read_new(engine: Engine, cursors: dict[str, Cursor]) -> list[Item]:
+    """Events, epoch and step records after each job's cursor, for all jobs in three queries,
+    in the order they were written."""
+    if not cursors:
+        return []
+    items: list[Item] = []
+    with engine.connect() as connection:
+        events = select(JobEvent).where(_after(JobEvent, cursors, "events"))
+        for row in connection.execute(events.order_by(JobEvent.id)):
+            items.append(Item(row.job_id, "event", row.id, _event(row), row.created_at))
+        for kind, table, field in (("epoch", EpochMetric, "epochs"), ("step", StepMetric, "steps")):
+            query = select(table.id, table.job_id, table.record, table.created_at).where(
+                _after(table, cursors, field)
+            )
+            for row in connection.execute(query.order_by(table.id)):
+                items.append(Item(row.job_id, kind, row.id, row.record, row.created_at))
+    items.sort(key=lambda item: item.at or datetime.min)  # stable: ids stay in order per table
+    return items
+
+
+def read_snapshots(engine: Engine, job_ids: list[str]) -> dict[str, Any]:
+    """The watched jobs' rows (status and progress), in one query."""
+    query = select(*JOB_COLUMNS).where(Job.id.in_(job_ids))
+    with engine.connect() as connection:
+        return {row.id: row for row in connection.execute(query)}
+
+
+def read_history(
+    engine: Engine, *, job_id: str, tenant: str, since: Cursor
+) -> tuple[Any, list[Item]]:
+    """At connect: the job's row (404 for no such job of this tenant) and what came after
+    ``since``."""
+    row = read_job(engine, job_id=job_id, tenant=tenant)
+    return row, read_new(engine, {job_id: since})

@@ -1,0 +1,93 @@
+"""GET /metrics parsed with prometheus-client's own parser: job figures from the database and
+HTTP latency by route, in one process and summed over several uvicorn workers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import update
+
+from api.main import create_app
+from commands.demo import free_port
+from gradacc.db import session_scope
+from gradacc.models import Job, utcnow
+from gradacc.settings import Settings
+from tests.conftest import ROOT, TINY
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_metrics_show_jobs_and_request_latency(db_settings: Settings) -> None:
+    with TestClient(create_app(db_settings)) as client:
+        ids = [client.post("/v1/jobs", json=TINY).json()["id"] for _ in range(3)]
+        with session_scope(db_settings) as session:
+            now = utcnow()
+            session.execute(update(Job).where(Job.id == ids[0]).values(
+                status="succeeded", started_at=now - timedelta(seconds=20), finished_at=now))  # fmt: skip
+            session.execute(update(Job).where(Job.id == ids[1]).values(
+                status="running", started_at=now, live_progress={"samples_per_second": 250.0}))  # fmt: skip
+            session.commit()
+        client.get(f"/v1/jobs/{ids[0]}")
+        response = client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    found = samples(response.text)
+    assert found[("gradacc_jobs", (("status", "queued"),))] == 1
+    assert found[("gradacc_jobs", (("status", "succeeded"),))] == 1
+    assert found[("gradacc_queue_depth", ())] == 1 and found[("gradacc_running_jobs", ())] == 1
+    assert found[("gradacc_training_samples_per_second", ())] == 250.0
+    assert found[("gradacc_job_duration_seconds_bucket", (("le", "15.0"),))] == 0
+    assert found[("gradacc_job_duration_seconds_bucket", (("le", "30.0"),))] == 1
+    assert 19 < found[("gradacc_job_duration_seconds_sum", ())] < 21
+    assert found[("gradacc_job_time_to_start_seconds_count", ())] == 2
+    route = (("method", "GET"), ("route", "/v1/jobs/{job_id}"), ("status", "200"))
+    assert found[("gradacc_http_request_duration_seconds_count", route)] >= 1
+
+
+def wait_alive(client: httpx.Client, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if client.get("/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("uvicorn did not answer /healthz")
+
+
+def test_multiprocess_mode_sums_every_worker(embedded_settings: Settings, tmp_path: Path) -> None:
+    multiproc = tmp_path / "prometheus"
+    multiproc.mkdir()
+    env = {**os.environ, "GRADACC_HOME": str(embedded_settings.home),
+           "PROMETHEUS_MULTIPROC_DIR": str(multiproc)}  # fmt: skip
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "api.main:app", "--port", str(port), "--workers", "2",
+         "--log-level", "warning"], cwd=ROOT, env=env)  # fmt: skip
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+            wait_alive(client)  # /readyz would wait for a worker; none is needed here
+            for _ in range(20):  # new connections: the kernel spreads them over both workers
+                httpx.get(f"http://127.0.0.1:{port}/healthz")
+            text = client.get("/metrics").text
+    finally:
+        server.terminate()
+        server.wait(30)
+    route = (("method", "GET"), ("route", "/healthz"), ("status", "200"))
+    # 20, and the one answered /healthz of wait_alive (refused connections reach no worker).
+    assert samples(text)[("gradacc_http_request_duration_seconds_count", route)] == 21
+    assert len(list(multiproc.glob("histogram_*.db"))) == 2  # one file per worker process

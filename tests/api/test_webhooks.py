@@ -1,0 +1,145 @@
+"""Webhooks end to end through the outbox: a local receiver verifies every signature, sees a
+failed attempt retried, the epoch and the final status; a receiver that stays down is given up
+on; private, loopback and non-allowed hosts are refused at POST (no request forgery)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.main import create_app
+from gradacc.db import session_scope
+from gradacc.jobs import transition_job
+from gradacc.models import JobStatus, utcnow
+from gradacc.settings import Settings
+from gradacc.webhooks import SIGNATURE_HEADER, verify
+from tests.conftest import TINY
+from worker.child.reporting import DatabaseCallback
+
+
+class Receiver(ThreadingHTTPServer):
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.received: list[tuple[str, dict[str, str], bytes]] = []
+        self.fail_first = 1  # answer 500 to the first request of /ok, then 200
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Receiver
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["content-length"]))
+        self.server.received.append((self.path, dict(self.headers), body))
+        failing = self.path == "/down" or (self.path == "/ok" and self.server.fail_first > 0)
+        if self.path == "/ok" and self.server.fail_first > 0:
+            self.server.fail_first -= 1
+        self.send_response(500 if failing else 204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+
+
+def fast(settings: Settings, **more: Any) -> Settings:
+    return settings.model_copy(update={"webhook_allow_private": True, "webhook_retry_first_s": 0.2,
+                                       "webhook_poll_interval_s": 0.1, **more})  # fmt: skip
+
+
+def finish(settings: Settings, job_id: str, *, epoch: bool) -> None:
+    """What the training process does: an epoch record, then the final status."""
+    with session_scope(settings) as session:
+        transition_job(session, job_id=job_id, to=JobStatus.RUNNING, started_at=utcnow())
+        session.commit()
+    if epoch:
+        DatabaseCallback(settings, job_id).on_epoch_end({"epoch": 1, "train_loss": 0.5})
+    with session_scope(settings) as session:
+        transition_job(session, job_id=job_id, to=JobStatus.SUCCEEDED, finished_at=utcnow())
+        session.commit()
+
+
+def wait_until(condition: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_signed_deliveries_with_a_retry(db_settings: Settings, receiver: Receiver) -> None:
+    settings = fast(db_settings)
+    with TestClient(create_app(settings)) as client:
+        secret = client.get("/v1/webhook_secret").json()["secret"]
+        assert client.get("/v1/webhook_secret").json()["secret"] == secret  # stable per tenant
+        body = {**TINY, "webhook_url": f"{receiver.url}/ok", "webhook_on_epoch": True}
+        job = client.post("/v1/jobs", json=body).json()
+        assert job["webhook_url"] == f"{receiver.url}/ok" and "webhook_url" not in job["spec"]
+        finish(settings, job["id"], epoch=True)
+        url = f"/v1/jobs/{job['id']}/events"
+        # An epoch and the final status (the first attempt fails), each outcome an event.
+        wait_until(lambda: client.get(url).text.count("delivered") == 2, "two deliveries")
+        events = [e["message"] for e in client.get(url).json()["data"]]
+    deliveries = receiver.received
+    for _, headers, raw in deliveries:
+        assert verify(secret, raw, headers[SIGNATURE_HEADER], now=int(time.time()))
+        assert not verify(secret, raw + b" ", headers[SIGNATURE_HEADER], now=int(time.time()))
+        assert json.loads(raw)["id"] == job["id"]
+    kinds = [headers["Gradacc-Event"] for _, headers, _ in deliveries]
+    assert sorted(set(kinds)) == ["job.epoch", "job.succeeded"]  # the first try of one failed
+    final = next(
+        json.loads(raw) for _, h, raw in deliveries if h["Gradacc-Event"] == "job.succeeded"
+    )
+    assert final["status"] == "succeeded" and final["object"] == "job"
+    assert any("attempt 1: HTTP 500; retry in" in m for m in events), events
+    assert len(deliveries) == 3
+
+
+def test_a_receiver_that_stays_down_is_given_up(db_settings: Settings, receiver: Receiver) -> None:
+    settings = fast(db_settings, webhook_max_attempts=2)
+    with TestClient(create_app(settings)) as client:
+        job = client.post("/v1/jobs", json={**TINY, "webhook_url": f"{receiver.url}/down"}).json()
+        finish(settings, job["id"], epoch=True)  # no epoch webhook: not asked for
+        url = f"/v1/jobs/{job['id']}/events"
+        wait_until(lambda: "giving up" in client.get(url).text, "two attempts, then giving up")
+    assert [h["Gradacc-Event"] for _, h, _ in receiver.received] == ["job.succeeded"] * 2
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed", "reason"),
+    [
+        ("http://127.0.0.1:9/hook", None, "private or loopback"),
+        ("http://[::1]/hook", None, "private or loopback"),
+        ("http://10.1.2.3/hook", None, "private or loopback"),
+        ("http://other.example/hook", "hooks.example", "not in the allowed"),
+        ("ftp://hooks.example/x", None, "http:// or https://"),
+        ("http://user:pw@hooks.example/x", None, "credentials"),
+    ],
+)
+def test_forbidden_urls_are_refused_and_leave_no_job(
+    db_settings: Settings, url: str, allowed: str | None, reason: str
+) -> None:
+    settings = db_settings.model_copy(update={"webhook_allowed_hosts": allowed})
+    with TestClient(create_app(settings)) as client:
+        response = client.post("/v1/jobs", json={**TINY, "webhook_url": url})
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["param"] == "webhook_url" and reason in error["message"]
+        assert client.get("/v1/jobs").json()["data"] == []
