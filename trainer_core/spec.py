@@ -257,7 +257,9 @@ class JobSpec(BaseModel):
     )
     # Checkpoint policy, as in TrainingArguments; preemption and the end of training always save.
     save_strategy: SaveStrategy = Field(
-        default="epoch", description="epoch: every epoch's end; steps: every save_steps; no"
+        default="epoch",
+        description="epoch: every epoch's end; steps: every save_steps; no",
+        examples=["epoch"],
     )
     save_steps: int = Field(
         default=500, ge=1, le=10_000_000, description="With save_strategy 'steps'", examples=[500]
@@ -268,8 +270,11 @@ class JobSpec(BaseModel):
         le=7 * 24 * 3600,
         description="Also save at the first window boundary this long after the last save "
         "(not with save_strategy 'no'); 0 disables",
+        examples=[600],
     )
-    save_total_limit: int = Field(default=1, ge=1, le=100, description="Checkpoints kept")
+    save_total_limit: int = Field(
+        default=1, ge=1, le=100, description="Checkpoints kept", examples=[1]
+    )
     logging_steps: PositiveInt | None = Field(
         default=None,
         le=10_000_000,
