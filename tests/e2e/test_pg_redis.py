@@ -64,14 +64,18 @@ def test_every_backend_trains_and_reports_metrics(
 def test_a_failing_job_says_why_and_a_redelivery_does_not_rerun_it(
     api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
 ) -> None:
-    # Inside the data root (paths elsewhere are refused at POST), but no such file.
-    missing = str(pg_redis_settings.resolved_data_roots()[0] / "nonexistent" / "reviews.csv")
+    # Inside the data root and present (a missing file is refused at POST), but without the
+    # text column: only the training process, reading it, can tell.
+    broken = pg_redis_settings.resolved_data_roots()[0] / "reviews.csv"
+    broken.parent.mkdir(parents=True, exist_ok=True)
+    broken.write_text("review,label\nnice film,1\nbad film,0\n" * 4)
+    missing = str(broken)
     job_id = api.post("/v1/jobs", json={**TINY, "dataset": missing}).json()["id"]
     worker = start_worker("failing")
     job = wait_final(api, job_id)
     assert job["status"] == "failed", worker.log()
     assert job["error"]["code"] == "invalid_dataset"
-    assert missing in job["error"]["message"]
+    assert "text_column" in job["error"]["message"] and "'text'" in job["error"]["message"]
     assert "GRADACC_" not in job["error"]["message"]
     # Deliver the same job again; a later job on the same one-job worker proves it was handled.
     enqueue_job(create_celery_app(pg_redis_settings), pg_redis_settings, job_id)
