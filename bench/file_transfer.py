@@ -163,7 +163,7 @@ def run(upload_mb: int, model_mb: int, tmp: Path) -> None:
     server = subprocess.Popen(argv, cwd=ROOT, env=env)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as client:
-            wait_ready(client)
+            wait_ready(client, workers=False)  # the API alone: no worker to wait for
             client.get("/v1/files")  # first-request imports happen before the baseline
             csv = tmp / "upload.csv"
             write_csv(csv, upload_mb)
