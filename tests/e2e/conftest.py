@@ -130,7 +130,7 @@ def start_worker(pg_redis_settings: Settings) -> Iterator[Callable[[str], Worker
 
 
 def wait_for(
-    client: TestClient, job_id: str, done: Callable[[dict[str, Any]], bool], timeout: float = 90
+    client: httpx.Client, job_id: str, done: Callable[[dict[str, Any]], bool], timeout: float = 90
 ) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -141,7 +141,7 @@ def wait_for(
     raise AssertionError(f"job {job_id} did not get there in {timeout} s: {job}")
 
 
-def wait_final(client: TestClient, job_id: str, timeout: float = 90) -> dict[str, Any]:
+def wait_final(client: httpx.Client, job_id: str, timeout: float = 90) -> dict[str, Any]:
     return wait_for(client, job_id, lambda job: job["status"] in TERMINAL, timeout)
 
 

@@ -9,7 +9,6 @@ import secrets
 import subprocess
 import sys
 import tarfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from gradacc.db import session_scope
 from gradacc.settings import Settings
 from tests.conftest import ROOT
 from tests.e2e.archives import attacks, tar_gz_of
-from tests.e2e.conftest import TERMINAL, settings_env, settle_unfinished_jobs
+from tests.e2e.conftest import settings_env, settle_unfinished_jobs, wait_final
 
 pytestmark = pytest.mark.integration
 
@@ -108,16 +107,6 @@ def upload(
     return client.post("/v1/files", files={"file": (name, data)}, data={"purpose": purpose})
 
 
-def wait_final(client: httpx.Client, job_id: str, timeout: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] in TERMINAL:
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} is still {job['status']}")
-
-
 def predictions(model_dir: Path, texts: list[str]) -> list[dict[str, Any]]:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
@@ -135,7 +124,7 @@ def trained(served: Served) -> dict[str, Any]:
     assert file.json()["details"] == {"format": "csv", "rows": 80, "columns": ["text", "label"]}
     created = served.alice.post("/v1/jobs", json={**SPEC, "dataset": file.json()["id"]})
     assert created.status_code == 201, created.text
-    job = wait_final(served.alice, created.json()["id"])
+    job = wait_final(served.alice, created.json()["id"], timeout=120)
     assert job["status"] == "succeeded", (job, served.alice.get(f"/v1/jobs/{job['id']}/logs").text)
     return {"file": file.json(), "job": job}
 
@@ -176,7 +165,7 @@ def test_upload_train_download_load(
     assert model_file.status_code == 201, model_file.text
     assert model_file.json()["details"]["model_type"] == "bert"
     spec = {**SPEC, "model": model_file.json()["id"], "dataset": trained["file"]["id"]}
-    again = wait_final(alice, alice.post("/v1/jobs", json=spec).json()["id"])
+    again = wait_final(alice, alice.post("/v1/jobs", json=spec).json()["id"], timeout=120)
     assert again["status"] == "succeeded", again
 
 
@@ -228,7 +217,7 @@ def test_delete_of_a_file_in_use_is_409(served: Served) -> None:
     assert busy.status_code == 409 and busy.json()["error"]["code"] == "file_in_use"
     assert alice.delete(f"/v1/jobs/{job_id}").status_code == 409  # cancel first
     alice.post(f"/v1/jobs/{job_id}/cancel")
-    assert wait_final(alice, job_id)["status"] == "cancelled"
+    assert wait_final(alice, job_id, timeout=120)["status"] == "cancelled"
     assert alice.delete(f"/v1/files/{file_id}").status_code == 200
     assert not (served.settings.files_dir / file_id).exists()
     assert alice.delete(f"/v1/jobs/{job_id}").status_code == 200
