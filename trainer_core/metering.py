@@ -51,11 +51,6 @@ class LossMeter:
     def mean_loss(self) -> float:
         return self.loss_sum.item() / max(self.loss_items, 1)  # host sync: once per epoch
 
-    def saved(self) -> dict[str, Any]:
-        """What a checkpoint taken inside an epoch keeps to finish its mean exactly: the closed
-        windows (a checkpoint is only ever taken at a window's start)."""
-        return {"loss_sum": self.loss_sum.item(), "loss_items": self.loss_items}
-
 
 def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
