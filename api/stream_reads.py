@@ -12,6 +12,10 @@ from sqlalchemy import Engine, and_, or_, select
 from api.services import JOB_COLUMNS, read_job
 from gradacc.models import EpochMetric, Job, JobEvent, StepMetric
 
+# Row ids are 32-bit on PostgreSQL, and a bound parameter is cast to the column's type: a larger
+# number in a client's Last-Event-ID would fail the query. No row lies past this one anyway.
+MAX_ROW_ID = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class Cursor:
@@ -27,8 +31,9 @@ class Cursor:
 
     @classmethod
     def parse(cls, text: str) -> Cursor:
-        """Raises ValueError on anything but three non-negative integers."""
-        events, steps, epochs = (int(part) for part in text.split("-"))
+        """Raises ValueError on anything but three non-negative integers; a part past the largest
+        row id means "after every row" and is read as that id."""
+        events, steps, epochs = (min(int(part), MAX_ROW_ID) for part in text.split("-"))
         if min(events, steps, epochs) < 0:
             raise ValueError(text)
         return cls(events, steps, epochs)

@@ -64,3 +64,6 @@ def test_stream_of_an_unknown_job_is_404_and_a_bad_last_event_id_422(api: TestCl
     assert bad.status_code == 422 and bad.json()["error"]["param"] == "Last-Event-ID"
     final = read_stream(api, job_id)  # a finished job: its history and status, then the end
     assert final[-1].event == "job" and json.loads(final[-1].data)["status"] == "cancelled"
+    # Past every row id (and past PostgreSQL's 32-bit ids, a 500 once): nothing but the status.
+    past = read_stream(api, job_id, last_id=f"{2**45}-{2**45}-{2**45}")
+    assert [m.event for m in past] == ["job"]
