@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 import tempfile
 import time
@@ -84,28 +85,26 @@ def main() -> None:
         BASE.update(dataset=str(data), eval_dataset=str(data), device=args.device)
         small, s_sizes, s_sec, s_peak = _run(root / "small", per_device_train_batch_size=8,
                                              effective_batch_size=256)  # fmt: skip
-        print(f"| b=8, K=32 (reference) | {s_sizes.seen} | 0 | {s_sec:.1f} | {s_peak / 2**20:.0f} |")
-        env_failpoint = {}
+        print(
+            f"| b=8, K=32 (reference) | {s_sizes.seen} | 0 | {s_sec:.1f} | {s_peak / 2**20:.0f} |"
+        )
         if cuda:
             _free()
             fraction = args.cap * s_peak / total
             torch.cuda.set_per_process_memory_fraction(fraction)
             label = f"b=256 under a cap of {args.cap:g}x that peak (fraction {fraction:.2e})"
         else:  # no real OOM on a CPU: the test-only failpoint stands in for one
-            import os
-
-            env_failpoint = {"GRADACC_FAILPOINT_OOM_ABOVE": "32"}
-            os.environ.update(env_failpoint)
+            os.environ["GRADACC_FAILPOINT_OOM_ABOVE"] = "32"
             label = "b=256, failpoint above 32 rows (CPU smoke run)"
         big, sizes, sec, peak = _run(root / "big", per_device_train_batch_size=256,
                                      effective_batch_size=256)  # fmt: skip
         if cuda:
             torch.cuda.set_per_process_memory_fraction(1.0)
         else:
-            import os
-
             os.environ.pop("GRADACC_FAILPOINT_OOM_ABOVE")
-        print(f"| {label} | {sizes.seen} | {_diff(big, small):.2e} | {sec:.1f} | {peak / 2**20:.0f} |")
+        print(
+            f"| {label} | {sizes.seen} | {_diff(big, small):.2e} | {sec:.1f} | {peak / 2**20:.0f} |"
+        )
         for precision in ("fp16", "bf16") if cuda else ("bf16",):
             one, _, sec1, peak1 = _run(root / f"{precision}1", per_device_train_batch_size=64,
                                        effective_batch_size=64, mixed_precision=precision)  # fmt: skip
@@ -115,7 +114,9 @@ def main() -> None:
                   f"{peak1 / 2**20:.0f} MiB | {_diff(one, acc):.2e} | {seck:.1f} vs {sec1:.1f} | |")  # fmt: skip
         _, auto, sec, peak = _run(root / "auto", per_device_train_batch_size="auto",
                                   effective_batch_size=512)  # fmt: skip
-        print(f"| auto, effective 512, the card's budget | {auto.seen} | | {sec:.1f} | {peak / 2**20:.0f} |")
+        print(
+            f"| auto, effective 512, the card's budget | {auto.seen} | | {sec:.1f} | {peak / 2**20:.0f} |"
+        )
 
 
 if __name__ == "__main__":
