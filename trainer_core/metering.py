@@ -30,12 +30,15 @@ class LossMeter:
         self._window_items += int(batch["n_items"])
         self._window_samples += int(batch.get("n_rows", batch["input_ids"].shape[0]))  # 0: padding
 
-    def close_window(self) -> None:
-        """The optimizer stepped: the window's sums join the epoch's."""
+    def close_window(self) -> tuple[torch.Tensor, int]:
+        """The optimizer stepped: the window's sums join the epoch's. Returns the window's
+        Σ item losses (on the device) and items, for its step record."""
+        window = self._window_sum, self._window_items
         self.loss_sum += self._window_sum
         self.loss_items += self._window_items
         self.samples += self._window_samples
         self.drop_window()
+        return window
 
     def drop_window(self) -> None:
         """The window is abandoned (it will be retried from its start)."""
@@ -59,38 +62,32 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 
 class StepMeter:
-    """What a step record needs between logging steps: the current window's Σ item losses and
-    items (on the device, reset at each optimizer step without a sync) and the samples and the
-    clock since the last record."""
+    """What a step record needs between logging steps besides the window's loss (the LossMeter
+    keeps that): the samples and the clock since the last record."""
 
-    def __init__(self, device: torch.device, every: int) -> None:
+    def __init__(self, every: int) -> None:
         self.every = every
-        self.window_sum = torch.zeros((), device=device)
-        self.window_items = 0
         self.samples = 0
         self.since = self.started_at = time.perf_counter()
 
-    def add(self, batch: dict[str, Any], summed: torch.Tensor) -> None:
-        self.window_sum += summed
-        self.window_items += int(batch["n_items"])
+    def add(self, batch: dict[str, Any]) -> None:
         self.samples += int(batch["input_ids"].shape[0])
 
     def due(self, global_step: int) -> bool:
         return global_step % self.every == 0
 
-    def take(self, grad_norm: torch.Tensor | float | None) -> dict[str, Any]:
-        """The window's exact mean loss, the gradient norm and samples/s (host sync: here only,
-        at logging steps); starts the next interval."""
+    def take(
+        self, window: tuple[torch.Tensor, int], grad_norm: torch.Tensor | float | None
+    ) -> dict[str, Any]:
+        """The window's exact mean loss (Σ item losses, items), the gradient norm and samples/s
+        (host sync: here only, at logging steps); starts the next interval."""
         now = time.perf_counter()
         seconds = now - self.since
+        window_sum, window_items = window
         record = {
-            "train_loss": self.window_sum.item() / max(self.window_items, 1),
+            "train_loss": window_sum.item() / max(window_items, 1),
             "grad_norm": None if grad_norm is None else float(grad_norm),
             "samples_per_second": round(self.samples / seconds, 2) if seconds > 0 else None,
         }
         self.samples, self.since = 0, now
         return record
-
-    def end_window(self) -> None:
-        self.window_sum.zero_()  # in place on the device: no host sync
-        self.window_items = 0

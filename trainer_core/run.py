@@ -85,7 +85,7 @@ class TrainingRun:
         )
         # Step records: every logging_steps optimizer steps, by default about 50 an epoch.
         every = ctx.spec.logging_steps or max(1, math.ceil(ctx.steps_per_epoch / 50))
-        self.steps = StepMeter(ctx.device, every)
+        self.steps = StepMeter(every)
         self.eval_every = (ctx.spec.eval_steps or every) if ctx.spec.eval_strategy == "steps" else 0
         # The last micro-batch closed its window in the plan, and no optimizer step followed yet.
         self._plan_closed_window = False
@@ -122,7 +122,7 @@ class TrainingRun:
         self._check_window(library_stepped=False)
         self._plan_closed_window = bool(batch["last_in_window"])
         self.meter.add(batch, summed)
-        self.steps.add(batch, summed)
+        self.steps.add(batch)
         self.micro_step += 1
         if not self.world.distributed:
             self.stop.poll()  # ranks must stop at the same step: they agree once per window instead
@@ -132,14 +132,13 @@ class TrainingRun:
         if self.world.distributed:
             self._agree_on_stop()
         self._plan_closed_window = False
-        self.meter.close_window()
+        window = self.meter.close_window()
         self.window_start = self.micro_step
         self.global_step += 1
         self.bar.update(1)
         evaluate_now = self.eval_every > 0 and self.global_step % self.eval_every == 0
         if self.steps.due(self.global_step) or evaluate_now:
-            self._report_step(grad_norm, evaluate_now)
-        self.steps.end_window()
+            self._report_step(window, grad_norm, evaluate_now)
         self.callback.on_progress(
             {
                 "epoch": self.epoch + 1,
@@ -166,12 +165,17 @@ class TrainingRun:
             return wanted
         return sum_over_ranks([float(wanted)], self.world)[0] > 0
 
-    def _report_step(self, grad_norm: torch.Tensor | float | None, evaluate_now: bool) -> None:
+    def _report_step(
+        self,
+        window: tuple[torch.Tensor, int],
+        grad_norm: torch.Tensor | float | None,
+        evaluate_now: bool,
+    ) -> None:
         ctx = self.ctx
         record: dict[str, Any] = {
             "step": self.global_step,
             "epoch": round(self.epoch + self.micro_step / self._micro_batches(), 4),  # fractional
-            **self.steps.take(grad_norm),
+            **self.steps.take(window, grad_norm),
             "learning_rate": self.learning_rate(),
         }
         elapsed = time.perf_counter() - self.steps.started_at
@@ -260,7 +264,6 @@ class TrainingRun:
         have not moved since the window began, so the checkpoint is that moment exactly."""
         self.ctx.optimizer.zero_grad(set_to_none=True)
         self.meter.drop_window()
-        self.steps.end_window()
         windows_done = self.window_start // self.ctx.accumulation
         self.save(
             epoch=self.epoch,
