@@ -29,9 +29,9 @@ from tests.e2e.conftest import WorkerProcess, forget_queue, settings_env
 
 pytestmark = pytest.mark.integration
 
-KEYS = 120  # each POSTed 1-14 times with one body; a third of them once more with another body
-KEYLESS = 160
-QUEUED_LIMIT = 300  # above the 280 jobs of the first burst; a second burst of 200 hits it
+KEYS = 60  # each POSTed 8-28 times with one body; a third of them once more with another body
+KEYLESS = 40
+QUEUED_LIMIT = 130  # above the 100 jobs of the first burst; a second burst of 200 hits it
 # The smallest real job: two optimizer steps, an evaluation, a checkpoint and the final model.
 SMALL = {**TINY, "max_train_samples": 32, "max_eval_samples": 16}
 
@@ -66,7 +66,7 @@ def server(pg_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[str, S
         process.terminate()
         process.wait(timeout=20)
         forget_queue(redis_url, settings.queue)
-        # 600 queued jobs left behind would be re-sent by a later test's reconciler.
+        # Queued jobs left behind would be re-sent by a later test's reconciler.
         with get_engine(pg_url).begin() as connection:
             connection.execute(text("TRUNCATE jobs CASCADE"))
 
@@ -75,7 +75,7 @@ def requests_to_send() -> list[tuple[str | None, dict[str, Any]]]:
     rng = random.Random(5)
     sent: list[tuple[str | None, dict[str, Any]]] = []
     for i in range(KEYS):
-        sent += [(f"key-{i}", SMALL)] * rng.randint(1, 14)
+        sent += [(f"key-{i}", SMALL)] * rng.randint(8, 28)
         if i % 3 == 0:
             sent.append((f"key-{i}", {**SMALL, "seed": 7}))
     sent += [(None, SMALL)] * KEYLESS
