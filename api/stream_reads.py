@@ -3,6 +3,7 @@ hub's one poll per tick for every watched job together (never a query per subscr
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -72,19 +73,21 @@ def read_new(engine: Engine, cursors: dict[str, Cursor]) -> list[Item]:
     in the order they were written."""
     if not cursors:
         return []
-    items: list[Item] = []
+    tables: list[list[Item]] = []
     with engine.connect() as connection:
         events = select(JobEvent).where(_after(JobEvent, cursors, "events"))
-        for row in connection.execute(events.order_by(JobEvent.id)):
-            items.append(Item(row.job_id, "event", row.id, _event(row), row.created_at))
+        rows = connection.execute(events.order_by(JobEvent.id))
+        tables.append([Item(r.job_id, "event", r.id, _event(r), r.created_at) for r in rows])
         for kind, table, field in (("epoch", EpochMetric, "epochs"), ("step", StepMetric, "steps")):
             query = select(table.id, table.job_id, table.record, table.created_at).where(
                 _after(table, cursors, field)
             )
-            for row in connection.execute(query.order_by(table.id)):
-                items.append(Item(row.job_id, kind, row.id, row.record, row.created_at))
-    items.sort(key=lambda item: item.at or datetime.min)  # stable: ids stay in order per table
-    return items
+            rows = connection.execute(query.order_by(table.id))
+            tables.append([Item(r.job_id, kind, r.id, r.record, r.created_at) for r in rows])
+    # Interleaved by time, each table kept in id order (a subscriber's cursor is the last id of
+    # each). Sorting by time alone is not that: a worker stamps a report when it happens and writes
+    # it later, so a row can have a higher id and an earlier time than one written meanwhile.
+    return list(heapq.merge(*tables, key=lambda item: item.at or datetime.min))
 
 
 def read_snapshots(engine: Engine, job_ids: list[str]) -> dict[str, Any]:
