@@ -136,9 +136,12 @@ def raw_trainer(spec: JobSpec) -> float:
     return len(rows) / timer.seconds
 
 
+LOADER_WORKERS: int | None = None  # the core's default: 1 on CUDA, 0 on CPU
+
+
 def gradacc(spec: JobSpec) -> float:
     with tempfile.TemporaryDirectory() as out:
-        result = train(spec, Path(out))
+        result = train(spec, Path(out), loader_workers=LOADER_WORKERS)
     return float(result.metrics[0]["samples_per_second"])
 
 
@@ -149,9 +152,11 @@ TWINS: dict[str, Callable[[JobSpec], float]] = {
 }
 
 
-def measure(task: str, repeats: int) -> list[tuple[str, float, float]]:
+def measure(task: str, repeats: int, backends: list[str]) -> list[tuple[str, float, float]]:
     rows = []
     for backend, twin in TWINS.items():
+        if backend not in backends:
+            continue
         spec = JobSpec(**SPECS[task], **COMMON, backend=backend)
         ours, theirs = [], []
         for _ in range(repeats):  # interleaved, so drift hits both alike
@@ -168,17 +173,25 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--task", choices=[*SPECS, "all"], default="all")
+    parser.add_argument("--backends", default=",".join(TWINS))
+    parser.add_argument(
+        "--loader-workers", type=int, default=None, help="the core's (default: its own)"
+    )
     args = parser.parse_args()
+    global LOADER_WORKERS
+    LOADER_WORKERS = args.loader_workers
     if args.threads:
         # One thread is immune to the spin-wait slowdown that 2 threads suffer when anything else
         # runs on a 2-core box; both sides of every ratio use the same setting.
         torch.set_num_threads(args.threads)
     where = torch.cuda.get_device_name() if CUDA else f"CPU, {torch.get_num_threads()} threads"
-    print(f"# core throughput: b=8, K=4, 2,000 rows, 1 epoch, median of {args.repeats}, {where}")
+    workers = "default" if args.loader_workers is None else args.loader_workers
+    print(f"# core throughput: b=8, K=4, 2,000 rows, 1 epoch, median of {args.repeats}, {where}, "
+          f"core loader workers {workers}")  # fmt: skip
     print("| task | backend | gradacc samples/s | hand-driven samples/s | ratio |")
     print("|---|---|---:|---:|---:|")
     for task in SPECS if args.task == "all" else [args.task]:
-        for backend, ours, theirs in measure(task, args.repeats):
+        for backend, ours, theirs in measure(task, args.repeats, args.backends.split(",")):
             print(
                 f"| {task} | {backend} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.3f} |",
                 flush=True,

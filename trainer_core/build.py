@@ -77,10 +77,11 @@ def load_inputs(
     tokenizer = load_tokenizer(spec)
     data = load_job_data(spec, tokenizer, data_cache)
     if loader_workers is None:
-        # On a GPU the CPU is free while the device computes: build batches beside it. On a CPU
-        # a worker takes cores from the training itself: on a 2-core box it made a 40-epoch tiny
-        # job ~4 s slower (9.2 vs 13.5 s), so batches are built inline there.
-        loader_workers = 1 if device.type == "cuda" else 0
+        # Inline by default. A batch of pre-tokenized rows is cheap to build, and on a GPU the
+        # device computes asynchronously while the host builds the next one anyway; a worker
+        # adds a process hop per batch. Measured (docs/benchmarks.md): on an H200 a worker made
+        # tiny models 4-7 % slower, on this 2-core CPU 20 %. Heavy custom collation may want 1.
+        loader_workers = 0
     return Inputs(device, tokenizer, data, world, loader_workers)
 
 
