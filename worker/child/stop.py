@@ -13,20 +13,22 @@ from gradacc.settings import Settings
 from trainer_core.callbacks import StopRequest
 from worker.child.ranks import PREEMPT_FILE
 
+WORKER_PID_ENV = "GRADACC_WORKER_PID"  # set by the fork server's child: the worker to outlive not
 STATUS_EVERY_S = 3.0  # the worker enforces a cancel by itself within ~1 s; this is the polite path
 PARENT_EVERY_S = 0.5  # a system call, no database
 
 
 class StopPoller:
     """``should_stop`` for the core: "cancel" once the job left "running"; "preempt" when the
-    worker shuts down (SIGUSR1) or died (this process was re-parented). Checks its parent every
-    ``PARENT_EVERY_S`` and reads the database every ``STATUS_EVERY_S``; the core calls it
-    between micro-steps."""
+    worker shuts down (SIGUSR1) or died (this process was re-parented, or the worker that forked
+    it through its fork server is gone). Checks every ``PARENT_EVERY_S`` and reads the database
+    every ``STATUS_EVERY_S``; the core calls it between micro-steps."""
 
     def __init__(self, settings: Settings, job_id: str) -> None:
         self.settings = settings
         self.job_id = job_id
         self.parent = os.getppid()
+        self.worker_pid = int(os.environ.get(WORKER_PID_ENV) or 0) or None
         # A multi-process job's launcher asks its rank 0 to preempt here (worker.child.ranks).
         self.preempt_file = settings.jobs_dir / job_id / PREEMPT_FILE
         self._next_check = 0.0
@@ -42,7 +44,7 @@ class StopPoller:
         if self._answer is not None or now < self._next_check:
             return self._answer
         self._next_check = now + PARENT_EVERY_S
-        if os.getppid() != self.parent or self.preempt_file.exists():
+        if self._worker_gone() or self.preempt_file.exists():
             self._answer = "preempt"
             return self._answer
         if now < self._next_read:
@@ -56,3 +58,25 @@ class StopPoller:
         except DATABASE_ERRORS:
             pass  # the database blipped: keep training, ask again at the next check
         return self._answer
+
+    def _worker_gone(self) -> bool:
+        if os.getppid() != self.parent:
+            return True
+        return self.worker_pid is not None and not process_alive(self.worker_pid)
+
+
+def process_alive(pid: int) -> bool:
+    """Running or sleeping: a zombie (dead, not yet reaped) counts as gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel whether the pid exists at all
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True  # another user's: it exists
+        return True

@@ -85,7 +85,9 @@ def start(settings: Settings, *, job_id: str, log_path: Path) -> TrainingProcess
             return subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-    process = _context().Process(target=run_forked, args=(job_id, str(log_path)), name=job_id)
+    process = _context().Process(
+        target=run_forked, args=(job_id, str(log_path), os.getpid()), name=job_id
+    )
     process.start()
     # Not joined at the worker's exit (multiprocessing would wait for a job that outlives it).
     getattr(multiprocessing.process, "_children").discard(process)  # noqa: B009

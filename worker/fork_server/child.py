@@ -8,10 +8,12 @@ import sys
 from multiprocessing import forkserver
 
 from worker.child.entry import main
+from worker.child.stop import WORKER_PID_ENV
 from worker.fork_server.modes import leave_server_mode
 
 
-def run_forked(job_id: str, log_path: str) -> None:
+def run_forked(job_id: str, log_path: str, worker_pid: int) -> None:
+    os.environ[WORKER_PID_ENV] = str(worker_pid)  # watched by the child's StopPoller
     os.setsid()  # a cancel kills the whole group (data-loader processes included)
     _let_server_die_with_worker()
     with open(log_path, "ab") as log:

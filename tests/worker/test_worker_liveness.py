@@ -1,0 +1,29 @@
+"""A training process forked through the fork server watches the worker that launched it, not
+only its parent (the server, which may outlive the worker for a while)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from worker.child.stop import process_alive
+
+
+def test_a_running_process_is_alive_and_a_dead_or_unreaped_one_is_not() -> None:
+    assert process_alive(os.getpid())
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert process_alive(sleeper.pid)
+        sleeper.kill()
+        deadline = time.monotonic() + 10
+        while process_alive(sleeper.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Killed but not yet waited for: a zombie, which still answers kill(pid, 0).
+        assert not process_alive(sleeper.pid)
+        os.kill(sleeper.pid, 0)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not process_alive(sleeper.pid)  # reaped: no such process
