@@ -14,7 +14,7 @@ import shutil
 import stat
 import tarfile
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -62,18 +62,43 @@ def inspect_dataset(path: Path, fmt: str) -> dict[str, Any]:
     return {"format": fmt, "rows": rows, "columns": columns}
 
 
-def _count_batches(reader: Iterator[pa.RecordBatch], schema: pa.Schema) -> tuple[int, list[str]]:
-    return sum(batch.num_rows for batch in reader), list(schema.names)
+# pyarrow reads a file in blocks and keeps several in flight: at its default of 1 MiB they were
+# +83 MB of the API's memory while a 256 MB CSV was checked, at 256 KiB +44 MB (and no slower:
+# 531 MB/s on one thread). A row longer than a block is "straddling": read again with 16 times
+# the block, up to MAX_BLOCK_BYTES (the 1 MiB default refused every row over 1 MiB).
+BLOCK_BYTES = 256 * 1024
+MAX_BLOCK_BYTES = 64 * 1024**2
+
+
+def _streamed(
+    path: Path, open_reader: Callable[[pa.NativeFile, int], Any]
+) -> tuple[int, list[str]]:
+    block = BLOCK_BYTES
+    while True:
+        try:
+            with pa.OSFile(str(path)) as source:
+                reader = open_reader(source, block)
+                return sum(batch.num_rows for batch in reader), list(reader.schema.names)
+        except pa.ArrowInvalid as exc:
+            if "straddl" not in str(exc) or block >= MAX_BLOCK_BYTES:
+                raise
+            block *= 16
+
+
+def _open_csv(source: pa.NativeFile, block: int) -> Any:
+    return pa_csv.open_csv(source, pa_csv.ReadOptions(use_threads=False, block_size=block))
+
+
+def _open_jsonl(source: pa.NativeFile, block: int) -> Any:
+    return pa_json.open_json(source, pa_json.ReadOptions(use_threads=False, block_size=block))
 
 
 def _csv(path: Path) -> tuple[int, list[str]]:
-    reader = pa_csv.open_csv(path)
-    return _count_batches(iter(reader), reader.schema)
+    return _streamed(path, _open_csv)
 
 
 def _jsonl(path: Path) -> tuple[int, list[str]]:
-    reader = pa_json.open_json(path)
-    return _count_batches(iter(reader), reader.schema)
+    return _streamed(path, _open_jsonl)
 
 
 def _json(path: Path) -> tuple[int, list[str]]:

@@ -43,6 +43,25 @@ def test_each_dataset_format_is_read_and_counted(client: TestClient) -> None:
     assert [f["filename"] for f in rest["data"]] == ["d.csv"] and not rest["has_more"]
 
 
+def test_rows_longer_than_the_read_block_are_counted(client: TestClient) -> None:
+    """A 3 MB document among short rows: pyarrow's reader refuses a row longer than its block
+    (1 MiB by default, 256 KiB in the check), so the check reads again with larger blocks."""
+    long_text = "word " * 600_000
+    uploads = {
+        "long.csv": ("text,label\n" + "short,0\n" * 50_000 + f"{long_text},1\nshort,0\n", 50_002),
+        "long.jsonl": (
+            '{"text": "short", "label": 0}\n' * 50_000
+            + json.dumps({"text": long_text, "label": 1})
+            + "\n",
+            50_001,
+        ),
+    }
+    for name, (data, rows) in uploads.items():
+        answer = client.post("/v1/files", files={"file": (name, data.encode())})
+        assert answer.status_code == 201, (name, answer.text)
+        assert answer.json()["details"]["rows"] == rows
+
+
 def test_refused_uploads_name_the_field_and_leave_nothing(client: TestClient) -> None:
     cases = [
         ({"files": {"file": ("d.txt", b"hello")}}, "file"),
