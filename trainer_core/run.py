@@ -172,6 +172,11 @@ class TrainingRun:
         evaluate_now: bool,
     ) -> None:
         ctx = self.ctx
+        if self.world.distributed:  # every rank's share of the window; ranks report alike
+            window_sum, items, samples = sum_over_ranks(
+                [window[0].item(), float(window[1]), float(self.steps.samples)], self.world
+            )
+            window, self.steps.samples = (torch.tensor(window_sum), int(items)), int(samples)
         record: dict[str, Any] = {
             "step": self.global_step,
             "epoch": round(self.epoch + self.micro_step / self._micro_batches(), 4),  # fractional

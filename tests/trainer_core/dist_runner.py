@@ -4,7 +4,7 @@
 ``[{"spec": {...}, "out": "DIR"}, ...]``. One launch trains several jobs, so the ~4 s import of
 torch and transformers is paid once per rank. Rank 0 writes ``DIR/comm.json``: the counts of
 ``CommCounter`` (``syncs``: backward passes whose gradients were all-reduced), the run's status
-and its metrics.
+its metrics and its step records.
 """
 
 from __future__ import annotations
@@ -12,11 +12,21 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
+from trainer_core.callbacks import TrainingCallback
 from trainer_core.comm_counter import CommCounter
 from trainer_core.distributed import launched_world, leave, observe_ddp
 from trainer_core.spec import JobSpec
 from trainer_core.train import train
+
+
+class StepRecords(TrainingCallback):
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def on_step_metrics(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
 
 
 def main(jobs_file: str) -> int:
@@ -25,9 +35,12 @@ def main(jobs_file: str) -> int:
     world = launched_world()
     for job in json.loads(Path(jobs_file).read_text()):
         counter.reset()
-        result = train(JobSpec.model_validate(job["spec"]), Path(job["out"]), resume=True)
+        steps = StepRecords()
+        spec = JobSpec.model_validate(job["spec"])
+        result = train(spec, Path(job["out"]), resume=True, callback=steps)
         if world.is_main:
-            report = {**counter.counts(), "status": result.status, "metrics": result.metrics}
+            report = {**counter.counts(), "status": result.status, "metrics": result.metrics,
+                      "steps": steps.records}  # fmt: skip
             (Path(job["out"]) / "comm.json").write_text(json.dumps(report))
     leave(world)
     return 0

@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.trainer_core.dist_runner import StepRecords
 from tests.trainer_core.helpers import (
     CAUSAL,
     CLASSIFICATION,
@@ -51,7 +52,8 @@ def _env() -> dict[str, str]:
 
 def _two_rank_spec(task: str, backend: str) -> dict[str, Any]:
     spec = make_spec(TASKS[task], backend=backend, per_device_train_batch_size=B,
-                     gradient_accumulation_steps=K, num_processes=2, device="cpu")  # fmt: skip
+                     gradient_accumulation_steps=K, num_processes=2, device="cpu",
+                     logging_steps=1)  # fmt: skip
     return spec.model_dump()
 
 
@@ -73,15 +75,18 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str],
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    cache: dict[tuple[str, int, int], tuple[Weights, list[dict[str, Any]]]] = {}
+    Run = tuple[Weights, list[dict[str, Any]], list[dict[str, Any]]]
+    cache: dict[tuple[str, int, int], Run] = {}
 
-    def get(task: str, b: int, k: int) -> tuple[Weights, list[dict[str, Any]]]:
+    def get(task: str, b: int, k: int) -> Run:
+        """(final weights, epoch metrics, step records) of one process with (b, k)."""
         if (task, b, k) not in cache:
             spec = make_spec(TASKS[task], per_device_train_batch_size=b,
-                             gradient_accumulation_steps=k)  # fmt: skip
+                             gradient_accumulation_steps=k, logging_steps=1)  # fmt: skip
             out = tmp_path_factory.mktemp(f"single-{task}-{b}x{k}")
-            metrics = run(spec, out).metrics
-            cache[(task, b, k)] = (final_weights(out), metrics)
+            steps = StepRecords()
+            metrics = run(spec, out, callback=steps).metrics
+            cache[(task, b, k)] = (final_weights(out), metrics, steps.records)
         return cache[(task, b, k)]
 
     return get
@@ -102,7 +107,7 @@ def test_two_ranks_equal_one_process(
     assert bound > 1e-6, "training must move the weights for the comparison to mean anything"
     # World size 1 with 2K; and (2b, K) on one process (classification only, to save CI time).
     for b, k in ((B, 2 * K), (2 * B, K))[: 2 if task == "classification" else 1]:
-        weights, metrics = single(task, b, k)
+        weights, metrics, steps = single(task, b, k)
         assert max_abs_diff(ranks, weights) <= bound, (b, k)
     # Rank 0's metrics cover both ranks' rows and the whole eval set, as one process's do.
     for mine, theirs in zip(_report(out)["metrics"], metrics, strict=True):
@@ -111,6 +116,11 @@ def test_two_ranks_equal_one_process(
         assert mine["eval_loss"] == pytest.approx(theirs["eval_loss"], rel=1e-4)
         assert mine.get("eval_accuracy") == theirs.get("eval_accuracy")
         assert mine["optimizer_steps"] == theirs["optimizer_steps"]
+    # Step records too: each window's loss over both ranks' rows, as one process's window.
+    mine_steps = _report(out)["steps"]
+    assert [r["step"] for r in mine_steps] == [r["step"] for r in steps] == list(range(1, 15))
+    for mine, theirs in zip(mine_steps, steps, strict=True):
+        assert mine["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-4), mine["step"]
 
 
 def test_half_the_window_is_told_apart(two_ranks: dict[tuple[str, str], Path], single: Any) -> None:
