@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,29 @@ from gradacc.settings import Settings
 def upload_folder(settings: Settings) -> Path:
     """Where uploads stream to: under ``files/``, so that keeping one is a rename."""
     return settings.files_dir / ".uploads"
+
+
+STALE_AFTER_S = 3600.0  # an upload in progress writes every MiB; one this quiet was abandoned
+
+
+def sweep_leftovers(settings: Settings, *, older_than_s: float = STALE_AFTER_S) -> int:
+    """Remove the partial uploads and staging folders that an API process killed mid-upload left
+    behind (a live process removes its own on any failure); returns how many it removed."""
+    cutoff = time.time() - older_than_s
+    found = [*upload_folder(settings).glob(".upload-*"), *settings.files_dir.glob(".staging-*")]
+    removed = 0
+    for path in found:
+        try:
+            if path.lstat().st_mtime >= cutoff:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            continue  # another API process swept it first
+        removed += 1
+    return removed
 
 
 def create_file(session: Session, *, settings: Settings, tenant: str, upload: Upload) -> File:

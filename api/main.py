@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import lru_cache
@@ -14,6 +16,7 @@ from api.auth_gate import RequireAuth
 from api.body_limit import BodySizeLimit
 from api.docs import install_docs
 from api.errors import install_error_handlers
+from api.file_services import sweep_leftovers
 from api.openapi import install_openapi
 from api.prometheus import TimingMiddleware
 from api.routes import artifacts, dashboard, files, health, jobs, ops, webhooks, workers
@@ -23,6 +26,8 @@ from gradacc.auth import KeyCache
 from gradacc.db import get_read_engine, get_sessionmaker
 from gradacc.queue import create_celery_app
 from gradacc.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
 
 DESCRIPTION = """Upload datasets and models, submit a training job (the training core's job spec),
 poll its status, progress, per-epoch metrics and events, cancel it, download its model,
@@ -76,7 +81,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Background work of each API process: sending webhooks from the outbox."""
+    """At start, sweep uploads a killed API process left; then, in the background, send webhooks
+    from the outbox."""
+    swept = await asyncio.to_thread(sweep_leftovers, app.state.settings)
+    if swept:
+        log.info("removed %d partial upload(s) left by an earlier API process", swept)
     sender = WebhookSender(app.state.sessionmaker, app.state.settings)
     sender.start()
     try:

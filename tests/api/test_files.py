@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fastapi.testclient import TestClient
+
+from api.file_services import upload_folder
+from api.main import create_app
+from gradacc.settings import Settings
 
 CSV = "text,label\n" + "good,pos\nbad,neg\n" * 5
 
@@ -95,3 +101,21 @@ def test_a_job_may_name_only_files_of_the_right_purpose(client: TestClient) -> N
     assert job["spec"]["dataset"] == file_id and job["outputs"] == {} and job["summary"] is None
     assert client.delete(f"/v1/files/{file_id}").status_code == 409
     assert client.get(f"/v1/files/{file_id}").status_code == 200
+
+
+def test_partial_uploads_left_by_a_killed_api_are_swept_at_start(db_settings: Settings) -> None:
+    """A process killed mid-upload cannot remove its partial file: the next one to start does,
+    once it is an hour old (a live upload writes every MiB), and keeps what is recent."""
+    folder = upload_folder(db_settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    stale, fresh = folder / ".upload-0123456789abcdef", folder / ".upload-fedcba9876543210"
+    staging = db_settings.files_dir / ".staging-file-0123"
+    for path in (stale, fresh):
+        path.write_bytes(b"x" * 1000)
+    (staging / "model").mkdir(parents=True)
+    hour_ago = time.time() - 3700
+    for path in (stale, staging):
+        os.utime(path, (hour_ago, hour_ago))
+    with TestClient(create_app(db_settings)) as client:
+        assert client.get("/healthz").status_code == 200
+    assert not stale.exists() and not staging.exists() and fresh.exists()
