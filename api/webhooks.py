@@ -107,17 +107,23 @@ def record_outcome(
 async def send(client: httpx.AsyncClient, attempt: Attempt, settings: Settings) -> str | None:
     """POST one attempt; None when the receiver answered 2xx, else what went wrong."""
     try:
-        await asyncio.to_thread(check_webhook_url, attempt.url, settings)
+        address = await asyncio.to_thread(check_webhook_url, attempt.url, settings)
     except InvalidRequest as exc:
         return exc.message
+    url = httpx.URL(attempt.url)
     headers = {
         "content-type": "application/json",
         SIGNATURE_HEADER: sign(attempt.secret, attempt.body, int(time.time())),
         "Gradacc-Event": attempt.event,
         "Gradacc-Delivery": str(attempt.delivery_id),
+        "Host": url.netloc.decode("ascii"),
     }
+    # Connect to the address just checked, never to a second resolution of the name; TLS still
+    # names (SNI) and verifies the host.
+    pinned = url.copy_with(host=address)
     try:
-        response = await client.post(attempt.url, content=attempt.body, headers=headers)
+        response = await client.post(pinned, content=attempt.body, headers=headers,
+                                     extensions={"sni_hostname": url.host})  # fmt: skip
     except httpx.HTTPError as exc:
         return f"{type(exc).__name__}"
     return None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"

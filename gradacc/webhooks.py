@@ -26,10 +26,12 @@ from gradacc.settings import Settings
 SIGNATURE_HEADER = "Gradacc-Signature"
 
 
-def check_webhook_url(url: str, settings: Settings, *, param: str = "webhook_url") -> None:
+def check_webhook_url(url: str, settings: Settings, *, param: str = "webhook_url") -> str:
     """Raise ``InvalidRequest`` unless ``url`` is http(s), its host is allowed, and every address
     it resolves to is public (private, loopback, link-local and the like only when
-    ``webhook_allow_private``): the server must not be made to call its own network."""
+    ``webhook_allow_private``): the server must not be made to call its own network. Returns the
+    address checked, for the caller to connect to: resolving the name again at connection time
+    would let a DNS answer that changed in between (rebinding) reach a private address."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidRequest("must be an http:// or https:// URL with a host", param=param)
@@ -39,19 +41,17 @@ def check_webhook_url(url: str, settings: Settings, *, param: str = "webhook_url
     allowed = settings.webhook_allowed_host_list()
     if allowed is not None and host not in allowed:
         raise InvalidRequest(f"host {host!r} is not in the allowed webhook hosts", param=param)
-    if settings.webhook_allow_private:
-        return
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, ValueError) as exc:
         raise InvalidRequest(f"host {host!r} does not resolve", param=param) from exc
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0])
-        if not address.is_global:
-            raise InvalidRequest(
-                f"host {host!r} is a private or loopback address; refused", param=param
-            )
+    addresses = [ipaddress.ip_address(info[4][0]) for info in infos]
+    if not settings.webhook_allow_private and not all(a.is_global for a in addresses):
+        raise InvalidRequest(
+            f"host {host!r} is a private or loopback address; refused", param=param
+        )
+    return str(addresses[0])
 
 
 def queue_webhook(session: Session, *, job_id: str, event: str, epoch_only: bool = False) -> None:

@@ -5,6 +5,7 @@ on; private, loopback and non-allowed hosts are refused at POST (no request forg
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -13,11 +14,12 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
 from api.main import create_app
 from gradacc.db import session_scope
 from gradacc.jobs import transition_job
-from gradacc.models import JobStatus, utcnow
+from gradacc.models import Job, JobStatus, utcnow
 from gradacc.settings import Settings
 from gradacc.webhooks import SIGNATURE_HEADER, verify
 from tests.conftest import TINY
@@ -143,3 +145,42 @@ def test_forbidden_urls_are_refused_and_leave_no_job(
         error = response.json()["error"]
         assert error["param"] == "webhook_url" and reason in error["message"]
         assert client.get("/v1/jobs").json()["data"] == []
+
+
+def test_a_delivery_goes_to_the_address_that_was_checked(
+    db_settings: Settings, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DNS rebinding: the name answers the receiver's address when it is checked, another one
+    afterwards. The delivery connects to the checked address (it would time out on the other),
+    with the name in its Host header."""
+    real_getaddrinfo = socket.getaddrinfo
+    answers: list[str] = []
+
+    def rebinding(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != "hooks.rebind.test":
+            return real_getaddrinfo(host, port, *args, **kwargs)
+        address = "127.0.0.1" if not answers else "10.255.255.1"  # the second: nowhere
+        answers.append(address)
+        return real_getaddrinfo(address, port, *args, **kwargs)
+
+    port = receiver.server_address[1]
+    settings = fast(db_settings, webhook_timeout_s=2.0, webhook_max_attempts=1)
+    with TestClient(create_app(settings)) as client:
+        job = client.post("/v1/jobs", json={**TINY, "webhook_url": f"http://127.0.0.1:{port}/ok"})
+        job_id = job.json()["id"]
+        with session_scope(settings) as session:  # the name the receiver will be reached by
+            session.execute(
+                update(Job)
+                .where(Job.id == job_id)
+                .values(webhook_url=f"http://hooks.rebind.test:{port}/ok")
+            )
+            session.commit()
+        receiver.fail_first = 0
+        monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+        finish(settings, job_id, epoch=False)
+        url = f"/v1/jobs/{job_id}/events"
+        wait_until(lambda: "webhook" in client.get(url).text, "one delivery attempt")
+        messages = [e["message"] for e in client.get(url).json()["data"] if e["kind"] == "webhook"]
+    assert answers[0] == "127.0.0.1"
+    assert len(receiver.received) == 1, messages
+    assert receiver.received[0][1]["Host"] == f"hooks.rebind.test:{port}"
