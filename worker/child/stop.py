@@ -13,7 +13,7 @@ from gradacc.settings import Settings
 from trainer_core.callbacks import StopRequest
 from worker.child.ranks import PREEMPT_FILE
 
-WORKER_PID_ENV = "GRADACC_WORKER_PID"  # set by the fork server's child: the worker to outlive not
+WORKER_PID_ENV = "GRADACC_WORKER_PID"  # a forked job's worker: the process it must not outlive
 STATUS_EVERY_S = 3.0  # the worker enforces a cancel by itself within ~1 s; this is the polite path
 PARENT_EVERY_S = 0.5  # a system call, no database
 
