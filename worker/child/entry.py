@@ -60,14 +60,7 @@ def train_and_record(settings: Settings, job_id: str, spec: JobSpec) -> int:
     callback = DatabaseCallback(settings, job_id, journal=journal)
     try:
         result = run_training(
-            spec,
-            settings.jobs_dir / job_id,
-            callback=callback,
-            should_stop=StopPoller(settings, job_id),
-            threads=settings.train_threads,
-            data_cache_dir=settings.data_cache_dir,
-            data_cache_max_bytes=settings.data_cache_max_bytes,
-            loader_workers=settings.loader_workers,
+            spec, settings, job_id, callback=callback, should_stop=StopPoller(settings, job_id)
         )
     except JobError as exc:
         log.error("job %s failed: %s: %s", job_id, exc.code, exc.message)

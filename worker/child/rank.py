@@ -37,14 +37,10 @@ def main(argv: list[str]) -> int:
         return exit_codes.OUTCOME_RECORDED  # cancelled meanwhile: the worker ends the group
     if rank0:
         return _leave(settings, job_id, train_and_record(settings, job_id, spec))
-    # The other ranks read the shared data cache too: a cached data set is not tokenized again on
-    # each rank (a cold one is built by each, and the first to finish is kept).
+    # The other ranks share rank 0's settings, the data cache included: a cached data set is not
+    # tokenized again on each rank (a cold one is built by each, and the first to finish is kept).
     with contextlib.suppress(JobError):  # a bad spec or data set fails on rank 0, which records it
-        run_training(spec, settings.jobs_dir / job_id, callback=NULL_CALLBACK,
-                     should_stop=never_stop, threads=settings.train_threads,
-                     data_cache_dir=settings.data_cache_dir,
-                     data_cache_max_bytes=settings.data_cache_max_bytes,
-                     loader_workers=settings.loader_workers)  # fmt: skip
+        run_training(spec, settings, job_id, callback=NULL_CALLBACK, should_stop=never_stop)
     return exit_codes.OUTCOME_RECORDED
 
 

@@ -2,43 +2,42 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from gradacc.settings import Settings
 from trainer_core.callbacks import StopCheck, TrainingCallback, TrainResult
 from trainer_core.spec import JobSpec
 
 
 def run_training(
     spec: JobSpec,
-    output_dir: Path,
+    settings: Settings,
+    job_id: str,
     *,
     callback: TrainingCallback,
     should_stop: StopCheck,
-    threads: int = 0,
-    data_cache_dir: Path | None = None,
-    data_cache_max_bytes: int = 0,
-    loader_workers: int | None = None,
 ) -> TrainResult:
+    """Train ``job_id`` in its folder, with the worker's settings: its training threads, the
+    shared data cache and the loader workers (every rank of a job alike)."""
     # Imported here so the worker's parent process (and the API) never load torch.
     import torch
 
     from trainer_core.cache import DataCache
     from trainer_core.train import train
 
-    if threads > 0:
+    if settings.train_threads > 0:
         # The worker's share of the cores, split between the job's ranks on this machine.
-        torch.set_num_threads(max(1, threads // spec.processes_per_machine))
+        torch.set_num_threads(max(1, settings.train_threads // spec.processes_per_machine))
 
     # resume=True: a job handed over after its worker died continues from its last checkpoint.
     # A shared cache: a second job or a retry on the same data skips tokenization.
-    cache = DataCache(data_cache_dir, data_cache_max_bytes) if data_cache_dir else None
+    cache_dir = settings.data_cache_dir
+    cache = DataCache(cache_dir, settings.data_cache_max_bytes) if cache_dir else None
     result: TrainResult = train(
         spec,
-        output_dir,
+        settings.jobs_dir / job_id,
         callback=callback,
         should_stop=should_stop,
         resume=True,
         data_cache=cache,
-        loader_workers=loader_workers,
+        loader_workers=settings.loader_workers,
     )
     return result
