@@ -11,7 +11,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psutil
@@ -23,7 +22,7 @@ from gradacc.db import session_scope
 from gradacc.models import Worker
 from gradacc.settings import Settings
 from tests.conftest import ROOT, TINY
-from tests.e2e.conftest import settings_env
+from tests.e2e.conftest import settings_env, wait_for
 
 # Long enough to be caught running (a few seconds at one thread), short enough to finish soon.
 LONG = {**TINY, "num_train_epochs": 12, "max_train_samples": 128}
@@ -35,16 +34,6 @@ def start_serve(settings: Settings, port: int, log: Path) -> subprocess.Popen[by
         return subprocess.Popen(
             argv, cwd=ROOT, env=settings_env(settings), stdout=out, stderr=subprocess.STDOUT
         )
-
-
-def wait_job(client: httpx.Client, job_id: str, done: Any, timeout: float = 240) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
-        if done(job):
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} did not get there: {job}")
 
 
 @pytest.fixture
@@ -64,7 +53,7 @@ def test_sigterm_leaves_nothing_and_the_job_resumes(settings: Settings, tmp_path
         workers = client.get("/v1/workers").json()["data"]
         assert len(workers) == 1 and "cpu" in workers[0]["devices"], workers
         job_id = client.post("/v1/jobs", json=LONG).json()["id"]
-        wait_job(client, job_id, lambda j: j["progress"]["epoch"] >= 1)
+        wait_for(client, job_id, lambda j: j["progress"]["epoch"] >= 1, timeout=240)
         assert client.get("/v1/workers").json()["data"][0]["current_job"] == job_id
         family = psutil.Process(serve.pid).children(recursive=True)
         assert len(family) >= 3, family  # the worker, its fork server, the training process
@@ -86,7 +75,9 @@ def test_sigterm_leaves_nothing_and_the_job_resumes(settings: Settings, tmp_path
     serve = start_serve(settings, port, log)
     try:
         wait_ready(client, timeout_s=180)
-        job = wait_job(client, job_id, lambda j: j["status"] in ("succeeded", "failed"))
+        job = wait_for(
+            client, job_id, lambda j: j["status"] in ("succeeded", "failed"), timeout=240
+        )
         assert job["status"] == "succeeded", job
         listed = client.get(f"/v1/jobs/{job_id}/events").json()["data"]
         events = [e["kind"] for e in listed]
