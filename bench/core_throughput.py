@@ -136,12 +136,10 @@ def raw_trainer(spec: JobSpec) -> float:
     return len(rows) / timer.seconds
 
 
-LOADER_WORKERS: int | None = None  # the core's default: 1 on CUDA, 0 on CPU
-
-
-def gradacc(spec: JobSpec) -> float:
+def gradacc(spec: JobSpec, loader_workers: int | None = None) -> float:
+    """The core's samples/s; ``loader_workers`` None is the core's own default."""
     with tempfile.TemporaryDirectory() as out:
-        result = train(spec, Path(out), loader_workers=LOADER_WORKERS)
+        result = train(spec, Path(out), loader_workers=loader_workers)
     return float(result.metrics[0]["samples_per_second"])
 
 
@@ -152,7 +150,9 @@ TWINS: dict[str, Callable[[JobSpec], float]] = {
 }
 
 
-def measure(task: str, repeats: int, backends: list[str]) -> list[tuple[str, float, float]]:
+def measure(
+    task: str, repeats: int, backends: list[str], loader_workers: int | None
+) -> list[tuple[str, float, float]]:
     rows = []
     for backend, twin in TWINS.items():
         if backend not in backends:
@@ -160,7 +160,7 @@ def measure(task: str, repeats: int, backends: list[str]) -> list[tuple[str, flo
         spec = JobSpec(**SPECS[task], **COMMON, backend=backend)
         ours, theirs = [], []
         for _ in range(repeats):  # interleaved, so drift hits both alike
-            ours.append(gradacc(spec))
+            ours.append(gradacc(spec, loader_workers))
             theirs.append(twin(spec))
         rows.append((backend, statistics.median(ours), statistics.median(theirs)))
     return rows
@@ -178,8 +178,6 @@ def main() -> None:
         "--loader-workers", type=int, default=None, help="the core's (default: its own)"
     )
     args = parser.parse_args()
-    global LOADER_WORKERS
-    LOADER_WORKERS = args.loader_workers
     if args.threads:
         # One thread is immune to the spin-wait slowdown that 2 threads suffer when anything else
         # runs on a 2-core box; both sides of every ratio use the same setting.
@@ -191,7 +189,9 @@ def main() -> None:
     print("| task | backend | gradacc samples/s | hand-driven samples/s | ratio |")
     print("|---|---|---:|---:|---:|")
     for task in SPECS if args.task == "all" else [args.task]:
-        for backend, ours, theirs in measure(task, args.repeats, args.backends.split(",")):
+        for backend, ours, theirs in measure(
+            task, args.repeats, args.backends.split(","), args.loader_workers
+        ):
             print(
                 f"| {task} | {backend} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.3f} |",
                 flush=True,
