@@ -23,13 +23,14 @@ from gradacc.errors import (
     InvalidRequest,
     InvalidTransition,
     JobActive,
+    JobBusy,
     JobNotFound,
     NotReady,
     NoWorkers,
     TooManyJobs,
     Unauthorized,
 )
-from trainer_core.spec_hints import unknown_field_hint
+from trainer_core.spec.hints import unknown_field_hint
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     InvalidTransition: 409,
     FileInUse: 409,
     JobActive: 409,
+    JobBusy: 409,
     IdempotencyConflict: 409,
     TooManyJobs: 429,
     NotReady: 503,

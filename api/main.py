@@ -19,13 +19,14 @@ from api.errors import install_error_handlers
 from api.file_services import sweep_leftovers
 from api.openapi import install_openapi
 from api.prometheus import TimingMiddleware
-from api.routes import artifacts, dashboard, files, health, jobs, ops, webhooks, workers
+from api.routes import artifacts, dashboard, files, health, jobs, ops, webhook_secret, workers
+from api.schema_gate import SchemaGate
 from api.stream import StreamHub
-from api.webhooks import WebhookSender
 from gradacc.auth import KeyCache
 from gradacc.db import get_read_engine, get_sessionmaker
 from gradacc.queue import create_celery_app
 from gradacc.settings import Settings, get_settings
+from gradacc.webhook_sender import WebhookSender
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +63,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     upload_limits = {"/v1/files": settings.max_upload_bytes}
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, limits=upload_limits)
     app.add_middleware(TimingMiddleware)
-    if settings.require_auth:  # added last: runs first, before size checks, routing and parsing
+    if settings.require_auth:  # before size checks, routing and parsing
         new_session = app.state.read_sessionmaker
         app.add_middleware(RequireAuth, key_cache=app.state.key_cache, new_session=new_session)
+    # Added last, so it runs first: no request (an API key's lookup included) reads a database
+    # whose schema is not migrated.
+    app.add_middleware(SchemaGate, engine=app.state.read_engine)
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
     app.include_router(ops.router)
     app.include_router(jobs.router, prefix="/v1")
-    app.include_router(webhooks.router, prefix="/v1")
+    app.include_router(webhook_secret.router, prefix="/v1")
     app.include_router(artifacts.router, prefix="/v1")
     app.include_router(files.router, prefix="/v1")
     app.include_router(workers.router, prefix="/v1")
@@ -82,7 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     """At start, sweep uploads a killed API process left; then, in the background, send webhooks
-    from the outbox."""
+    from the outbox (the workers do too)."""
     swept = await asyncio.to_thread(sweep_leftovers, app.state.settings)
     if swept:
         log.info("removed %d partial upload(s) left by an earlier API process", swept)

@@ -11,16 +11,21 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from gradacc.settings import Settings
-from trainer_core.sources import LOCAL_DATA_SUFFIXES
-from trainer_core.spec import BUILTIN_DATASETS, BUILTIN_MODELS, COLUMN_PATTERN, HUB_ID_PATTERN
+from trainer_core.spec.job import BUILTIN_DATASETS, BUILTIN_MODELS, COLUMN_PATTERN, HUB_ID_PATTERN
+from trainer_core.spec.sources import FILE_ID_PREFIX, LOCAL_DATA_SUFFIXES
 
 _NOT_A_FILE = "(?!.*(" + "|".join(s.replace(".", r"\.") for s in LOCAL_DATA_SUFFIXES) + ")$)"
 # Hub ids the spec accepts without a disk check: what the server reads as a local path (a data
 # file suffix, a leading "/", "." or "~", a name present on its disk) must lie under a data root,
-# which no schema can state; the field descriptions say so.
-MODEL_HUB_PATTERN = "^" + _NOT_A_FILE + HUB_ID_PATTERN.removeprefix("^")
+# which no schema can state; the field descriptions say so. "file-..." names an upload, which
+# must exist (not stated either), and is never a hub id.
+_NOT_AN_UPLOAD = f"(?!{FILE_ID_PREFIX})"
+MODEL_HUB_PATTERN = "^" + _NOT_AN_UPLOAD + _NOT_A_FILE + HUB_ID_PATTERN.removeprefix("^")
 DATASET_HUB_PATTERN = (
-    "^(?!builtin:)" + _NOT_A_FILE + HUB_ID_PATTERN.removeprefix("^").removesuffix("$")
+    "^(?!builtin:)"
+    + _NOT_AN_UPLOAD
+    + _NOT_A_FILE
+    + HUB_ID_PATTERN.removeprefix("^").removesuffix("$")
 ) + r"(:[^\x00-\x1f]{0,900})?$"
 
 

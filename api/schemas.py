@@ -1,15 +1,17 @@
-"""Request and response schemas (Pydantic v2). The ORM models live in ``gradacc.models``."""
+"""Request and response schemas (Pydantic v2). The ORM models live in ``gradacc.models``; the job
+object itself (``JobRead``) in ``gradacc.job_view``, as webhooks send it from any process."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from sqlalchemy import Row
 
-from gradacc.models import File, FilePurpose, Job, JobEvent, JobStatus, Worker
-from trainer_core.spec import JobSpec
+from gradacc.job_view import JobRead, Progress, public_summary, unix
+from gradacc.models import File, FilePurpose, JobEvent, Worker
+from trainer_core.spec.job import JobSpec
+
+__all__ = ["JobCreate", "JobRead", "Progress", "public_summary", "unix"]
 
 WEBHOOK_FIELDS = frozenset({"webhook_url", "webhook_on_epoch"})
 
@@ -26,107 +28,6 @@ class JobCreate(JobSpec):
     webhook_on_epoch: bool = Field(
         default=False, description="Also after each epoch", examples=[False]
     )
-
-
-def unix(moment: datetime | None) -> int | None:
-    return None if moment is None else int(moment.timestamp())
-
-
-class Progress(BaseModel):
-    epoch: int = Field(description="Epochs finished (or the current one while it runs)")
-    step: int = Field(description="Optimizer steps done")
-    total_steps: int | None = Field(description="Optimizer steps in the whole job, once known")
-    elapsed_seconds: float | None = Field(default=None, description="Since the job started")
-    eta_seconds: float | None = Field(default=None, description="At the latest step record")
-    samples_per_second: float | None = Field(default=None, description="At the latest record")
-    train_loss: float | None = Field(default=None, description="The latest step record's")
-
-    @classmethod
-    def of(cls, job: Job | Row[Any]) -> Progress:
-        live = job.live_progress or {}
-        elapsed = None
-        if job.started_at is not None:
-            elapsed = round(
-                ((job.finished_at or datetime.now(UTC)) - job.started_at).total_seconds(), 1
-            )
-        return cls(
-            epoch=job.epoch,
-            step=job.step,
-            total_steps=job.total_steps,
-            elapsed_seconds=elapsed,
-            eta_seconds=live.get("eta_seconds") if job.status == JobStatus.RUNNING else None,
-            samples_per_second=live.get("samples_per_second"),
-            train_loss=live.get("train_loss"),
-        )
-
-
-class JobErrorInfo(BaseModel):
-    code: str
-    message: str
-
-
-class JobRead(BaseModel):
-    object: Literal["job"] = "job"
-    id: str
-    status: JobStatus
-    spec: dict[str, Any]
-    effective_batch_size: int
-    micro_batch_size: int | None = Field(
-        description="Micro-batch rows in force (null until an 'auto' job has chosen it)"
-    )
-    gradient_accumulation_steps: int | None = Field(description="K in force, with micro_batch_size")
-    created_at: int = Field(description="Unix seconds")
-    started_at: int | None
-    finished_at: int | None
-    attempts: int
-    progress: Progress
-    metrics: dict[str, Any] | None = Field(description="The latest epoch's record")
-    error: JobErrorInfo | None
-    outputs: dict[str, int] = Field(
-        default_factory=dict,
-        description="What the job has written so far: name -> bytes (model, checkpoint, "
-        "summary.json, metrics.jsonl, train.log); see /artifacts",
-    )
-    summary: dict[str, Any] | None = Field(
-        default=None,
-        description="Once finished: parameters, device, effective batch, rows, steps, timings, "
-        "versions",
-    )
-    webhook_url: str | None = None
-
-    @classmethod
-    def of(cls, job: Job | Row[Any], outputs: dict[str, int] | None = None) -> JobRead:
-        """From a ``Job``, or a row with its columns (``services.read_job``)."""
-        error = None
-        if job.error_code is not None:
-            error = JobErrorInfo(code=job.error_code, message=job.error_message or "")
-        return cls(
-            id=job.id,
-            status=job.status,
-            spec=job.spec,
-            effective_batch_size=job.effective_batch_size,
-            micro_batch_size=job.micro_batch_size,
-            gradient_accumulation_steps=job.gradient_accumulation_steps,
-            created_at=int(job.created_at.timestamp()),
-            started_at=unix(job.started_at),
-            finished_at=unix(job.finished_at),
-            attempts=job.attempts,
-            progress=Progress.of(job),
-            metrics=job.latest_metrics,
-            error=error,
-            outputs=outputs or {},
-            summary=public_summary(job.summary),
-            webhook_url=job.webhook_url,
-        )
-
-
-def public_summary(summary: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The run's summary without what the job object already shows (the spec) or what is the
-    server's business (its paths)."""
-    if summary is None:
-        return None
-    hidden = ("spec", "model_dir", "adapter_dir", "status")  # server paths: see /artifacts
-    return {k: v for k, v in summary.items() if k not in hidden}
 
 
 class JobList(BaseModel):

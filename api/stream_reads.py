@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Engine, and_, or_, select
 
-from api.services import JOB_COLUMNS, read_job
+from api.job_services import JOB_COLUMNS, read_job
 from gradacc.models import EpochMetric, Job, JobEvent, StepMetric
 
 # Row ids are 32-bit on PostgreSQL, and a bound parameter is cast to the column's type: a larger

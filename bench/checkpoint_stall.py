@@ -23,8 +23,8 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, TrainerState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from trainer_core.async_checkpoint import CheckpointWriter, Staging, install, snapshot
-from trainer_core.checkpoint import save_checkpoint
+from trainer_core.checkpoint.format import save_checkpoint
+from trainer_core.checkpoint.writer import CheckpointWriter, Staging, install, snapshot
 
 SIZES = {  # n_embd, n_layer, vocab -> about this many parameters
     "0.1M": (32, 2, 1000),

@@ -31,10 +31,10 @@ from transformers import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from trainer_core.data import JobData, load_job_data
-from trainer_core.models import load_model, load_tokenizer
-from trainer_core.optim import build_optimizer, build_scheduler
-from trainer_core.spec import JobSpec
+from trainer_core.data.load import JobData, load_job_data
+from trainer_core.model.load import load_model, load_tokenizer
+from trainer_core.model.optim import build_optimizer, build_scheduler
+from trainer_core.spec.job import JobSpec
 from trainer_core.train import train
 
 CUDA = torch.cuda.is_available()

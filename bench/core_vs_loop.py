@@ -37,8 +37,8 @@ def hand_loop(spec_file: Path, out: Path) -> None:
     from transformers import DataCollatorForLanguageModeling
 
     from trainer_core.builtin.corpus import BUILDERS
-    from trainer_core.models import load_model, load_tokenizer
-    from trainer_core.spec import JobSpec
+    from trainer_core.model.load import load_model, load_tokenizer
+    from trainer_core.spec.job import JobSpec
 
     spec = JobSpec.model_validate_json(spec_file.read_text())
     tokenizer = load_tokenizer(spec)

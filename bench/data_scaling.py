@@ -61,9 +61,9 @@ def child(csv: Path, cache_dir: Path) -> None:
     # steps ~9x slower (measured), which would drown what this measures.
     torch.set_num_threads(1)
 
-    from trainer_core.cache import DataCache
-    from trainer_core.callbacks import StopRequest, TrainingCallback
-    from trainer_core.spec import JobSpec
+    from trainer_core.data.cache import DataCache
+    from trainer_core.spec.callbacks import StopRequest, TrainingCallback
+    from trainer_core.spec.job import JobSpec
     from trainer_core.train import train
 
     class FirstStep(TrainingCallback):

@@ -2,7 +2,7 @@
 all-reduced once per window (the core) or after every micro-batch (DDP without ``no_sync``).
 
 Prints, per (K, mode): samples/s of the epoch, gradient all-reduces and bytes all-reduced per
-optimizer step (counted by ``trainer_core.comm_counter.CommCounter``, a DDP communication hook;
+optimizer step (counted by ``trainer_core.testing.comm_counter.CommCounter``, a DDP communication hook;
 bytes are the buffers each rank hands to the all-reduce). Same data and (b, K) for both modes:
 the weights agree, only the traffic differs. The numbers are printed; nothing is asserted.
 
@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _rank_main(args: argparse.Namespace) -> None:
     from trainer_core.backends.pytorch import PlainLoop
-    from trainer_core.comm_counter import CommCounter
     from trainer_core.distributed import launched_world, leave, observe_ddp
-    from trainer_core.spec import JobSpec
+    from trainer_core.spec.job import JobSpec
+    from trainer_core.testing.comm_counter import CommCounter
     from trainer_core.train import train
 
     counter = CommCounter()

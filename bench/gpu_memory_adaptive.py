@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_vs_k import _write_long_rows
 from safetensors.torch import load_file
 
-from trainer_core.callbacks import TrainingCallback
-from trainer_core.spec import JobSpec
+from trainer_core.spec.callbacks import TrainingCallback
+from trainer_core.spec.job import JobSpec
 from trainer_core.train import train
 
 BASE: dict[str, Any] = {"model": "builtin:tiny-gpt2", "task": "causal-lm", "num_train_epochs": 1,

@@ -58,7 +58,7 @@ def child(batch: int, k: int, backend: str, data: str, rows: int, extra: str = "
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from trainer_core.spec import JobSpec
+    from trainer_core.spec.job import JobSpec
     from trainer_core.train import train
 
     spec = JobSpec(model="builtin:tiny-gpt2", dataset=data, eval_dataset=data, task="causal-lm", backend=backend,

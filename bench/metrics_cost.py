@@ -27,10 +27,10 @@ from service_latency import PG_ADMIN
 from gradacc.db import session_scope
 from gradacc.models import Job, utcnow
 from gradacc.settings import Settings
-from trainer_core.spec import JobSpec
+from trainer_core.spec.job import JobSpec
 from trainer_core.train import train
 from worker.child.reporting import DatabaseCallback
-from worker.child.stop import StopPoller
+from worker.child.stop import DatabaseStopCheck
 
 SPEC = JobSpec(model="builtin:tiny-bert", dataset="builtin:sentiment", num_train_epochs=2, max_eval_samples=64,
                per_device_train_batch_size=8, gradient_accumulation_steps=4)  # fmt: skip
@@ -52,7 +52,7 @@ def samples_per_second(settings: Settings | None) -> float:
         else:
             job_id = _running_job(settings)
             result = train(SPEC, Path(out), callback=DatabaseCallback(settings, job_id),
-                           should_stop=StopPoller(settings, job_id))  # fmt: skip
+                           should_stop=DatabaseStopCheck(settings, job_id))  # fmt: skip
     return statistics.mean(m["samples_per_second"] for m in result.metrics)
 
 

@@ -46,7 +46,7 @@ from service_latency import PG_ADMIN, ROOT, free_port, wait_ready
 from gradacc.auth import create_api_key
 from gradacc.jobs import new_job_id
 from gradacc.models import EpochMetric, Job, utcnow
-from trainer_core.spec import JobSpec, example_spec
+from trainer_core.spec.job import JobSpec, example_spec
 
 
 def seed(url: str, jobs: int) -> list[str]:

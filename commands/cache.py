@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from gradacc.settings import Settings
-from trainer_core.cache import DataCache
+from trainer_core.data.cache import DataCache
 
 
 def _size(n_bytes: int) -> str:

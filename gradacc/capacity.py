@@ -21,7 +21,7 @@ from celery import Celery
 from gradacc.errors import InvalidRequest
 from gradacc.queue import DEVICES_SUFFIX
 from gradacc.settings import Settings
-from trainer_core.spec import JobSpec
+from trainer_core.spec.job import JobSpec
 
 INSPECT_TIMEOUT_S = 1.0
 CACHE_S = 10.0

@@ -94,6 +94,19 @@ class JobActive(DomainError):
         super().__init__(f"job {job_id} is {status}; cancel it before deleting it")
 
 
+class JobBusy(DomainError):
+    """A finished job whose worker has not let go of it yet (it is still stopping its process)."""
+
+    code = "job_busy"
+    param = "job_id"
+
+    def __init__(self, job_id: str, status: str) -> None:
+        super().__init__(
+            f"job {job_id} is {status}, but its worker is still stopping its training process; "
+            "retry in a few seconds"
+        )
+
+
 class ArtifactNotFound(DomainError):
     code = "artifact_not_found"
     param = "path"

@@ -24,9 +24,9 @@ from sqlalchemy.orm import Session
 from gradacc.errors import InvalidRequest
 from gradacc.models import ACTIVE_STATUSES, File, FilePurpose, Job
 from gradacc.settings import Settings
-from trainer_core.errors import JobError
-from trainer_core.sources import FILE_ID_PATTERN, classify_source
-from trainer_core.spec import JobSpec
+from trainer_core.spec.errors import JobError
+from trainer_core.spec.job import JobSpec
+from trainer_core.spec.sources import FILE_ID_PATTERN, classify_source
 
 # spec field -> the purpose of a file it may name
 FILE_FIELDS: dict[str, FilePurpose] = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, insert, select, text, update
@@ -70,6 +70,32 @@ def transition_job(
     return bool(moved)
 
 
+def fail_job(
+    session: Session,
+    *,
+    job_id: str,
+    code: str,
+    message: str,
+    owned_by: str | None = None,
+    event: str | None = None,
+) -> bool:
+    """Mark the job failed with ``code`` and ``message``, and add its "failed" event (``event``,
+    default "code: message"), if its status allows it (and, with ``owned_by``, only if that
+    worker holds it); False if it did not move. Does not commit."""
+    failed = transition_job(
+        session,
+        job_id=job_id,
+        to=S.FAILED,
+        owned_by=owned_by,
+        finished_at=utcnow(),
+        error_code=code,
+        error_message=message,
+    )
+    if failed:
+        add_event(session, job_id=job_id, kind="failed", message=event or f"{code}: {message}")
+    return failed
+
+
 def require_transition(session: Session, *, job_id: str, to: JobStatus, **values: Any) -> None:
     """Like ``transition_job`` but raises ``JobNotFound`` / ``InvalidTransition`` when refused."""
     if transition_job(session, job_id=job_id, to=to, **values):
@@ -117,6 +143,7 @@ def claim_job(
             status=str(S.RUNNING),
             attempts=Job.attempts + 1,
             worker=worker,
+            released_at=None,
             heartbeat_at=now,
             started_at=now,
             updated_at=now,
@@ -154,14 +181,42 @@ def throttle_if_busy(session: Session, *, job_id: str, max_running: int) -> bool
     return True
 
 
+def release_job(session: Session, *, job_id: str, worker: str) -> None:
+    """The worker that claimed the job has let go of it: its training process is gone and its
+    last rows are written, so a finished job may now be deleted (``may_delete``). Does not
+    commit."""
+    stmt = update(Job).where(Job.id == job_id, Job.worker == worker).values(released_at=utcnow())
+    session.execute(stmt)
+
+
+def held_by_worker(job: Job, *, stale_after_s: float, now: datetime | None = None) -> bool:
+    """A worker claimed the job and has not let go yet, and its heartbeat says it is alive (a
+    worker that died never lets go: after ``stale_after_s`` it is not waited for)."""
+    if job.worker is None or job.released_at is not None or job.heartbeat_at is None:
+        return False
+    return job.heartbeat_at >= (now or utcnow()) - timedelta(seconds=stale_after_s)
+
+
+def lock_job_stream(session: Session, *, job_id: str) -> None:
+    """PostgreSQL: writers of one job's stream rows (events, step and epoch records) take turns
+    until commit, so that the ids of a job's rows follow their commit order. The stream's cursor
+    is the last id sent (``api.stream_reads``): a row that got a lower id but committed after a
+    higher one would otherwise never be sent. (SQLite has one writer at a time anyway.)"""
+    if session.get_bind().dialect.name == "postgresql":
+        key = text("SELECT pg_advisory_xact_lock(hashtext('gradacc-stream'), hashtext(:job))")
+        session.execute(key, {"job": job_id})
+
+
 def add_event(
     session: Session, *, job_id: str, kind: str, message: str, at: datetime | None = None
 ) -> None:
+    lock_job_stream(session, job_id=job_id)
     session.add(JobEvent(job_id=job_id, kind=kind, message=message, created_at=at or utcnow()))
 
 
 def record_epoch_metrics(session: Session, *, job_id: str, record: dict[str, Any]) -> None:
     """Insert one epoch's record, or replace it: (job, epoch) is unique, a rewrite never doubles."""
+    lock_job_stream(session, job_id=job_id)
     values = {
         "job_id": job_id,
         "epoch": int(record["epoch"]),
@@ -189,6 +244,7 @@ def record_step_metrics(session: Session, *, job_id: str, records: list[dict[str
     after the checkpoint again, and (job, step) is unique."""
     if not records:
         return
+    lock_job_stream(session, job_id=job_id)
     rows = [{"job_id": job_id, "step": int(r["step"]), "record": r, "created_at": utcnow()}
             for r in records]  # fmt: skip
     dialect = session.get_bind().dialect.name

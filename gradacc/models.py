@@ -1,4 +1,5 @@
-"""ORM models: jobs, per-epoch and per-step metrics and the event log. Schemas live in ``api.schemas``."""
+"""ORM models: jobs, their epoch and step records and events, the webhook outbox and secrets,
+API keys, the worker registry and uploaded files. The API's schemas live in ``api.schemas``."""
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ class Job(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     effective_batch_size: Mapped[int] = mapped_column(Integer)
     # In force now: the spec's, chosen by the machine ("auto"), or halved after running out of
-    # memory; micro-batch x K is always effective_batch_size.
+    # memory; micro-batch x K x num_processes is always effective_batch_size.
     micro_batch_size: Mapped[int | None] = mapped_column(Integer)
     gradient_accumulation_steps: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -111,7 +112,9 @@ class Job(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    worker: Mapped[str | None] = mapped_column(String(255))
+    worker: Mapped[str | None] = mapped_column(String(255))  # who claimed it last
+    # When that worker let go of it (process gone, last rows written); None while it holds it.
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     pid: Mapped[int | None] = mapped_column(Integer)
     epoch: Mapped[int] = mapped_column(Integer, default=0)
     step: Mapped[int] = mapped_column(Integer, default=0)

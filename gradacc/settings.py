@@ -42,22 +42,20 @@ class Settings(BaseSettings):
     train_threads: int = Field(default=0, ge=0)
     # Fork each job's training process from a fork server that imported torch and transformers
     # once (worker/fork_server/), so a job's start does not wait ~4 s for them. Off: a cold
-    # ``python -m worker.child.entry`` per job. GRADACC_WARM_STANDBY is its former name.
-    fork_server: bool = Field(
-        default=True, validation_alias=AliasChoices("gradacc_fork_server", "gradacc_warm_standby")
-    )
+    # ``python -m worker.child.entry`` per job.
+    fork_server: bool = True
     # Devices this worker trains a job on: GPUs, or gloo CPU processes where there is none. A job
     # with num_processes n goes to queue "<queue>.devices-n"; this worker takes n <= devices.
     devices: int = Field(default=1, ge=1, le=1024)
     # ``gradacc serve`` and its workers: "info" prints one line per component ready and per job
     # event (libraries at WARNING); "debug" brings back every library's log and Celery's banner.
     log_level: Literal["info", "debug"] = "info"
-    # Tokenized datasets are cached under ``home/cache/data`` (trainer_core/cache.py) up to this
+    # Tokenized datasets are cached under ``home/cache/data`` (trainer_core/data/cache.py) up to this
     # size; the least recently used entries go first. ``gradacc cache`` shows and clears it.
     data_cache_max_bytes: int = Field(default=20 * 1024**3, ge=0)
     # DataLoader worker processes per training process that build batches off the training
-    # thread; 0 builds them on it. Unset: 1 on a GPU, 0 on a CPU (where a worker competes with
-    # the training for the same cores).
+    # thread. Unset: 0, on it, on a GPU too (a worker's process hop cost 4-7 % on an H200 and
+    # 20 % on a 2-core CPU: docs/benchmarks.md); heavy custom collation may want 1.
     loader_workers: int | None = Field(default=None, ge=0, le=64)
     # After SIGTERM to a cancelled job's process group, SIGKILL follows this long after.
     kill_grace_s: float = Field(default=3.0, ge=0)
@@ -94,6 +92,9 @@ class Settings(BaseSettings):
     webhook_retry_first_s: float = Field(default=2.0, gt=0, description="doubles per attempt")
     webhook_timeout_s: float = Field(default=10.0, gt=0)
     webhook_poll_interval_s: float = Field(default=1.0, gt=0)
+    # /metrics shows aggregates only and answers anyone who can reach it; set this and a scrape
+    # needs ``Authorization: Bearer <token>`` (Prometheus: ``authorization.credentials``).
+    metrics_token: str | None = Field(default=None, min_length=16)
     # prometheus-client's own variable: set (an empty directory, shared by the API's uvicorn
     # workers) it switches /metrics to multi-process mode.
     prometheus_multiproc_dir: str | None = Field(

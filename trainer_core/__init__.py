@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trainer_core.callbacks import TrainingCallback, TrainResult
-from trainer_core.spec import JobSpec
+from trainer_core.spec.callbacks import TrainingCallback, TrainResult
+from trainer_core.spec.job import JobSpec
 
 if TYPE_CHECKING:
     from trainer_core.train import train

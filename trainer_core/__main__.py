@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trainer_core.callbacks import TrainingCallback
-from trainer_core.spec import JobSpec
+from trainer_core.spec.callbacks import TrainingCallback
+from trainer_core.spec.job import JobSpec
 
 EXIT_BAD_SPEC = 2
 EXIT_JOB_ERROR = 3
@@ -96,7 +96,7 @@ def run_command(args: argparse.Namespace) -> int:
     import torch  # imports below pull in torch: after validation
 
     from trainer_core.distributed import launched_world, leave
-    from trainer_core.errors import JobError
+    from trainer_core.spec.errors import JobError
     from trainer_core.train import train
 
     if args.threads:

@@ -2,8 +2,8 @@
 
 An epoch is a seeded permutation of the training rows, cut into micro-batches of ``b`` rows, grouped
 into optimizer windows of ``K`` micro-batches (the last window of an epoch may hold fewer). The
-order depends on (seed, epoch) only, never on b or K, so (b, K) and (b·K, 1) see the same windows:
-ceil(ceil(n/b)/K) == ceil(n/(b·K)) and window j holds rows [j·b·K, (j+1)·b·K) of the permutation.
+order depends on (seed, epoch) only, never on b or K, so (b, K) and (b·K, 1) see the same windows
+(the plan: ``trainer_core.data.plan``).
 
 Every micro-batch carries ``n_window_items``: the supervised items (tokens with a label for a causal
 LM, rows for classification) of its *whole* window. Each micro-step back-propagates
@@ -13,7 +13,6 @@ LM, rows for classification) of its *whole* window. Each micro-step back-propaga
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from trainer_core.failpoints import check_out_of_memory
+from trainer_core.testing.failpoints import check_out_of_memory
 
 IGNORE_INDEX = -100
 
@@ -32,35 +31,6 @@ class MicroBatch:
     window: int  # index of its optimizer window within the epoch
     n_window_items: int
     last_in_window: bool
-
-
-def epoch_order(n_rows: int, seed: int, epoch: int) -> list[int]:
-    """The rows of one epoch in training order; a function of (seed, epoch) only."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    order: list[int] = torch.randperm(n_rows, generator=generator).tolist()
-    return order
-
-
-def micro_batches_per_epoch(n_rows: int, batch_size: int) -> int:
-    return math.ceil(n_rows / batch_size)
-
-
-def optimizer_steps_per_epoch(n_rows: int, batch_size: int, accumulation: int) -> int:
-    return math.ceil(micro_batches_per_epoch(n_rows, batch_size) / accumulation)
-
-
-def plan_epoch(
-    order: list[int], items: list[int], batch_size: int, accumulation: int
-) -> list[MicroBatch]:
-    """Cut one epoch's order into micro-batches and annotate each with its window's item count."""
-    chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    plan: list[MicroBatch] = []
-    for window, start in enumerate(range(0, len(chunks), accumulation)):
-        members = chunks[start : start + accumulation]
-        n_items = sum(items[row] for chunk in members for row in chunk)
-        for position, rows in enumerate(members):
-            plan.append(MicroBatch(rows, window, n_items, position == len(members) - 1))
-    return plan
 
 
 def collate(

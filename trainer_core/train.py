@@ -33,12 +33,15 @@ import torch
 import transformers
 from transformers.utils import logging as hf_logging
 
-from trainer_core.accumulation import micro_batches_per_epoch
 from trainer_core.backends import get_backend
-from trainer_core.batching import smaller_micro_batch
-from trainer_core.build import Inputs, MicroBatchChoice, build_context, load_inputs
-from trainer_core.cache import DataCache
-from trainer_core.callbacks import (
+from trainer_core.data.cache import DataCache
+from trainer_core.distributed import barrier
+from trainer_core.loop.build import Inputs, MicroBatchChoice, build_context, load_inputs
+from trainer_core.loop.context import RunContext
+from trainer_core.loop.run import TrainingRun
+from trainer_core.loop.stopping import TrainingPreempted
+from trainer_core.spec.batching import accumulation_for, smaller_micro_batch
+from trainer_core.spec.callbacks import (
     NULL_CALLBACK,
     Status,
     StopCheck,
@@ -47,12 +50,9 @@ from trainer_core.callbacks import (
     TrainResult,
     never_stop,
 )
-from trainer_core.context import RunContext
-from trainer_core.distributed import barrier
-from trainer_core.errors import OutOfMemory
-from trainer_core.run import TrainingRun
-from trainer_core.spec import JobSpec
-from trainer_core.stopping import TrainingPreempted
+from trainer_core.spec.errors import OutOfMemory
+from trainer_core.spec.job import JobSpec
+from trainer_core.spec.outputs import MODEL_DIR, SUMMARY_FILE, TENSORBOARD_DIR
 
 log = logging.getLogger(__name__)
 MAX_HALVINGS = 5
@@ -62,9 +62,7 @@ def _start_info(ctx: RunContext) -> dict[str, Any]:
     return {
         "total_steps": ctx.total_steps,
         "steps_per_epoch": ctx.steps_per_epoch,
-        "micro_batches_per_epoch": micro_batches_per_epoch(
-            len(ctx.data.train), ctx.micro_batch_size * ctx.world.size
-        ),
+        "micro_batches_per_epoch": ctx.micro_batches_per_epoch(),
         "num_processes": ctx.world.size,
         "num_train_samples": len(ctx.data.train),
         "num_eval_samples": len(ctx.data.eval),
@@ -107,12 +105,12 @@ def _batch_info(ctx: RunContext, choice: MicroBatchChoice, tried: list[int]) -> 
 
 def _save_model(ctx: RunContext) -> dict[str, str]:
     if ctx.spec.lora is not None:
-        from trainer_core.lora import save_outputs
+        from trainer_core.model.lora import save_outputs
 
         return save_outputs(ctx.model, ctx.tokenizer, ctx.output_dir, merge=ctx.spec.merge_lora)
-    ctx.model.save_pretrained(ctx.output_dir / "model", safe_serialization=True)
-    ctx.tokenizer.save_pretrained(ctx.output_dir / "model")
-    return {"model_dir": str(ctx.output_dir / "model")}
+    ctx.model.save_pretrained(ctx.output_dir / MODEL_DIR, safe_serialization=True)
+    ctx.tokenizer.save_pretrained(ctx.output_dir / MODEL_DIR)
+    return {"model_dir": str(ctx.output_dir / MODEL_DIR)}
 
 
 def _finish(
@@ -126,8 +124,8 @@ def _finish(
         "final_metrics": run.metrics[-1] if run.metrics else None,
         "train_seconds": round(sum(m.get("train_seconds", 0.0) for m in run.metrics), 4),
         # What checkpointing cost the training thread (the writes themselves run beside it).
-        "checkpoints_saved": len(run.writer.stalls),
-        "checkpoint_stall_seconds": round(sum(run.writer.stalls), 4),
+        "checkpoints_saved": len(run.checkpoints.stalls),
+        "checkpoint_stall_seconds": round(sum(run.checkpoints.stalls), 4),
         **info,
         "micro_batch_size": ctx.micro_batch_size,
         "gradient_accumulation_steps": ctx.accumulation,
@@ -141,7 +139,7 @@ def _finish(
         return summary  # rank 0 writes the run's files
     if status == "completed":
         summary |= _save_model(ctx)
-    (ctx.output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    (ctx.output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     return summary
 
 
@@ -161,7 +159,10 @@ def _shrink(ctx: RunContext, run: TrainingRun, tried: list[int]) -> None:
     if smaller is None or len(tried) > MAX_HALVINGS:
         raise _out_of_memory(ctx, tried)
     tried.append(smaller)
-    run.restart_window_with(smaller, ctx.accumulation * ctx.micro_batch_size // smaller)
+    assert ctx.spec.effective_batch_size is not None  # resolved by the spec
+    run.restart_window_with(
+        smaller, accumulation_for(ctx.spec.effective_batch_size, smaller, ctx.world.size)
+    )
 
 
 def _release(ctx: RunContext) -> None:
@@ -216,10 +217,10 @@ def train(
 ) -> TrainResult:
     """Train one job; see the module docstring. ``data_cache`` keeps the tokenized data between
     jobs and resumes (without one it lives in a temporary folder); ``loader_workers`` processes
-    build the batches off the training thread (0: on it; default: 1 on a GPU, 0 on a CPU).
+    build the batches off the training thread (0, the default: on it).
 
     Example:
-        >>> from trainer_core.cache import DataCache
+        >>> from trainer_core.data.cache import DataCache
         >>> spec = JobSpec(model="builtin:tiny-bert", dataset="builtin:sentiment")
         >>> result = train(spec, Path("out"), data_cache=DataCache(Path("cache")))  # doctest: +SKIP
     """
@@ -232,13 +233,9 @@ def train(
         callback = NULL_CALLBACK  # metrics, progress and events come from rank 0
     tensorboard = None
     if "tensorboard" in spec.report_to:
-        from trainer_core.tensorboard import TensorBoardCallback
+        from trainer_core.loop.tensorboard import TensorBoardCallback
 
-        callback = tensorboard = TensorBoardCallback(callback, output_dir / "tensorboard")
-    # metrics.jsonl holds exactly the epochs the checkpoint has seen (a crash may have left more).
-    if ctx.world.is_main:
-        with (output_dir / "metrics.jsonl").open("w") as out:
-            out.writelines(json.dumps(m) + "\n" for m in ctx.resume_state.get("metrics", []))
+        callback = tensorboard = TensorBoardCallback(callback, output_dir / TENSORBOARD_DIR)
     info = _start_info(ctx)
     _log_start(ctx, info)
     callback.on_start(info)

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import FileResponse, StreamingResponse
 
-from api import artifacts, services
+from api import artifacts, job_services
 from api.deps import ReadEngineDep, SettingsDep, TenantDep
 from api.schemas import ArtifactList, CheckpointList, CheckpointRead, ErrorResponse
 
@@ -23,7 +23,7 @@ async def list_artifacts(
     job_id: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
 ) -> ArtifactList:
     """The files in a job's output folder: path, bytes and kind."""
-    services.read_job(engine, job_id=job_id, tenant=tenant)
+    job_services.read_job(engine, job_id=job_id, tenant=tenant)
     return ArtifactList.model_validate(
         {"data": artifacts.list_artifacts(settings.jobs_dir / job_id)}
     )
@@ -39,7 +39,7 @@ async def get_artifact(
 ) -> Response:
     """`model` or `checkpoint`: the folder as a tar.gz built while it is sent. Any other path
     from /artifacts: that file, with Range support."""
-    services.read_job(engine, job_id=job_id, tenant=tenant)
+    job_services.read_job(engine, job_id=job_id, tenant=tenant)
     root = settings.jobs_dir / job_id
     if path in artifacts.FOLDERS:
         folder = artifacts.folder_path(root, path)
@@ -55,7 +55,7 @@ async def list_checkpoints(
     job_id: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
 ) -> CheckpointList:
     """The job keeps its latest checkpoint (each epoch replaces it): zero or one entries."""
-    services.read_job(engine, job_id=job_id, tenant=tenant)
+    job_services.read_job(engine, job_id=job_id, tenant=tenant)
     state = artifacts.checkpoint_state(settings.jobs_dir / job_id)
     if state is None:
         return CheckpointList(data=[])
@@ -83,6 +83,6 @@ async def get_logs(
     tail: Annotated[int, Query(ge=1, le=100_000, description="Last N lines")] = 200,
 ) -> Response:
     """The job's train.log: start line, epochs, library warnings, a failure's traceback."""
-    services.read_job(engine, job_id=job_id, tenant=tenant)
+    job_services.read_job(engine, job_id=job_id, tenant=tenant)
     text = artifacts.tail(settings.jobs_dir / job_id / "train.log", tail)
     return Response(text, media_type="text/plain; charset=utf-8")

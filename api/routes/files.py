@@ -12,7 +12,7 @@ from api import file_services
 from api.deps import ReadSessionDep, SessionDep, SettingsDep, TenantDep
 from api.schemas import ErrorResponse, FileDeleted, FileList, FileRead
 from api.uploads import receive_upload
-from trainer_core.sources import FILE_ID_PATTERN
+from trainer_core.spec.sources import FILE_ID_PATTERN
 
 router = APIRouter(
     prefix="/files",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api import services
+from api import worker_services
 from api.deps import CeleryDep, SessionDep, SettingsDep
 from api.schemas import ErrorResponse, Health, WorkerRead
 
@@ -26,7 +26,7 @@ async def healthz() -> Health:
     responses={503: {"model": ErrorResponse, "description": "Not ready"}},
 )
 def readyz(session: SessionDep, celery: CeleryDep, settings: SettingsDep) -> Health:
-    checks, workers = services.check_readiness(session, celery=celery, settings=settings)
+    checks, workers = worker_services.check_readiness(session, celery=celery, settings=settings)
     # Unauthenticated: job ids are shown only when there are no tenants to keep apart.
     show = not settings.require_auth
     listed = [WorkerRead.of(w, show_job=show) for w in workers]

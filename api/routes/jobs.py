@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 
-from api import services
+from api import job_services
 from api.artifacts import outputs
 from api.deps import (
     CeleryDep,
@@ -31,7 +31,7 @@ from api.stream import StreamHub, messages
 from api.stream_reads import Cursor, read_history
 from gradacc.jobs import JOB_ID_PATTERN
 from gradacc.models import JobStatus
-from trainer_core.spec import example_spec
+from trainer_core.spec.job import example_spec
 
 router = APIRouter(
     prefix="/jobs",
@@ -87,7 +87,7 @@ def create_job(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobRead:
-    job, created = services.create_job(
+    job, created = job_services.create_job(
         session,
         spec=spec,
         tenant=tenant,
@@ -115,7 +115,7 @@ async def list_jobs(
         str | None, Query(pattern=JOB_ID_PATTERN, description="A job id (last_id)")
     ] = None,
 ) -> JobList:
-    jobs, has_more = services.list_jobs(
+    jobs, has_more = job_services.list_jobs(
         session, tenant=tenant, status=status, limit=limit, after=after
     )
     last_id = jobs[-1].id if jobs else None
@@ -134,7 +134,7 @@ async def get_job(
     job_id: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
 ) -> Response:
     # The poll endpoint: serialised once by pydantic, skipping FastAPI's second validation pass.
-    row = services.read_job(engine, job_id=job_id, tenant=tenant)
+    row = job_services.read_job(engine, job_id=job_id, tenant=tenant)
     job = JobRead.of(row, outputs(settings.jobs_dir / row.id))
     return Response(job.model_dump_json(), media_type="application/json")
 
@@ -156,9 +156,9 @@ async def list_metrics(
     limit: Annotated[int, Query(ge=1, le=1000, description="step pages: records")] = 1000,
 ) -> Response:
     if granularity == "epoch":
-        page = MetricsList(data=services.list_metrics(engine, job_id=job_id, tenant=tenant))
+        page = MetricsList(data=job_services.list_metrics(engine, job_id=job_id, tenant=tenant))
     else:
-        records, has_more = services.list_step_metrics(
+        records, has_more = job_services.list_step_metrics(
             engine, job_id=job_id, tenant=tenant, after=after, limit=limit
         )
         last = records[-1]["step"] if records else None
@@ -209,7 +209,7 @@ async def stream_job(
     description="What happened to the job (queued, started, preempted, ...), oldest first.",
 )
 async def list_events(job_id: str, session: ReadSessionDep, tenant: TenantDep) -> EventList:
-    return EventList.of(services.list_events(session, job_id=job_id, tenant=tenant))
+    return EventList.of(job_services.list_events(session, job_id=job_id, tenant=tenant))
 
 
 @router.post(
@@ -221,7 +221,7 @@ async def list_events(job_id: str, session: ReadSessionDep, tenant: TenantDep) -
     responses={409: {"model": ErrorResponse, "description": "The job has already finished"}},
 )
 def cancel_job(job_id: str, session: SessionDep, tenant: TenantDep) -> JobRead:
-    return JobRead.of(services.cancel_job(session, job_id=job_id, tenant=tenant))
+    return JobRead.of(job_services.cancel_job(session, job_id=job_id, tenant=tenant))
 
 
 @router.delete(
@@ -235,5 +235,5 @@ def delete_job(
     job_id: str, session: SessionDep, settings: SettingsDep, tenant: TenantDep
 ) -> JobDeleted:
     """A finished job's rows and outputs. Queued or running: 409, cancel it first."""
-    services.delete_job(session, settings=settings, job_id=job_id, tenant=tenant)
+    job_services.delete_job(session, settings=settings, job_id=job_id, tenant=tenant)
     return JobDeleted(id=job_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api import services
+from api import worker_services
 from api.deps import ReadSessionDep, SettingsDep, TenantDep
 from api.schemas import ErrorResponse, WorkerList, WorkerRead
 
@@ -20,5 +20,5 @@ router = APIRouter(prefix="/workers", tags=["workers"])
     responses={401: {"model": ErrorResponse}, 503: {"model": ErrorResponse}},
 )
 def list_workers(session: ReadSessionDep, settings: SettingsDep, tenant: TenantDep) -> WorkerList:
-    workers, own_jobs = services.list_workers_for(session, settings=settings, tenant=tenant)
+    workers, own_jobs = worker_services.list_workers_for(session, settings=settings, tenant=tenant)
     return WorkerList(data=[WorkerRead.of(w, show_job=w.current_job in own_jobs) for w in workers])

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.api.test_jobs import TINY
-from trainer_core.spec import JobSpec
+from trainer_core.spec.job import JobSpec
 
 FIELDS = sorted(JobSpec.model_fields)
 NASTY_TEXT = [

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,11 +15,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import update
 
 from api.main import create_app
-from commands.demo import free_port
+from gradacc.auth import create_api_key
 from gradacc.db import session_scope
 from gradacc.models import Job, utcnow
 from gradacc.settings import Settings
 from tests.conftest import ROOT, TINY
+from tests.support import free_port, wait_until
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -58,15 +58,13 @@ def test_metrics_show_jobs_and_request_latency(db_settings: Settings) -> None:
 
 
 def wait_alive(client: httpx.Client, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def alive() -> bool:
         try:
-            if client.get("/healthz").status_code == 200:
-                return
+            return client.get("/healthz").status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("uvicorn did not answer /healthz")
+            return False
+
+    wait_until(alive, timeout=timeout_s, what="uvicorn's /healthz", every=0.2)
 
 
 def test_multiprocess_mode_sums_every_worker(embedded_settings: Settings, tmp_path: Path) -> None:
@@ -91,3 +89,32 @@ def test_multiprocess_mode_sums_every_worker(embedded_settings: Settings, tmp_pa
     # 20, and the one answered /healthz of wait_alive (refused connections reach no worker).
     assert samples(text)[("gradacc_http_request_duration_seconds_count", route)] == 21
     assert len(list(multiproc.glob("histogram_*.db"))) == 2  # one file per worker process
+
+
+def test_metrics_answer_without_a_key_and_name_no_tenant_or_job(db_settings: Settings) -> None:
+    """What docs/security.md promises of an open /metrics while API keys are on: aggregates only."""
+    settings = db_settings.model_copy(update={"require_auth": True})
+    with session_scope(settings) as session:
+        key = create_api_key(session, tenant="acme-secret-tenant")
+    with TestClient(create_app(settings)) as client:
+        headers = {"Authorization": f"Bearer {key}"}
+        ids = [client.post("/v1/jobs", json=TINY, headers=headers).json()["id"] for _ in range(2)]
+        assert client.get("/v1/jobs").status_code == 401  # the API itself is closed
+        client.get(f"/v1/jobs/{ids[0]}", headers=headers)
+        response = client.get("/metrics")
+    assert response.status_code == 200
+    assert samples(response.text)[("gradacc_jobs", (("status", "queued"),))] == 2
+    for secret in ["acme-secret-tenant", key, *ids, *(i.removeprefix("job_") for i in ids)]:
+        assert secret not in response.text
+
+
+def test_a_metrics_token_closes_metrics(db_settings: Settings) -> None:
+    token = "scrape-" + "t" * 24
+    settings = db_settings.model_copy(update={"metrics_token": token})
+    with TestClient(create_app(settings)) as client:
+        missing = client.get("/metrics")
+        wrong = client.get("/metrics", headers={"Authorization": "Bearer scrape-wrong-token-x"})
+        right = client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
+    assert missing.status_code == wrong.status_code == 401
+    assert missing.json()["error"]["code"] == "unauthorized"
+    assert right.status_code == 200 and "gradacc_jobs" in right.text

@@ -23,6 +23,7 @@ from gradacc.models import Job, JobStatus, utcnow
 from gradacc.settings import Settings
 from gradacc.webhooks import SIGNATURE_HEADER, verify
 from tests.conftest import TINY
+from tests.support import wait_until
 from worker.child.reporting import DatabaseCallback
 
 
@@ -79,13 +80,6 @@ def finish(settings: Settings, job_id: str, *, epoch: bool) -> None:
         session.commit()
 
 
-def wait_until(condition: Any, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
 def test_signed_deliveries_with_a_retry(db_settings: Settings, receiver: Receiver) -> None:
     settings = fast(db_settings)
     with TestClient(create_app(settings)) as client:
@@ -97,7 +91,12 @@ def test_signed_deliveries_with_a_retry(db_settings: Settings, receiver: Receive
         finish(settings, job["id"], epoch=True)
         url = f"/v1/jobs/{job['id']}/events"
         # An epoch and the final status (the first attempt fails), each outcome an event.
-        wait_until(lambda: client.get(url).text.count("delivered") == 2, "two deliveries")
+        wait_until(
+            lambda: client.get(url).text.count("delivered") == 2,
+            what="two deliveries",
+            timeout=30,
+            every=0.05,
+        )
         events = [e["message"] for e in client.get(url).json()["data"]]
     deliveries = receiver.received
     for _, headers, raw in deliveries:
@@ -120,7 +119,12 @@ def test_a_receiver_that_stays_down_is_given_up(db_settings: Settings, receiver:
         job = client.post("/v1/jobs", json={**TINY, "webhook_url": f"{receiver.url}/down"}).json()
         finish(settings, job["id"], epoch=True)  # no epoch webhook: not asked for
         url = f"/v1/jobs/{job['id']}/events"
-        wait_until(lambda: "giving up" in client.get(url).text, "two attempts, then giving up")
+        wait_until(
+            lambda: "giving up" in client.get(url).text,
+            what="two attempts, then giving up",
+            timeout=30,
+            every=0.05,
+        )
     assert [h["Gradacc-Event"] for _, h, _ in receiver.received] == ["job.succeeded"] * 2
 
 
@@ -179,7 +183,12 @@ def test_a_delivery_goes_to_the_address_that_was_checked(
         monkeypatch.setattr(socket, "getaddrinfo", rebinding)
         finish(settings, job_id, epoch=False)
         url = f"/v1/jobs/{job_id}/events"
-        wait_until(lambda: "webhook" in client.get(url).text, "one delivery attempt")
+        wait_until(
+            lambda: "webhook" in client.get(url).text,
+            what="one delivery attempt",
+            timeout=30,
+            every=0.05,
+        )
         messages = [e["message"] for e in client.get(url).json()["data"] if e["kind"] == "webhook"]
     assert answers[0] == "127.0.0.1"
     assert len(receiver.received) == 1, messages

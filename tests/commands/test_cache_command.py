@@ -9,7 +9,7 @@ import pytest
 
 from commands.cli import main
 from gradacc.settings import get_settings
-from trainer_core.cache import DataCache
+from trainer_core.data.cache import DataCache
 
 
 @pytest.fixture

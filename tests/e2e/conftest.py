@@ -10,7 +10,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -19,13 +18,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from api.main import create_app
-from commands.demo import free_port, wait_ready
 from gradacc.db import session_scope
 from gradacc.models import Job
 from gradacc.settings import Settings
 from tests.conftest import ROOT, unique_queue
+from tests.support import free_port, wait_ready
 
-TERMINAL = {"succeeded", "failed", "cancelled"}
 # Short enough for a test to see the reconciler work; production keeps the defaults.
 FAST_RECOVERY = {
     "GRADACC_HEARTBEAT_INTERVAL_S": "0.5",
@@ -49,13 +47,13 @@ def settings_env(settings: Settings) -> dict[str, str]:
 class WorkerProcess:
     """``gradacc worker`` as a child process with its output in a log file."""
 
-    def __init__(self, settings: Settings, name: str) -> None:
+    def __init__(self, settings: Settings, name: str, env: dict[str, str] | None = None) -> None:
         self.log_path = settings.home / f"{name}.log"
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "commands.cli", "worker", "--name", name],
                 cwd=ROOT,
-                env=settings_env(settings),
+                env=settings_env(settings) | (env or {}),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -116,37 +114,20 @@ def api(pg_redis_settings: Settings) -> Iterator[TestClient]:
         yield client
 
 
+StartWorker = Callable[..., "WorkerProcess"]  # (name, env=None): a worker on PostgreSQL + Redis
+
+
 @pytest.fixture
-def start_worker(pg_redis_settings: Settings) -> Iterator[Callable[[str], WorkerProcess]]:
+def start_worker(pg_redis_settings: Settings) -> Iterator[StartWorker]:
     started: list[WorkerProcess] = []
 
-    def start(name: str) -> WorkerProcess:
-        started.append(WorkerProcess(pg_redis_settings, name))
+    def start(name: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        started.append(WorkerProcess(pg_redis_settings, name, env))
         return started[-1]
 
     yield start
     for worker in started:
         worker.stop()
-
-
-def wait_for(
-    client: httpx.Client, job_id: str, done: Callable[[dict[str, Any]], bool], timeout: float = 90
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
-        if done(job):
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} did not get there in {timeout} s: {job}")
-
-
-def wait_final(client: httpx.Client, job_id: str, timeout: float = 90) -> dict[str, Any]:
-    return wait_for(client, job_id, lambda job: job["status"] in TERMINAL, timeout)
-
-
-def event_kinds(client: TestClient, job_id: str) -> list[str]:
-    return [e["kind"] for e in client.get(f"/v1/jobs/{job_id}/events").json()["data"]]
 
 
 def process_gone(pid: int, timeout: float) -> bool:

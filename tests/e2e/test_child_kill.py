@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
 
-from gradacc.db import session_scope
-from gradacc.models import Job
 from gradacc.settings import Settings
 from tests.conftest import TINY
-from tests.e2e.conftest import WorkerProcess, event_kinds, process_gone, wait_final, wait_for
+from tests.e2e.conftest import StartWorker, process_gone
+from tests.support import Hold, event_kinds, wait_final
 from tests.trainer_core.helpers import final_weights, initial_weights, max_abs_diff, tolerance
-from trainer_core.spec import JobSpec
+from trainer_core.spec.job import JobSpec
 
 pytestmark = pytest.mark.integration
 
@@ -28,39 +25,38 @@ SPEC = {**TINY, "max_train_samples": 2000, "num_train_epochs": 3, "seed": 5}  # 
 
 
 def test_jobs_killed_mid_epoch_resume_and_match_a_clean_run(
-    api: TestClient, start_worker: Callable[[str], WorkerProcess], pg_redis_settings: Settings
+    api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
 ) -> None:
     settings = pg_redis_settings
-    worker = start_worker("survivor")
+    # Each victim is held at step 130, in epoch 2 after epoch 1's checkpoint: killed there, it
+    # cannot have finished first. The clean run passes the step unheld.
+    hold = Hold(settings.home, 130, armed=False)
+    worker = start_worker("survivor", hold.env())
     clean = wait_final(api, api.post("/v1/jobs", json=SPEC).json()["id"], timeout=120)
     assert clean["status"] == "succeeded", worker.log()
     reference = final_weights(settings.jobs_dir / clean["id"])
     bound = tolerance(initial_weights(JobSpec.model_validate(SPEC)), reference)
 
     # 1. The training process alone: the worker sees the SIGKILL and hands the job on.
+    hold.arm()
     child_killed = api.post("/v1/jobs", json=SPEC).json()["id"]
-    os.kill(pid_in_epoch_2(api, settings, child_killed), signal.SIGKILL)
+    os.kill(hold.held(timeout=120), signal.SIGKILL)
+    hold.release()
     assert_resumed_like(api, settings, child_killed, clean, reference, bound)
     assert "killed" in event_kinds(api, child_killed)
 
     # 2. The whole worker at once, training process included; then the worker is restarted.
+    hold.arm()
     worker_killed = api.post("/v1/jobs", json=SPEC).json()["id"]
-    pid = pid_in_epoch_2(api, settings, worker_killed)
+    pid = hold.held(timeout=120)
     os.kill(pid, signal.SIGKILL)  # first, so it cannot notice its worker's death and checkpoint
     worker.kill()
     assert process_gone(pid, timeout=5)
-    restarted = start_worker("survivor")  # the same worker, back; it takes over the stale lease
+    hold.release()
+    restarted = start_worker("survivor", hold.env())  # back; it takes over the stale lease
     assert_resumed_like(api, settings, worker_killed, clean, reference, bound)
     assert "killed" not in event_kinds(api, worker_killed), restarted.log()  # nobody saw it die
     assert "requeued" in event_kinds(api, worker_killed)
-
-
-def pid_in_epoch_2(api: TestClient, settings: Settings, job_id: str) -> int:
-    wait_for(api, job_id, lambda job: job["progress"]["epoch"] >= 2, timeout=120)
-    with session_scope(settings) as session:
-        pid = session.scalar(select(Job.pid).where(Job.id == job_id))
-    assert pid is not None
-    return pid
 
 
 def assert_resumed_like(

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from commands.demo import free_port
 from tests.conftest import ROOT, TINY
+from tests.support import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -20,12 +20,12 @@ import pytest
 import redis
 from sqlalchemy import func, select, text
 
-from commands.demo import free_port, wait_ready
 from gradacc.db import get_engine, session_scope
 from gradacc.models import EpochMetric, Job, JobEvent
 from gradacc.settings import Settings
 from tests.conftest import ROOT, TINY, unique_queue
 from tests.e2e.conftest import WorkerProcess, forget_queue, settings_env
+from tests.support import free_port, wait_ready
 
 pytestmark = pytest.mark.integration
 

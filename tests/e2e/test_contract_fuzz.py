@@ -20,15 +20,16 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from commands.demo import free_port
 from gradacc.auth import create_api_key
 from gradacc.db import get_engine, session_scope
 from gradacc.settings import Settings
 from tests.conftest import ROOT, migrate, unique_queue
 from tests.e2e.conftest import forget_queue, settings_env
+from tests.support import free_port, wait_until
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
+OPERATIONS = "22 selected"  # every route the API declares; a new route must raise it
 
 
 def serve_api(settings: Settings, cwd: Path, env: dict[str, str]) -> Iterator[str]:
@@ -38,15 +39,16 @@ def serve_api(settings: Settings, cwd: Path, env: dict[str, str]) -> Iterator[st
     with (cwd / "uvicorn.log").open("wb") as log:
         server = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
+
+    def alive() -> bool:
+        assert server.poll() is None, (cwd / "uvicorn.log").read_text()[-3000:]
+        try:
+            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
     try:
-        for _ in range(150):
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            server.wait(timeout=0.2) if server.poll() is not None else None
-            subprocess.run(["sleep", "0.2"], check=True)
+        wait_until(alive, timeout=30, what="uvicorn's /healthz", every=0.2)
         yield base
     finally:
         server.terminate()
@@ -79,7 +81,7 @@ def test_embedded_stack_keeps_its_contract(tmp_path: Path) -> None:
     cwd.mkdir()
     for base in serve_api(settings, cwd, {}):
         report = fuzz(base, seconds=12, examples=15, headers=[], cwd=cwd)
-        assert "22 selected" in report  # every operation: the workers list, stream, /metrics too
+        assert OPERATIONS in report  # every operation: the workers list, stream, /metrics too
 
 
 @pytest.mark.integration
@@ -95,7 +97,9 @@ def test_pg_redis_stack_with_keys_keeps_its_contract(
     cwd.mkdir()
     try:
         for base in serve_api(settings, cwd, {"GRADACC_REQUIRE_AUTH": "true"}):
-            fuzz(base, seconds=12, examples=15, headers=[f"Authorization: Bearer {key}"], cwd=cwd)
+            headers = [f"Authorization: Bearer {key}"]
+            report = fuzz(base, seconds=12, examples=15, headers=headers, cwd=cwd)
+            assert OPERATIONS in report  # every operation, as on the embedded stack
             # Without a key every /v1 answer must be the declared 401, whatever was sent.
             fuzz(base, seconds=5, examples=5, headers=[], cwd=cwd)
     finally:

@@ -10,15 +10,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from commands.demo import free_port, wait_ready
 from gradacc.settings import Settings
 from tests.conftest import ROOT, TINY
-from tests.e2e.conftest import TERMINAL, settings_env
+from tests.e2e.conftest import settings_env
+from tests.support import free_port, wait_final, wait_ready
 
 # Starts real worker processes and trains real (tiny) models.
 pytestmark = pytest.mark.integration
@@ -47,16 +46,6 @@ def served(tmp_path: Path) -> Iterator[tuple[httpx.Client, Path, subprocess.Pope
                 server.kill()
                 server.wait()
             log.close()
-
-
-def wait_final(client: httpx.Client, job_id: str, timeout: float = 90) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] in TERMINAL:
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} is still {job['status']}")
 
 
 def test_serve_on_embedded_defaults_trains_every_backend(

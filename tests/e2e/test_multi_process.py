@@ -4,8 +4,7 @@ rank behind; a job no live worker can hold is refused at POST."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -17,12 +16,13 @@ from gradacc.db import session_scope
 from gradacc.models import Job
 from gradacc.settings import Settings
 from tests.conftest import TINY
-from tests.e2e.conftest import WorkerProcess, event_kinds, wait_final, wait_for
+from tests.e2e.conftest import StartWorker
+from tests.support import Hold, event_kinds, wait_final, wait_until
 
 pytestmark = pytest.mark.integration
 
 TWO = {**TINY, "num_processes": 2, "per_device_train_batch_size": 4}  # effective batch 4·2·2
-LONG = {**TWO, "max_train_samples": 4000, "num_train_epochs": 3}  # minutes: stopped early
+LONG = {**TWO, "num_train_epochs": 3}  # 12 steps; held, then stopped early
 
 
 @pytest.fixture(autouse=True)
@@ -33,23 +33,23 @@ def fresh_capacity() -> Iterator[None]:
 
 
 @pytest.fixture
-def two_device_worker(
-    start_worker: Callable[[str], WorkerProcess], monkeypatch: pytest.MonkeyPatch
-) -> Callable[[str], WorkerProcess]:
+def two_device_worker(start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch) -> StartWorker:
     monkeypatch.setenv("GRADACC_DEVICES", "2")  # read by the workers started here
     return start_worker
 
 
 def post_when_accepted(api: TestClient, spec: dict[str, Any], timeout: float = 60) -> str:
     """POST until a worker that holds the job is live (it answers the capacity check)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def accepted() -> str | None:
         response = api.post("/v1/jobs", json=spec)
         if response.status_code == 201:
             return str(response.json()["id"])
-        assert response.status_code == 422 and time.monotonic() < deadline, response.json()
+        assert response.status_code == 422, response.json()
         capacity._cached = None
-        time.sleep(0.5)
+        return None
+
+    return wait_until(accepted, timeout=timeout, what="a worker that holds the job", every=0.5)
 
 
 def rank_processes(job_id: str) -> list[psutil.Process]:
@@ -57,7 +57,7 @@ def rank_processes(job_id: str) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info["cmdline"] or []
-        if job_id in cmdline and any("torch.distributed.run" in a or "worker.child.rank" in a
+        if job_id in cmdline and any("torch.distributed.run" in a or "worker.child.rank_main" in a
                                      for a in cmdline):  # fmt: skip
             found.append(process)
     return found
@@ -78,7 +78,7 @@ def test_refused_when_no_live_worker_holds_it(api: TestClient) -> None:
 
 
 def test_two_process_jobs_end_to_end_on_two_workers(
-    api: TestClient, pg_redis_settings: Settings, two_device_worker: Callable[[str], WorkerProcess]
+    api: TestClient, pg_redis_settings: Settings, two_device_worker: StartWorker
 ) -> None:
     """Two 2-process jobs at once on two workers with 2 devices each: they spread, one per
     worker (each takes one job at a time), and each job's ranks train in one worker's set."""
@@ -103,20 +103,24 @@ def test_two_process_jobs_end_to_end_on_two_workers(
 
 
 def test_cancel_and_preemption_stop_every_rank(
-    api: TestClient, pg_redis_settings: Settings, two_device_worker: Callable[[str], WorkerProcess]
+    api: TestClient, pg_redis_settings: Settings, two_device_worker: StartWorker
 ) -> None:
-    first = two_device_worker("gpus2a")
+    # Held at step 1 (then at step 2 after the resume): running on any machine when stopped.
+    first_hold = Hold(pg_redis_settings.home / "first", 1)
+    first = two_device_worker("gpus2a", first_hold.env())
     job_id = post_when_accepted(api, LONG)
-    wait_for(api, job_id, lambda job: (job["progress"] or {}).get("step", 0) > 0, timeout=180)
+    first_hold.held(timeout=180)
     ranks = rank_processes(job_id)
     assert len(ranks) == 3, ranks  # torchrun's agent and 2 ranks
     first.stop()  # warm shutdown: the job is preempted, checkpointed at a window's end
     assert all_gone(ranks, timeout=30), "a rank outlived its preempted job"
     assert "preempted" in event_kinds(api, job_id)
 
-    two_device_worker("gpus2b")  # resumes it from the checkpoint
-    wait_for(api, job_id, lambda job: len(rank_processes(job_id)) == 3, timeout=180)
+    second_hold = Hold(pg_redis_settings.home / "second", 2)
+    two_device_worker("gpus2b", second_hold.env())  # resumes it from the checkpoint
+    second_hold.held(timeout=180)
     ranks = rank_processes(job_id)
+    assert len(ranks) == 3, ranks
     assert api.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
     assert all_gone(ranks, timeout=15), "a rank outlived its cancelled job"
     assert wait_final(api, job_id, timeout=30)["status"] == "cancelled"

@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
 
-from gradacc.db import session_scope
-from gradacc.models import Job
 from gradacc.queue import create_celery_app, enqueue_job
 from gradacc.settings import Settings
 from tests.conftest import TINY
-from tests.e2e.conftest import (
-    WorkerProcess,
-    event_kinds,
-    process_gone,
-    wait_final,
-    wait_for,
-)
+from tests.e2e.conftest import StartWorker, process_gone
+from tests.support import Hold, event_kinds, wait_final, wait_for
 
 # Starts real worker processes and trains real (tiny) models.
 pytestmark = pytest.mark.integration
-
-
-StartWorker = Callable[[str], WorkerProcess]
 
 
 def test_every_backend_trains_and_reports_metrics(
@@ -89,11 +77,10 @@ def test_a_failing_job_says_why_and_a_redelivery_does_not_rerun_it(
 def test_cancel_stops_a_running_job_and_frees_its_process(
     api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
 ) -> None:
-    long_job = {**TINY, "max_train_samples": 2000, "num_train_epochs": 30}  # ~30 s uncancelled
-    job_id = api.post("/v1/jobs", json=long_job).json()["id"]
-    start_worker("cancel")
-    wait_for(api, job_id, lambda job: job["progress"]["step"] >= 1, timeout=60)
-    pid = child_pid(pg_redis_settings, job_id)
+    hold = Hold(pg_redis_settings.home / "cancel", 1)  # running, and held there: no race
+    job_id = api.post("/v1/jobs", json=TINY).json()["id"]
+    start_worker("cancel", hold.env())
+    pid = hold.held(timeout=60)
     cancelled = api.post(f"/v1/jobs/{job_id}/cancel")
     assert cancelled.json()["status"] == "cancelled"
     started = time.monotonic()
@@ -103,27 +90,20 @@ def test_cancel_stops_a_running_job_and_frees_its_process(
     assert api.get(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
 
 
-def child_pid(settings: Settings, job_id: str) -> int:
-    with session_scope(settings) as session:
-        pid = session.scalar(select(Job.pid).where(Job.id == job_id))
-    assert pid is not None
-    return pid
-
-
 def test_a_worker_killed_mid_queue_still_runs_every_job_once(
     api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
 ) -> None:
-    # The first job is long enough that the crash lands mid-training, not after its last step,
-    # also on a loaded machine (3 epochs once finished first there: ~1 s to the first progress).
-    first = {**TINY, "max_train_samples": 2000, "num_train_epochs": 6}  # 1,500 optimizer steps
+    # The first job is held at step 1, so the crash lands mid-training on any machine.
+    first = {**TINY, "num_train_epochs": 2}
     specs = [first, {**TINY, "seed": 2}, {**TINY, "seed": 3}]
     ids = [api.post("/v1/jobs", json=spec).json()["id"] for spec in specs]
-    crashed = start_worker("crashing")
-    wait_for(api, ids[0], lambda job: job["progress"]["step"] >= 1, timeout=60)
-    orphan = child_pid(pg_redis_settings, ids[0])
+    hold = Hold(pg_redis_settings.home / "crash", 1)
+    crashed = start_worker("crashing", hold.env())
+    orphan = hold.held(timeout=60)
     crashed.kill()
     # The orphaned training process notices its worker is gone, keeps a checkpoint and exits.
     assert process_gone(orphan, timeout=20), "the training process outlived its worker"
+    hold.release()
     replacement = start_worker("replacement")
     jobs = [wait_final(api, job_id, timeout=120) for job_id in ids]
     assert [job["status"] for job in jobs] == ["succeeded"] * 3, replacement.log()
@@ -141,18 +121,20 @@ def test_a_worker_killed_mid_queue_still_runs_every_job_once(
 
 
 def test_a_stopping_worker_preempts_its_job_and_another_resumes_it(
-    api: TestClient, start_worker: StartWorker
+    api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
 ) -> None:
-    spec = {**TINY, "max_train_samples": 2000, "num_train_epochs": 3}  # 375 steps, several s
+    spec = {**TINY, "num_train_epochs": 3}  # 12 steps
     job_id = api.post("/v1/jobs", json=spec).json()["id"]
-    stopping = start_worker("stopping")
-    wait_for(api, job_id, lambda job: job["progress"]["step"] >= 5, timeout=60)
+    hold = Hold(pg_redis_settings.home / "stopping", 5)
+    stopping = start_worker("stopping", hold.env())
+    hold.held(timeout=60)
     stopping.process.send_signal(signal.SIGTERM)  # docker stop: warm shutdown
     assert stopping.process.wait(timeout=30) == 0, "the worker held its shutdown for the job"
     assert "preempted" in event_kinds(api, job_id)
     assert api.get(f"/v1/jobs/{job_id}").json()["status"] == "running"
+    hold.release()
     start_worker("resuming")
     job = wait_final(api, job_id, timeout=90)
     assert (job["status"], job["attempts"]) == ("succeeded", 2)
     messages = [e["message"] for e in api.get(f"/v1/jobs/{job_id}/events").json()["data"]]
-    assert any("resumed at step" in m for m in messages), messages
+    assert any("resumed at step 5" in m for m in messages), messages

@@ -16,11 +16,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from api.main import create_app
-from commands.demo import free_port
 from gradacc.db import get_engine
 from gradacc.settings import Settings
 from tests.conftest import TINY, unique_queue
-from tests.e2e.conftest import WorkerProcess, event_kinds, wait_final, wait_for
+from tests.e2e.conftest import WorkerProcess
+from tests.support import Hold, event_kinds, free_port, wait_final, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -41,14 +41,14 @@ class PrivateRedis:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         client = redis.Redis(port=self.port)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def answers() -> bool:
             try:
-                client.ping()
-                return
+                return bool(client.ping())
             except redis.ConnectionError:
-                time.sleep(0.05)
-        raise AssertionError("private redis-server did not start")
+                return False
+
+        wait_until(answers, timeout=10, what="private redis-server", every=0.05)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -76,9 +76,10 @@ def test_a_redis_restart_loses_no_job_and_runs_none_twice(
     with TestClient(create_app(settings)) as api:
         try:
             ids = [api.post("/v1/jobs", json={**TINY, "seed": s}).json()["id"] for s in range(3)]
-            worker = WorkerProcess(settings, "restart")
-            running = wait_for(api, ids[0], lambda job: job["status"] == "running", timeout=60)
-            assert running["status"] == "running"
+            hold = Hold(tmp_path / "hold", 1)  # the first job runs (held) while Redis dies
+            worker = WorkerProcess(settings, "restart", hold.env())
+            hold.held(timeout=60)
+            assert api.get(f"/v1/jobs/{ids[0]}").json()["status"] == "running"
             # Two waiting messages, or more if the reconciler already re-sent them while the
             # worker started (its fork server imports torch before the first job is taken).
             assert redis.Redis(port=private_redis.port).llen(settings.queue) >= 2
@@ -86,6 +87,7 @@ def test_a_redis_restart_loses_no_job_and_runs_none_twice(
             time.sleep(1)
             private_redis.start()  # empty: the two queued messages are gone
             assert redis.Redis(port=private_redis.port).llen(settings.queue) == 0
+            hold.release()
             jobs = [wait_final(api, job_id, timeout=120) for job_id in ids]
             assert [job["status"] for job in jobs] == ["succeeded"] * 3, (jobs, worker.log())
             assert [job["attempts"] for job in jobs] == [1, 1, 1]

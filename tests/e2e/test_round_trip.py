@@ -17,13 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
-from commands.demo import free_port, wait_ready
 from gradacc.auth import create_api_key
 from gradacc.db import session_scope
 from gradacc.settings import Settings
 from tests.conftest import ROOT
 from tests.e2e.archives import attacks, tar_gz_of
-from tests.e2e.conftest import settings_env, settle_unfinished_jobs, wait_final
+from tests.e2e.conftest import settings_env, settle_unfinished_jobs
+from tests.support import free_port, wait_final, wait_ready
 
 pytestmark = pytest.mark.integration
 

@@ -17,22 +17,26 @@ import psutil
 import pytest
 from sqlalchemy import func, select
 
-from commands.demo import free_port, wait_ready
 from gradacc.db import session_scope
 from gradacc.models import Worker
 from gradacc.settings import Settings
 from tests.conftest import ROOT, TINY
-from tests.e2e.conftest import settings_env, wait_for
+from tests.e2e.conftest import settings_env
+from tests.support import Hold, free_port, wait_for, wait_ready
 
-# Long enough to be caught running (a few seconds at one thread), short enough to finish soon.
-LONG = {**TINY, "num_train_epochs": 12, "max_train_samples": 128}
+# 2 epochs of 4 steps; held at step 3 until the signal has done its work (no race on a job
+# that a fast or busy machine finishes first).
+JOB = {**TINY, "num_train_epochs": 2}
+HOLD_STEP = 3
 
 
-def start_serve(settings: Settings, port: int, log: Path) -> subprocess.Popen[bytes]:
+def start_serve(
+    settings: Settings, port: int, log: Path, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "1"]
     with log.open("ab") as out:
         return subprocess.Popen(
-            argv, cwd=ROOT, env=settings_env(settings), stdout=out, stderr=subprocess.STDOUT
+            argv, cwd=ROOT, env=settings_env(settings) | env, stdout=out, stderr=subprocess.STDOUT
         )
 
 
@@ -44,7 +48,8 @@ def settings(tmp_path: Path) -> Iterator[Settings]:
 @pytest.mark.integration
 def test_sigterm_leaves_nothing_and_the_job_resumes(settings: Settings, tmp_path: Path) -> None:
     port, log = free_port(), tmp_path / "serve.log"
-    serve = start_serve(settings, port, log)
+    hold = Hold(tmp_path, HOLD_STEP)
+    serve = start_serve(settings, port, log, hold.env())
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
     try:
         wait_ready(client, timeout_s=180)  # 200 only once a worker is alive
@@ -52,8 +57,8 @@ def test_sigterm_leaves_nothing_and_the_job_resumes(settings: Settings, tmp_path
         assert ready["checks"]["workers"] == "1 alive", ready
         workers = client.get("/v1/workers").json()["data"]
         assert len(workers) == 1 and "cpu" in workers[0]["devices"], workers
-        job_id = client.post("/v1/jobs", json=LONG).json()["id"]
-        wait_for(client, job_id, lambda j: j["progress"]["epoch"] >= 1, timeout=240)
+        job_id = client.post("/v1/jobs", json=JOB).json()["id"]
+        hold.held(timeout=240, process=serve)
         assert client.get("/v1/workers").json()["data"][0]["current_job"] == job_id
         family = psutil.Process(serve.pid).children(recursive=True)
         assert len(family) >= 3, family  # the worker, its fork server, the training process
@@ -71,8 +76,9 @@ def test_sigterm_leaves_nothing_and_the_job_resumes(settings: Settings, tmp_path
     assert "API ready on" in text and "ready" in text and job_id in text, text
     assert len(text.splitlines()) < 20, text
 
+    hold.release()
     restarted_at = time.monotonic()
-    serve = start_serve(settings, port, log)
+    serve = start_serve(settings, port, log, hold.env())
     try:
         wait_ready(client, timeout_s=180)
         job = wait_for(
@@ -82,6 +88,8 @@ def test_sigterm_leaves_nothing_and_the_job_resumes(settings: Settings, tmp_path
         listed = client.get(f"/v1/jobs/{job_id}/events").json()["data"]
         events = [e["kind"] for e in listed]
         assert "preempted" in events and "released" in events, listed
+        resumed = [e["message"] for e in listed if "resumed at step" in e["message"]]
+        assert resumed and f"resumed at step {HOLD_STEP}" in resumed[0], listed
         print([(e["kind"], e["message"]) for e in listed])
         assert job["attempts"] == 2, [
             (e["kind"], e["message"]) for e in listed

@@ -5,9 +5,7 @@ worker before any training process starts."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -21,7 +19,8 @@ from gradacc.models import Job, utcnow
 from gradacc.queue import create_celery_app, enqueue_job
 from gradacc.settings import Settings
 from tests.conftest import TINY
-from tests.e2e.conftest import TERMINAL, WorkerProcess
+from tests.e2e.conftest import WorkerProcess
+from tests.support import event_kinds, wait_final
 
 pytestmark = pytest.mark.integration
 
@@ -58,35 +57,18 @@ def test_running_limit_and_worker_path_check(
     enqueue_job(create_celery_app(settings), settings, escaped)
     start_worker("w1")
     start_worker("w2")
-    jobs = [wait_final(authed, job_id, timeout=120, headers=alice) for job_id in (first, second)]
+    jobs = [wait_final(authed, job_id, 120, headers=alice) for job_id in (first, second)]
     assert [job["status"] for job in jobs] == ["succeeded", "succeeded"], jobs
     assert [job["attempts"] for job in jobs] == [1, 1]
     earlier, later = sorted(jobs, key=lambda job: job["started_at"])
     assert later["started_at"] >= earlier["finished_at"], "two of alice's jobs ran at once"
     assert authed.get(f"/v1/jobs/{escaped}", headers=alice).status_code == 404
-    bad = wait_final(authed, escaped, timeout=30, headers=bob)
+    bad = wait_final(authed, escaped, 30, headers=bob)
     assert bad["status"] == "failed" and bad["error"]["code"] == "invalid_request", bad
     assert bad["attempts"] == 1 and "data roots" in bad["error"]["message"]
     assert not (settings.jobs_dir / escaped).exists(), "no training process for a refused job"
-    assert event_kinds_for(authed, escaped, bob) == ["failed"]
+    assert event_kinds(authed, escaped, headers=bob) == ["failed"]
     print(
         "throttled events:",
-        [event_kinds_for(authed, j, alice).count("throttled") for j in (first, second)],
+        [event_kinds(authed, j, headers=alice).count("throttled") for j in (first, second)],
     )
-
-
-def wait_final(
-    client: TestClient, job_id: str, *, timeout: float, headers: dict[str, str]
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
-        if job["status"] in TERMINAL:
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} not final after {timeout} s: {job}")
-
-
-def event_kinds_for(client: TestClient, job_id: str, headers: dict[str, str]) -> list[str]:
-    events = client.get(f"/v1/jobs/{job_id}/events", headers=headers).json()["data"]
-    return [event["kind"] for event in events]

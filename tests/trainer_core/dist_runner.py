@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trainer_core.callbacks import TrainingCallback
-from trainer_core.comm_counter import CommCounter
 from trainer_core.distributed import launched_world, leave, observe_ddp
-from trainer_core.spec import JobSpec
+from trainer_core.spec.callbacks import TrainingCallback
+from trainer_core.spec.job import JobSpec
+from trainer_core.testing.comm_counter import CommCounter
 from trainer_core.train import train
 
 

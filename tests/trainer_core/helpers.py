@@ -8,10 +8,11 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from trainer_core.callbacks import TrainResult
-from trainer_core.data import load_job_data
-from trainer_core.models import load_model, load_tokenizer
-from trainer_core.spec import JobSpec
+from trainer_core.accumulation import MicroBatch
+from trainer_core.data.load import load_job_data
+from trainer_core.model.load import load_model, load_tokenizer
+from trainer_core.spec.callbacks import TrainResult
+from trainer_core.spec.job import JobSpec
 from trainer_core.train import train
 
 Weights = dict[str, torch.Tensor]
@@ -58,3 +59,18 @@ def max_abs_diff(a: Weights, b: Weights) -> float:
 def tolerance(initial: Weights, final: Weights) -> float:
     """The issue's bar: max |ΔW| <= 1e-3 x max |W_final - W_initial|."""
     return 1e-3 * max_abs_diff(initial, final)
+
+
+def reference_plan(
+    order: list[int], items: list[int] | Any, batch_size: int, accumulation: int
+) -> list[MicroBatch]:
+    """The epoch plan written the plain way (lists, no numpy): what ``data.plan.EpochIndex``
+    must equal, micro-batch for micro-batch."""
+    chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    plan: list[MicroBatch] = []
+    for window, start in enumerate(range(0, len(chunks), accumulation)):
+        members = chunks[start : start + accumulation]
+        n_items = sum(int(items[row]) for chunk in members for row in chunk)
+        for position, rows in enumerate(members):
+            plan.append(MicroBatch(rows, window, n_items, position == len(members) - 1))
+    return plan

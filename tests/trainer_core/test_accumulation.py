@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from trainer_core.accumulation import (
-    MicroBatch,
-    collate,
-    epoch_order,
-    micro_step_loss,
-    plan_epoch,
-    summed_loss,
-)
+from tests.trainer_core.helpers import reference_plan
+from trainer_core.accumulation import MicroBatch, collate, micro_step_loss, summed_loss
 from trainer_core.builtin.models import builtin_config, builtin_tokenizer
-from trainer_core.data import TokenizedSplit
+from trainer_core.data.load import TokenizedSplit
+from trainer_core.data.plan import EpochIndex, epoch_permutation
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    order: list[int] = epoch_permutation(n, seed, epoch).tolist()
+    return order
+
+
+def plan_epoch(order: list[int], items: list[int], b: int, k: int) -> list[MicroBatch]:
+    """The core's plan (numpy), checked here against the plain reference too."""
+    plan = list(EpochIndex(np.array(order, dtype=np.int64), np.array(items), b, k))
+    assert plan == reference_plan(order, items, b, k)
+    return plan
 
 
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 101, 257])
@@ -72,7 +80,7 @@ def test_window_gradient_equals_gradient_of_window_mean() -> None:
         for n in torch.randint(2, 30, (7,), generator=g)
     ]
     split = TokenizedSplit(rows, None, [len(r) - 1 for r in rows])
-    window = plan_epoch(list(range(7)), split.items, batch_size=2, accumulation=4)  # 2+2+2+1 rows
+    window = plan_epoch(list(range(7)), list(split.items), 2, 4)  # 2+2+2+1 rows
     model = _tiny_gpt2()
 
     for micro in window:

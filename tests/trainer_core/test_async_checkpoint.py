@@ -21,9 +21,9 @@ from tests.trainer_core.helpers import (
     run,
     tolerance,
 )
-from trainer_core.callbacks import TrainingCallback
-from trainer_core.checkpoint import STATE_FILE
-from trainer_core.spec import JobSpec
+from trainer_core.spec.callbacks import TrainingCallback
+from trainer_core.spec.job import JobSpec
+from trainer_core.spec.outputs import CHECKPOINT_STATE
 
 SPEC = {**CLASSIFICATION, "num_train_epochs": 3, "max_train_samples": 96, "max_eval_samples": 16,
         "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
@@ -34,8 +34,8 @@ SPEC = {**CLASSIFICATION, "num_train_epochs": 3, "max_train_samples": 96, "max_e
 STALLED_WRITER = """
 import sys, time
 from pathlib import Path
-import trainer_core.async_checkpoint as ac
-from trainer_core.spec import JobSpec
+import trainer_core.checkpoint.writer as ac
+from trainer_core.spec.job import JobSpec
 from trainer_core.train import train
 
 real, calls = ac.write_files, []
@@ -54,7 +54,7 @@ train(JobSpec.model_validate_json(Path(sys.argv[1]).read_text()), Path(sys.argv[
 
 
 def _state(folder: Path) -> dict[str, Any]:
-    state: dict[str, Any] = json.loads((folder / STATE_FILE).read_text())
+    state: dict[str, Any] = json.loads((folder / CHECKPOINT_STATE).read_text())
     return state
 
 
@@ -79,7 +79,7 @@ def test_kill_during_background_write_resumes_from_the_previous_checkpoint(
     checkpoint = out / "checkpoint"
     assert _state(checkpoint)["epoch"] == 1  # epoch 1's checkpoint: the one being replaced
     half = out / "checkpoint.tmp"
-    assert (half / "model.safetensors").is_file() and not (half / STATE_FILE).exists()
+    assert (half / "model.safetensors").is_file() and not (half / CHECKPOINT_STATE).exists()
 
     resumed = run(spec, out)
     assert resumed.summary["start_epoch"] == 1 and resumed.status == "completed"
@@ -97,7 +97,7 @@ class Saves(TrainingCallback):
         self.saves: list[dict[str, Any]] = []
 
     def on_checkpoint(self, info: dict[str, Any]) -> None:
-        assert (Path(info["path"]) / STATE_FILE).is_file()  # reported once it is on disk
+        assert (Path(info["path"]) / CHECKPOINT_STATE).is_file()  # reported once it is on disk
         self.saves.append(info)
 
 

@@ -4,13 +4,12 @@ with the weights and metrics of a run that was never interrupted."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from tests.support import Hold, with_env
 from tests.trainer_core.helpers import (
     CLASSIFICATION,
     final_weights,
@@ -18,20 +17,23 @@ from tests.trainer_core.helpers import (
     max_abs_diff,
     tolerance,
 )
-from trainer_core.spec import JobSpec
+from trainer_core.spec.job import JobSpec
 
 SPEC = {**CLASSIFICATION, "backend": "pytorch", "num_train_epochs": 3, "max_train_samples": 1000,
         "max_eval_samples": 50, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 3,
         "learning_rate": 2e-3}  # fmt: skip
 
 
-def _start(spec_file: Path, out: Path) -> subprocess.Popen[bytes]:
+STEPS_PER_EPOCH = 84  # ceil(1000 rows / (4 x 3))
+HOLD_STEP = STEPS_PER_EPOCH + 16  # in the middle of epoch 2, after epoch 1's checkpoint
+
+
+def _start(
+    spec_file: Path, out: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "trainer_core", "run", str(spec_file), "--output-dir", str(out)]
     return subprocess.Popen(
-        cmd,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        cmd, env=with_env(env or {}), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
 
 
@@ -45,16 +47,14 @@ def test_sigkill_mid_epoch_then_resume_equals_clean_run(tmp_path: Path) -> None:
     clean = _start(spec_file, tmp_path / "clean")
     assert clean.wait(timeout=300) == 0
 
-    victim = _start(spec_file, tmp_path / "crashed")
-    deadline = time.monotonic() + 240
-    while not _lines(tmp_path / "crashed" / "metrics.jsonl") and victim.poll() is None:
-        assert time.monotonic() < deadline, "epoch 1 never finished"
-        time.sleep(0.02)
-    time.sleep(0.3)  # into epoch 2
+    hold = Hold(tmp_path, HOLD_STEP)
+    victim = _start(spec_file, tmp_path / "crashed", hold.env())
+    hold.held(process=victim)  # parked in epoch 2: it cannot finish before the kill
+    assert len(_lines(tmp_path / "crashed" / "metrics.jsonl")) == 1
     victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=30)
-    assert victim.returncode == -signal.SIGKILL, "the job finished before it could be killed"
+    assert victim.wait(timeout=30) == -signal.SIGKILL
     assert not (tmp_path / "crashed" / "summary.json").exists()
+    hold.release()
 
     again = _start(spec_file, tmp_path / "crashed")
     assert again.wait(timeout=300) == 0

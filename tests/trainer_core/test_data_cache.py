@@ -1,6 +1,6 @@
 """The tokenized-data cache: a hit skips tokenization, a change of tokenizer or max_seq_length
 misses, the least recently used entry is evicted first, and a corrupt entry is rebuilt. Also: the
-numpy epoch plan equals ``plan_epoch``, and batches built by a loader worker equal those built on
+numpy epoch plan equals the plain reference plan, and batches built by a loader worker equal those built on
 the training thread."""
 
 from __future__ import annotations
@@ -12,15 +12,21 @@ import numpy as np
 import pytest
 import torch
 
-from tests.trainer_core.helpers import CAUSAL, final_weights, make_spec, max_abs_diff, run
-from trainer_core import data as data_module
-from trainer_core.accumulation import epoch_order, plan_epoch
-from trainer_core.cache import DataCache
-from trainer_core.data import JobData, load_job_data
-from trainer_core.epoch_index import EpochIndex, epoch_permutation
-from trainer_core.loader import EpochLoader, EpochPlan
-from trainer_core.models import load_tokenizer
-from trainer_core.spec import JobSpec
+from tests.trainer_core.helpers import (
+    CAUSAL,
+    final_weights,
+    make_spec,
+    max_abs_diff,
+    reference_plan,
+    run,
+)
+from trainer_core.data import load as data_module
+from trainer_core.data.cache import DataCache
+from trainer_core.data.load import JobData, load_job_data
+from trainer_core.data.loader import EpochLoader, EpochPlan
+from trainer_core.data.plan import EpochIndex, epoch_permutation
+from trainer_core.model.load import load_tokenizer
+from trainer_core.spec.job import JobSpec
 
 WORDS = [
     "the",
@@ -131,13 +137,13 @@ def test_clear_removes_every_entry(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("n", "b", "k"), [(101, 4, 4), (7, 2, 4), (64, 8, 1), (1, 3, 5)])
-def test_numpy_plan_equals_plan_epoch(n: int, b: int, k: int) -> None:
+def test_numpy_plan_equals_the_reference_plan(n: int, b: int, k: int) -> None:
     items = np.random.default_rng(n).integers(1, 40, n)
     for epoch in range(2):
-        order = epoch_order(n, 7, epoch)
-        assert epoch_permutation(n, 7, epoch).tolist() == order
-        expected = plan_epoch(order, items.tolist(), b, k)
-        assert list(EpochIndex(np.array(order), items, b, k)) == expected
+        permutation = epoch_permutation(n, 7, epoch)
+        assert sorted(permutation.tolist()) == list(range(n))
+        expected = reference_plan(permutation.tolist(), items.tolist(), b, k)
+        assert list(EpochIndex(permutation, items, b, k)) == expected
 
 
 def _batches(loader: EpochLoader, epoch: int) -> list[dict[str, object]]:

@@ -9,13 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from tests.support import Hold
 from tests.trainer_core.dist_runner import StepRecords
 from tests.trainer_core.helpers import (
     CAUSAL,
@@ -29,8 +29,8 @@ from tests.trainer_core.helpers import (
     tolerance,
 )
 from trainer_core.distributed import World, shard
-from trainer_core.errors import JobError
-from trainer_core.spec import JobSpec
+from trainer_core.spec.errors import JobError
+from trainer_core.spec.job import JobSpec
 from trainer_core.train import train
 
 TASKS = {"classification": CLASSIFICATION, "causal-lm": CAUSAL}
@@ -46,8 +46,8 @@ def torchrun(*args: str, nproc: int = 2) -> list[str]:
     return [*launcher, f"--nproc_per_node={nproc}", *args]
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(extra or {})}
 
 
 def _two_rank_spec(task: str, backend: str) -> dict[str, Any]:
@@ -168,18 +168,19 @@ def test_kill_9_at_world_size_2_then_resume(tmp_path: Path, single: Any) -> None
     spec_file, out = tmp_path / "spec.json", tmp_path / "out"
     spec_file.write_text(json.dumps(spec))
     command = torchrun("-m", "trainer_core", "run", str(spec_file), "--output-dir", str(out))
-    agent = subprocess.Popen(command, env=_env(), stdout=subprocess.DEVNULL,
+    # 240 rows / (4 x 2 x 2 ranks) = 15 steps an epoch: held 3 steps into epoch 2, after epoch
+    # 1's checkpoint, the job cannot finish before the kill.
+    hold = Hold(tmp_path, 18)
+    agent = subprocess.Popen(command, env=_env(hold.env()), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 300
-    while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():
-        assert agent.poll() is None and time.monotonic() < deadline, "epoch 1 never finished"
-        time.sleep(0.02)
+    hold.held(timeout=300, process=agent)
     ranks = _ranks(agent)
     for rank in ranks:
         rank.send_signal(signal.SIGKILL)
-    assert agent.wait(timeout=60) != 0, "the job finished before it could be killed"
+    assert agent.wait(timeout=60) != 0
     assert not (out / "summary.json").exists()
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks)
+    hold.release()
 
     again = subprocess.run(command, env=_env(), capture_output=True, timeout=300)
     assert again.returncode == 0, again.stderr.decode()[-3000:]

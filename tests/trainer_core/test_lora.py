@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from tests.trainer_core.helpers import CLASSIFICATION, initial_weights, make_spec, max_abs_diff, run
-from trainer_core.build import load_inputs
-from trainer_core.models import load_model
+from trainer_core.loop.build import load_inputs
+from trainer_core.model.load import load_model
 
 BACKENDS = ("pytorch", "accelerate", "trainer")
 LORA = {"r": 4, "alpha": 8, "target_modules": ["query", "value"]}

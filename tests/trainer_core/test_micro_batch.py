@@ -21,11 +21,11 @@ from tests.trainer_core.helpers import (
     run,
     tolerance,
 )
-from trainer_core.build import build_context, load_inputs
-from trainer_core.callbacks import TrainingCallback
-from trainer_core.errors import OutOfMemory
-from trainer_core.failpoints import OOM_ABOVE
-from trainer_core.spec import JobSpec
+from trainer_core.loop.build import build_context, load_inputs
+from trainer_core.spec.callbacks import TrainingCallback
+from trainer_core.spec.errors import OutOfMemory
+from trainer_core.spec.job import JobSpec
+from trainer_core.testing.failpoints import OOM_ABOVE
 
 BACKENDS = ("pytorch", "accelerate", "trainer")
 

@@ -19,12 +19,12 @@ from tests.trainer_core.helpers import (
     run,
     tolerance,
 )
-from trainer_core.accumulation import optimizer_steps_per_epoch
-from trainer_core.data import load_job_data
-from trainer_core.loader import EpochLoader, EpochPlan
-from trainer_core.models import load_model, load_tokenizer
-from trainer_core.optim import build_optimizer, build_scheduler
-from trainer_core.spec import JobSpec
+from trainer_core.data.load import load_job_data
+from trainer_core.data.loader import EpochLoader, EpochPlan
+from trainer_core.data.plan import optimizer_steps_per_epoch
+from trainer_core.model.load import load_model, load_tokenizer
+from trainer_core.model.optim import build_optimizer, build_scheduler
+from trainer_core.spec.job import JobSpec
 
 Mode = Literal["mean_over_k", "drop_partial_window"]
 

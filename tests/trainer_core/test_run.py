@@ -17,7 +17,7 @@ from tests.trainer_core.helpers import (
     run,
     tolerance,
 )
-from trainer_core.callbacks import StopRequest, TrainingCallback
+from trainer_core.spec.callbacks import StopRequest, TrainingCallback
 
 CLASSIFICATION_FIELDS = {"epoch", "train_loss", "eval_loss", "eval_accuracy", "eval_f1", "learning_rate",
                          "optimizer_steps", "samples_per_second", "peak_memory_bytes"}  # fmt: skip

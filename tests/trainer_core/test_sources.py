@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.trainer_core.helpers import make_spec, run
-from trainer_core.data import load_job_data
-from trainer_core.errors import DatasetError, ModelError
-from trainer_core.models import load_model, load_tokenizer
-from trainer_core.spec import JobSpec
+from trainer_core.data.load import load_job_data
+from trainer_core.model.load import load_model, load_tokenizer
+from trainer_core.spec.errors import DatasetError, ModelError
+from trainer_core.spec.job import JobSpec
 
 ROWS = [{"review": f"{'great fun' if i % 2 else 'dull and bad'} film number {i}", "stars": ["neg", "pos"][i % 2]}
         for i in range(60)]  # fmt: skip
@@ -92,7 +92,7 @@ def test_unreachable_hub_id_fails_fast_and_clearly() -> None:
 def test_cuda_requested_without_a_gpu_names_the_device_field(tmp_path: Path) -> None:
     import torch
 
-    from trainer_core.errors import JobError
+    from trainer_core.spec.errors import JobError
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible here")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from trainer_core.spec import JobSpec, example_spec
+from trainer_core.spec.job import JobSpec, example_spec
 
 BASE = {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment"}
 CAUSAL = {"model": "builtin:tiny-gpt2", "dataset": "builtin:tiny-stories", "task": "causal-lm"}
@@ -69,5 +69,5 @@ def test_accepts_hub_ids_and_paths(source: str) -> None:
 
 
 def test_importing_the_spec_does_not_import_torch() -> None:
-    code = "import sys, trainer_core, trainer_core.spec; sys.exit('torch' in sys.modules)"
+    code = "import sys, trainer_core, trainer_core.spec.job; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from tests.trainer_core.helpers import CLASSIFICATION, make_spec, run
-from trainer_core.callbacks import TrainingCallback
-from trainer_core.spec import JobSpec
+from trainer_core.spec.callbacks import TrainingCallback
+from trainer_core.spec.job import JobSpec
 
 
 class Steps(TrainingCallback):

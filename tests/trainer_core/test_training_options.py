@@ -21,7 +21,7 @@ from tests.trainer_core.helpers import (
     run,
     tolerance,
 )
-from trainer_core.errors import JobError
+from trainer_core.spec.errors import JobError
 
 BACKENDS = ("pytorch", "accelerate", "trainer")
 # bf16 rounds every matmul to 8 bits of mantissa, and how a product is blocked depends on the

@@ -10,10 +10,10 @@ import pytest
 
 from tests.trainer_core.helpers import CLASSIFICATION, make_spec
 from trainer_core.backends import get_backend
-from trainer_core.build import build_context, load_inputs
-from trainer_core.callbacks import NULL_CALLBACK, never_stop
-from trainer_core.loader import EpochLoader, EpochPlan
-from trainer_core.run import TrainingRun, WindowMismatch
+from trainer_core.data.loader import EpochLoader, EpochPlan
+from trainer_core.loop.build import build_context, load_inputs
+from trainer_core.loop.run import TrainingRun, WindowMismatch
+from trainer_core.spec.callbacks import NULL_CALLBACK, never_stop
 
 
 def _run_with_plan_k(backend: str, plan_k: int, out: Path) -> TrainingRun:

@@ -20,7 +20,7 @@ from gradacc.settings import Settings
 from tests.worker.tcp_proxy import CuttableProxy
 from worker.child import reporting
 from worker.child.reporting import DatabaseCallback
-from worker.child.stop import StopPoller
+from worker.child.stop import DatabaseStopCheck
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_writes_wait_out_an_outage_and_none_is_lost(
     job_id = running_job(direct)
     monkeypatch.setattr(reporting, "RETRY_MAX_S", 0.2)  # retry quickly in a test
     callback = DatabaseCallback(settings, job_id)
-    should_stop = StopPoller(settings, job_id)
+    should_stop = DatabaseStopCheck(settings, job_id)
     callback.on_start({"total_steps": 12, "num_train_samples": 48, "effective_batch_size": 4})
     callback.on_epoch_end(record(1))
     proxy.cut()

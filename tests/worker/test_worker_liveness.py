@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
+from tests.support import wait_until
 from worker.child.stop import process_alive
 
 
@@ -17,11 +17,8 @@ def test_a_running_process_is_alive_and_a_dead_or_unreaped_one_is_not() -> None:
     try:
         assert process_alive(sleeper.pid)
         sleeper.kill()
-        deadline = time.monotonic() + 10
-        while process_alive(sleeper.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
         # Killed but not yet waited for: a zombie, which still answers kill(pid, 0).
-        assert not process_alive(sleeper.pid)
+        wait_until(lambda: not process_alive(sleeper.pid), timeout=10, what="the kill", every=0.05)
         os.kill(sleeper.pid, 0)
     finally:
         sleeper.kill()

@@ -3,7 +3,7 @@
 The rule for a backend, as torchtune writes it for its recipes: the interface is not a vehicle for
 code reuse. A backend holds only what differs between libraries: its forward/backward/step lines
 and how its library decides that an optimizer window closes. The epoch loop, the loss meter, stop
-requests, progress, evaluation and checkpoints belong to the run (``trainer_core.run``); the
+requests, progress, evaluation and checkpoints belong to the run (``trainer_core.loop.run``); the
 accumulation math (windows, item counts, normalisation) to ``trainer_core.accumulation``. Two
 backends let the run drive them (``TrainingRun.drive``); the Trainer drives itself and calls the
 run's hooks from its callbacks, and the run checks its windows against the plan all the same.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from trainer_core.run import TrainingRun
+from trainer_core.loop.run import TrainingRun
 
 
 class Backend(Protocol):

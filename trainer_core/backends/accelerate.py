@@ -25,7 +25,7 @@ from accelerate.state import AcceleratorState, GradientState
 
 from trainer_core.accumulation import micro_step_loss
 from trainer_core.distributed import ddp_ready
-from trainer_core.run import TrainingRun
+from trainer_core.loop.run import TrainingRun
 
 
 class AccelerateLoop:

@@ -20,8 +20,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from trainer_core.accumulation import micro_step_loss
 from trainer_core.distributed import wrap
-from trainer_core.precision import autocast, grad_scaler
-from trainer_core.run import TrainingRun
+from trainer_core.loop.run import TrainingRun
+from trainer_core.model.precision import autocast, grad_scaler
 
 
 def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:

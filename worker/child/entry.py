@@ -13,18 +13,18 @@ from typing import TypeVar
 
 from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.files import resolve_file_sources
-from gradacc.jobs import add_event, transition_job
+from gradacc.jobs import add_event, fail_job, transition_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.retry import retry
 from gradacc.settings import Settings, get_settings
-from trainer_core.callbacks import TrainResult
-from trainer_core.errors import JobError
-from trainer_core.spec import JobSpec
+from trainer_core.spec.callbacks import TrainResult
+from trainer_core.spec.errors import JobError
+from trainer_core.spec.job import JobSpec
 from worker import exit_codes
 from worker.child.logs import configure_job_logging
-from worker.child.ranks import launch_ranks
+from worker.child.rank_launcher import launch_ranks
 from worker.child.reporting import DatabaseCallback, describe_error, jsonable
-from worker.child.stop import StopPoller
+from worker.child.stop import DatabaseStopCheck
 from worker.child.training import run_training
 
 T = TypeVar("T")
@@ -60,7 +60,11 @@ def train_and_record(settings: Settings, job_id: str, spec: JobSpec) -> int:
     callback = DatabaseCallback(settings, job_id, journal=journal)
     try:
         result = run_training(
-            spec, settings, job_id, callback=callback, should_stop=StopPoller(settings, job_id)
+            spec,
+            settings,
+            job_id,
+            callback=callback,
+            should_stop=DatabaseStopCheck(settings, job_id),
         )
     except JobError as exc:
         log.error("job %s failed: %s: %s", job_id, exc.code, exc.message)
@@ -94,15 +98,7 @@ def _retrying(write: Callable[[], T]) -> T:
 
 def _record_failure(settings: Settings, job_id: str, *, code: str, message: str) -> None:
     with session_scope(settings) as session:
-        if transition_job(
-            session,
-            job_id=job_id,
-            to=JobStatus.FAILED,
-            finished_at=utcnow(),
-            error_code=code,
-            error_message=message,
-        ):
-            add_event(session, job_id=job_id, kind="failed", message=f"{code}: {message}")
+        fail_job(session, job_id=job_id, code=code, message=message)
         session.commit()
 
 

@@ -24,7 +24,7 @@ from gradacc.models import Job, JobStatus, utcnow
 from gradacc.retry import Backoff, retry
 from gradacc.settings import Settings
 from gradacc.webhooks import queue_webhook
-from trainer_core.callbacks import TrainingCallback
+from trainer_core.spec.callbacks import TrainingCallback
 
 RETRY_MAX_S = 30.0
 # What the job's progress shows of its latest step record.

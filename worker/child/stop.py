@@ -10,15 +10,15 @@ import time
 from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.models import Job, JobStatus
 from gradacc.settings import Settings
-from trainer_core.callbacks import StopRequest
-from worker.child.ranks import PREEMPT_FILE
+from trainer_core.spec.callbacks import StopRequest
+from worker.child.rank_launcher import PREEMPT_FILE
 
 WORKER_PID_ENV = "GRADACC_WORKER_PID"  # a forked job's worker: the process it must not outlive
 STATUS_EVERY_S = 3.0  # the worker enforces a cancel by itself within ~1 s; this is the polite path
 PARENT_EVERY_S = 0.5  # a system call, no database
 
 
-class StopPoller:
+class DatabaseStopCheck:
     """``should_stop`` for the core: "cancel" once the job left "running"; "preempt" when the
     worker shuts down (SIGUSR1) or died (this process was re-parented, or the worker that forked
     it through its fork server is gone). Checks every ``PARENT_EVERY_S`` and reads the database
@@ -29,7 +29,7 @@ class StopPoller:
         self.job_id = job_id
         self.parent = os.getppid()
         self.worker_pid = int(os.environ.get(WORKER_PID_ENV) or 0) or None
-        # A multi-process job's launcher asks its rank 0 to preempt here (worker.child.ranks).
+        # A multi-process job's launcher asks its rank 0 to preempt here (worker.child.rank_launcher).
         self.preempt_file = settings.jobs_dir / job_id / PREEMPT_FILE
         self._next_check = 0.0
         self._next_read = 0.0

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gradacc.settings import Settings
-from trainer_core.callbacks import StopCheck, TrainingCallback, TrainResult
-from trainer_core.spec import JobSpec
+from trainer_core.spec.callbacks import StopCheck, TrainingCallback, TrainResult
+from trainer_core.spec.job import JobSpec
 
 
 def run_training(
@@ -20,7 +20,7 @@ def run_training(
     # Imported here so the worker's parent process (and the API) never load torch.
     import torch
 
-    from trainer_core.cache import DataCache
+    from trainer_core.data.cache import DataCache
     from trainer_core.train import train
 
     if settings.train_threads > 0:
@@ -29,8 +29,7 @@ def run_training(
 
     # resume=True: a job handed over after its worker died continues from its last checkpoint.
     # A shared cache: a second job or a retry on the same data skips tokenization.
-    cache_dir = settings.data_cache_dir
-    cache = DataCache(cache_dir, settings.data_cache_max_bytes) if cache_dir else None
+    cache = DataCache(settings.data_cache_dir, settings.data_cache_max_bytes)
     result: TrainResult = train(
         spec,
         settings.jobs_dir / job_id,

@@ -7,7 +7,7 @@ on the CPU only and single-threaded (``worker.fork_server.preload``), then forks
 in ~10-30 ms. Nothing has touched CUDA or started a thread pool in the server before it forks.
 
 If the worker dies, its fork server sees end-of-file and exits; a running child notices it was
-re-parented (``StopPoller``), checkpoints and stops, and the job is handed on.
+re-parented (``DatabaseStopCheck``), checkpoints and stops, and the job is handed on.
 ``GRADACC_FORK_SERVER=false`` starts a cold ``python -m worker.child.entry JOB_ID`` per job instead.
 """
 

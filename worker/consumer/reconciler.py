@@ -17,7 +17,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from gradacc.db import session_scope
-from gradacc.jobs import add_event, failed_attempts, transition_job
+from gradacc.jobs import add_event, fail_job, failed_attempts
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.settings import Settings
 
@@ -43,11 +43,13 @@ def reconcile_jobs(
         stale = now - timedelta(seconds=settings.stale_after_s)
         orphaned = (Job.status == JobStatus.RUNNING) & (Job.heartbeat_at < stale)
         query = select(Job.id, Job.status, failed_attempts(), Job.enqueued_at)
+        # In id order: each job's events lock its stream (gradacc.jobs.lock_job_stream), and two
+        # reconcilers taking those locks in one order cannot deadlock.
         for job_id, status, failures, enqueued_at in session.execute(
-            query.where(lost_queued | orphaned)
+            query.where(lost_queued | orphaned).order_by(Job.id)
         ).all():
             if status == JobStatus.RUNNING and failures >= settings.max_attempts:
-                if _fail_hopeless(session, job_id=job_id, attempts=failures, now=now):
+                if _fail_hopeless(session, job_id=job_id, attempts=failures):
                     report.failed.append(job_id)
                 continue
             if status == JobStatus.RUNNING and enqueued_at is not None and enqueued_at >= stale:
@@ -61,18 +63,11 @@ def reconcile_jobs(
     return report
 
 
-def _fail_hopeless(session: Session, *, job_id: str, attempts: int, now: datetime) -> bool:
-    failed = transition_job(
-        session,
-        job_id=job_id,
-        to=JobStatus.FAILED,
-        finished_at=now,
-        error_code="worker_lost",
-        error_message=f"the job lost its worker {attempts} times",
+def _fail_hopeless(session: Session, *, job_id: str, attempts: int) -> bool:
+    message = f"the job lost its worker {attempts} times"
+    return fail_job(
+        session, job_id=job_id, code="worker_lost", message=message, event="worker lost too often"
     )
-    if failed:
-        add_event(session, job_id=job_id, kind="failed", message="worker lost too often")
-    return failed
 
 
 def start_reconciler_thread(

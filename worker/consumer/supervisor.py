@@ -16,9 +16,10 @@ import time
 from datetime import UTC, datetime
 
 from sqlalchemy import update
+from sqlalchemy.exc import IntegrityError
 
 from gradacc.db import DATABASE_ERRORS, session_scope
-from gradacc.jobs import add_event, transition_job, update_running_job
+from gradacc.jobs import add_event, fail_job, release_job, update_running_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.settings import Settings
 from worker import exit_codes
@@ -122,34 +123,49 @@ def terminate_group(child: TrainingProcess, *, grace_s: float) -> None:
 
 
 def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | None) -> str:
-    """Record how the training process ended; returns the job's outcome for the task log."""
+    """Record how the training process ended, and let go of the job; returns the job's outcome
+    for the task log."""
     # SIGUSR1 can arrive before the runner installed its handler (while Python starts): that
     # kills it, which is a preemption too; nothing was trained that a checkpoint would lose.
     if returncode in (exit_codes.PREEMPTED, -signal.SIGUSR1):
-        return "preempted"  # still "running", no heartbeat: the reconciler hands it on
-    if returncode == -signal.SIGKILL and stopped_by is None:
-        return _hand_on_killed(settings, job_id)
+        outcome = "preempted"  # still "running", no heartbeat: the reconciler hands it on
+    elif returncode == -signal.SIGKILL and stopped_by is None:
+        outcome = _hand_on_killed(settings, job_id)
+    else:
+        outcome = _record_exit(settings, job_id, returncode, stopped_by)
+    with session_scope(settings) as session:
+        release_job(session, job_id=job_id, worker=worker_name())
+        session.commit()
+    return outcome
+
+
+def _record_exit(settings: Settings, job_id: str, returncode: int, stopped_by: str | None) -> str:
     exit_status = _describe(returncode)
     with session_scope(settings) as session:
+        job = session.get(Job, job_id)
+        if job is None:  # deleted meanwhile (a worker presumed dead): nothing left to record
+            return "deleted"
         # Still running after the process is gone: it died before recording an outcome.
-        if transition_job(
+        fail_job(
             session,
             job_id=job_id,
-            to=JobStatus.FAILED,
+            code="process_died",
+            message=f"training process exited with status {exit_status}",
             owned_by=worker_name(),  # not if another worker has taken the job over
-            finished_at=utcnow(),
-            error_code="process_died",
-            error_message=f"training process exited with status {exit_status}",
-        ):
-            add_event(session, job_id=job_id, kind="failed", message=f"exit status {exit_status}")
-        job = session.get(Job, job_id)
-        status = "unknown" if job is None else job.status
-        if stopped_by is not None or status == JobStatus.CANCELLED:
+            event=f"exit status {exit_status}",
+        )
+        session.refresh(job)
+        if stopped_by is not None or job.status == JobStatus.CANCELLED:
             # Killed by us, or it saw the cancel itself (e.g. before training began).
             reason = stopped_by or "cancelled"
             message = f"training process stopped ({reason}), exit status {exit_status}"
             add_event(session, job_id=job_id, kind="stopped", message=message)
-        session.commit()
+        status = job.status
+        try:
+            session.commit()
+        except IntegrityError:  # the row went between the read and the write
+            log.info("job %s was deleted while its outcome was written", job_id)
+            return "deleted"
         return status
 
 

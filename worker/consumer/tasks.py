@@ -17,14 +17,15 @@ from celery import Celery, current_app, shared_task
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 from pydantic import ValidationError
 
-from gradacc.db import session_scope
+from gradacc.db import get_sessionmaker, session_scope
 from gradacc.errors import InvalidRequest
-from gradacc.jobs import add_event, claim_job, throttle_if_busy, transition_job
-from gradacc.models import Job, JobStatus, utcnow
+from gradacc.jobs import add_event, claim_job, fail_job, release_job, throttle_if_busy
+from gradacc.models import Job, utcnow
 from gradacc.queue import RUN_JOB_TASK, create_celery_app, enqueue_job
 from gradacc.settings import Settings, get_settings
-from gradacc.sources import check_spec_allowed
-from trainer_core.spec import JobSpec
+from gradacc.spec_limits import check_spec_allowed
+from gradacc.webhook_sender import WebhookSender
+from trainer_core.spec.job import JobSpec
 from worker.consumer import launcher, registry
 from worker.consumer.reconciler import start_reconciler_thread
 from worker.consumer.supervisor import (
@@ -75,16 +76,10 @@ def handle_job(job_id: str) -> str:
         refusal = _refusal(job, settings)
         if refusal is not None:
             # Deterministic: the same spec fails the same way on any worker, so no retry.
-            transition_job(
-                session,
-                job_id=job_id,
-                to=JobStatus.FAILED,
-                owned_by=worker,
-                finished_at=utcnow(),
-                error_code="invalid_request",
-                error_message=refusal,
+            fail_job(
+                session, job_id=job_id, code="invalid_request", message=refusal, owned_by=worker
             )
-            add_event(session, job_id=job_id, kind="failed", message=f"invalid_request: {refusal}")
+            release_job(session, job_id=job_id, worker=worker)
             session.commit()
             return "failed"
         message = f"started on {worker} (attempt {job.attempts})"
@@ -117,7 +112,7 @@ def _refusal(job: Job, settings: Settings) -> str | None:
     return None
 
 
-_reconciler_stop = threading.Event()
+_stopping = threading.Event()
 
 
 @worker_ready.connect
@@ -134,7 +129,7 @@ def _start_reconciler(sender: Any = None, **_: Any) -> None:
     def enqueue(job_id: str) -> None:
         enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
 
-    start_reconciler_thread(settings, enqueue=enqueue, stop=_reconciler_stop)
+    start_reconciler_thread(settings, enqueue=enqueue, stop=_stopping)
 
 
 def _processes_of(settings: Settings, job_id: str) -> int:
@@ -145,17 +140,24 @@ def _processes_of(settings: Settings, job_id: str) -> int:
 
 
 @worker_ready.connect
+def _send_webhooks(sender: Any = None, **_: Any) -> None:
+    """The outbox is drained by every worker too: webhooks go out while no API runs."""
+    settings = get_settings()
+    WebhookSender(get_sessionmaker(settings), settings).start_thread(_stopping)
+
+
+@worker_ready.connect
 def _register(sender: Any = None, **_: Any) -> None:
     """Last of the ready hooks: the fork server is warm, so a registered worker can take a job."""
     settings = get_settings()
     registry.register(settings)
-    registry.start_heartbeat_thread(settings, stop=_reconciler_stop)
+    registry.start_heartbeat_thread(settings, stop=_stopping)
     log.info("worker %s ready", worker_name())
 
 
 @worker_shutdown.connect
 def _stop_reconciler(sender: Any = None, **_: Any) -> None:
-    _reconciler_stop.set()
+    _stopping.set()
     registry.unregister(get_settings())
 
 

@@ -13,7 +13,7 @@ from worker.fork_server.modes import leave_server_mode
 
 
 def run_forked(job_id: str, log_path: str, worker_pid: int) -> None:
-    os.environ[WORKER_PID_ENV] = str(worker_pid)  # watched by the child's StopPoller
+    os.environ[WORKER_PID_ENV] = str(worker_pid)  # watched by the child's DatabaseStopCheck
     os.setsid()  # a cancel kills the whole group (data-loader processes included)
     _let_server_die_with_worker()
     with open(log_path, "ab") as log:
@@ -30,7 +30,7 @@ def ready_probe() -> None:
 def _let_server_die_with_worker() -> None:
     """The server exits when the last holder of its "alive" pipe does. Every child inherits one
     end; the job's child drops it, so a worker's death ends its server and re-parents the job,
-    which ``StopPoller`` takes as a preemption (checkpoint, stop) instead of training on alone."""
+    which ``DatabaseStopCheck`` takes as a preemption (checkpoint, stop) instead of training on alone."""
     server = getattr(forkserver, "_forkserver")  # noqa: B009
     alive_fd = getattr(server, "_forkserver_alive_fd", None)
     if alive_fd is not None:

@@ -11,8 +11,8 @@ import atexit
 import os
 
 import worker.fork_server.child  # noqa: F401  (what a forked job unpickles: already imported)
-from trainer_core.warmup import warm_up
 from worker.fork_server.modes import enter_server_mode
+from worker.fork_server.warmup import warm_up
 
 enter_server_mode()
 warm_up()

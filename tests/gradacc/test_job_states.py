@@ -1,0 +1,114 @@
+"""The kernel's job state machine on both databases (``db_settings``: SQLite and PostgreSQL): the
+allowed transitions, failing a job (one way, with its event), the idempotent claim, letting go of
+a job, and the metrics upsert."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+from gradacc.db import session_scope
+from gradacc.errors import InvalidTransition, JobNotFound
+from gradacc.jobs import (
+    claim_job,
+    fail_job,
+    held_by_worker,
+    record_epoch_metrics,
+    release_job,
+    require_transition,
+)
+from gradacc.models import EpochMetric, Job, JobEvent, JobStatus, utcnow
+from gradacc.settings import Settings
+from tests.support import make_job, status_of
+
+
+def test_only_allowed_transitions_happen(db_settings: Settings) -> None:
+    job_id = make_job(db_settings)
+    with session_scope(db_settings) as session:
+        with pytest.raises(InvalidTransition, match="queued; it cannot become succeeded"):
+            require_transition(session, job_id=job_id, to=JobStatus.SUCCEEDED)
+        require_transition(session, job_id=job_id, to=JobStatus.RUNNING)
+        require_transition(session, job_id=job_id, to=JobStatus.SUCCEEDED)
+        for target in (JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.RUNNING):
+            with pytest.raises(InvalidTransition):
+                require_transition(session, job_id=job_id, to=target)
+        with pytest.raises(JobNotFound):
+            require_transition(session, job_id="job_missing", to=JobStatus.CANCELLED)
+        session.commit()
+    assert status_of(db_settings, job_id) == "succeeded"
+
+
+def test_a_job_is_claimed_once_unless_its_worker_went_silent(db_settings: Settings) -> None:
+    job_id = make_job(db_settings)
+    long_ago = utcnow() - timedelta(hours=1)
+    with session_scope(db_settings) as session:
+        claim = {"job_id": job_id, "stale_before": long_ago, "max_attempts": 3}
+        assert claim_job(session, worker="a", **claim)
+        assert not claim_job(session, worker="b", **claim), "a second delivery must not run it"
+        # Worker "a" stops beating: the job may be taken over, but only by one claimant.
+        recent = {**claim, "stale_before": utcnow() + timedelta(seconds=1)}
+        assert claim_job(session, worker="c", **recent)
+        job = session.get(Job, job_id)
+        assert job is not None
+        session.refresh(job)
+        assert (job.worker, job.attempts) == ("c", 2)
+        assert not claim_job(session, worker="d", **{**recent, "max_attempts": 2})
+
+
+def test_an_epoch_written_twice_is_one_row(db_settings: Settings) -> None:
+    job_id = make_job(db_settings)
+    with session_scope(db_settings) as session:
+        record_epoch_metrics(session, job_id=job_id, record={"epoch": 1, "train_loss": 0.9})
+        record_epoch_metrics(session, job_id=job_id, record={"epoch": 1, "train_loss": 0.7})
+        record_epoch_metrics(session, job_id=job_id, record={"epoch": 2, "train_loss": 0.5})
+        session.commit()
+        rows = session.scalars(
+            select(EpochMetric).where(EpochMetric.job_id == job_id).order_by(EpochMetric.epoch)
+        ).all()
+        assert [(r.epoch, r.train_loss, r.record["train_loss"]) for r in rows] == [
+            (1, 0.7, 0.7),
+            (2, 0.5, 0.5),
+        ]
+        count = select(func.count()).select_from(EpochMetric).where(EpochMetric.job_id == job_id)
+        assert session.scalar(count) == 2
+
+
+def test_failing_a_job_is_one_write_with_its_event(db_settings: Settings) -> None:
+    job_id = make_job(db_settings, status=JobStatus.RUNNING, worker="w1")
+    with session_scope(db_settings) as session:
+        assert not fail_job(session, job_id=job_id, code="x", message="y", owned_by="w2")
+        assert fail_job(session, job_id=job_id, code="process_died", message="exit status 1")
+        assert not fail_job(session, job_id=job_id, code="again", message="no")  # final now
+        session.commit()
+        job = session.get_one(Job, job_id)
+        events = session.scalars(select(JobEvent.message).where(JobEvent.job_id == job_id)).all()
+    assert (job.status, job.error_code, job.error_message) == (
+        "failed",
+        "process_died",
+        "exit status 1",
+    )
+    assert job.finished_at is not None and events == ["process_died: exit status 1"]
+
+
+def test_a_finished_job_is_held_until_its_worker_lets_go(db_settings: Settings) -> None:
+    job_id = make_job(db_settings)
+    long_ago = utcnow() - timedelta(hours=1)
+    with session_scope(db_settings) as session:
+        job = session.get_one(Job, job_id)
+        assert not held_by_worker(job, stale_after_s=60)  # never claimed
+        assert claim_job(session, job_id=job_id, worker="w", stale_before=long_ago, max_attempts=3)
+        require_transition(session, job_id=job_id, to=JobStatus.CANCELLED)
+        session.commit()
+        session.refresh(job)
+        assert held_by_worker(job, stale_after_s=60)  # cancelled, but its worker still stops it
+        assert not held_by_worker(job, stale_after_s=60, now=utcnow() + timedelta(minutes=5))
+        release_job(session, job_id=job_id, worker="someone else")
+        session.commit()
+        session.refresh(job)
+        assert held_by_worker(job, stale_after_s=60)
+        release_job(session, job_id=job_id, worker="w")
+        session.commit()
+        session.refresh(job)
+        assert not held_by_worker(job, stale_after_s=60)

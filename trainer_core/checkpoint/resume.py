@@ -1,0 +1,89 @@
+"""The one owner of resume: what a checkpoint records of the run, and putting it all back at once.
+
+A run saves, with the weights, the optimizer, the scheduler and the RNG states, a ``RunState``:
+where it stood (epoch, micro-batches done in it, optimizer steps), the micro-batch and K in force,
+the finished epochs' metrics and the partial epoch's loss sums. ``read_run_state`` reads it back
+(refusing a checkpoint of another spec), ``restore`` loads every tensor state into the run being
+built, and the run starts from the ``RunState`` (``trainer_core.loop``): nothing else reads a
+checkpoint to resume. (The Trainer backend hands the folder to ``Trainer.train`` as well: its own
+loop position is in ``trainer_state.json``.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from trainer_core.checkpoint.format import (
+    OPTIMIZER,
+    SCHEDULER,
+    load_weights,
+    read_state_json,
+    restore_rng,
+)
+from trainer_core.spec.errors import JobError
+from trainer_core.spec.job import JobSpec
+
+SAVE_POLICY_FIELDS = {"save_strategy", "save_steps", "save_interval_seconds", "save_total_limit"}
+
+
+def spec_fingerprint(spec: JobSpec) -> str:
+    """Identifies the spec a checkpoint belongs to: resuming under another spec is refused.
+    The checkpoint policy is left out: changing how often to save changes no result."""
+    spec_json = spec.model_dump_json(exclude=SAVE_POLICY_FIELDS)
+    return hashlib.sha256(spec_json.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where a run stands at a window boundary: ``gradacc_state.json`` of its checkpoint."""
+
+    epoch: int  # the epoch in progress (or the next one, at an epoch's end)
+    micro_step: int  # micro-batches of ``micro_batch_size`` rows done in that epoch
+    global_step: int  # optimizer steps since the job began
+    micro_batch_size: int
+    gradient_accumulation_steps: int
+    backend: str
+    spec: str  # spec_fingerprint
+    metrics: list[dict[str, Any]] = field(default_factory=list)  # the finished epochs' records
+    loss_sum: float = 0.0  # the partial epoch's loss meter, summed over every rank
+    loss_items: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunState:
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def read_run_state(checkpoint_dir: Path, spec: JobSpec) -> RunState | None:
+    """The state of the checkpoint in ``checkpoint_dir``, or None when there is none."""
+    saved = read_state_json(checkpoint_dir)
+    if saved is None:
+        return None
+    state = RunState.from_json(saved)
+    if state.spec != spec_fingerprint(spec):
+        raise JobError("output_dir holds a checkpoint of a different spec", param="output_dir")
+    return state
+
+
+def restore(
+    checkpoint_dir: Path,
+    *,
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> None:
+    """Everything a checkpoint holds besides the ``RunState``, at once: weights, optimizer and
+    scheduler state, and the RNG states (dropout and any other randomness continue exactly)."""
+    load_weights(checkpoint_dir, model)
+    optimizer.load_state_dict(torch.load(checkpoint_dir / OPTIMIZER, weights_only=True))
+    scheduler.load_state_dict(torch.load(checkpoint_dir / SCHEDULER, weights_only=True))
+    restore_rng(checkpoint_dir)

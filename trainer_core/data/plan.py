@@ -1,0 +1,70 @@
+"""The epoch plan, written once: which rows make each micro-batch and each optimizer window.
+
+An epoch is a seeded permutation of the training rows (a function of (seed, epoch) only, never of
+b or K), cut into micro-batches of ``b`` rows, grouped into windows of ``K`` micro-batches (the
+last window of an epoch may hold fewer). So (b, K) and (b·K, 1) see the same windows:
+ceil(ceil(n/b)/K) == ceil(n/(b·K)), and window j holds rows [j·b·K, (j+1)·b·K) of the permutation.
+Each micro-batch carries its window's item count N_W (``trainer_core.accumulation``).
+
+``EpochIndex`` keeps the permutation (8 bytes a row) and the item count of each window as numpy
+arrays, and makes micro-batch i when it is asked for: a list of ``MicroBatch`` objects would cost
+hundreds of MB per epoch at millions of rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import overload
+
+import numpy as np
+import torch
+
+from trainer_core.accumulation import MicroBatch
+
+
+def micro_batches_per_epoch(n_rows: int, batch_size: int) -> int:
+    return math.ceil(n_rows / batch_size)
+
+
+def optimizer_steps_per_epoch(n_rows: int, batch_size: int, accumulation: int) -> int:
+    """ceil(ceil(n/b)/K) = ceil(n/(b·K)): the same for every (b, K) of one effective batch."""
+    return math.ceil(micro_batches_per_epoch(n_rows, batch_size) / accumulation)
+
+
+def epoch_permutation(n_rows: int, seed: int, epoch: int) -> np.ndarray:
+    """The rows of one epoch in training order; a function of (seed, epoch) only."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n_rows, generator=generator).numpy()
+
+
+class EpochIndex(Sequence[MicroBatch]):
+    def __init__(
+        self, order: np.ndarray, items: np.ndarray, batch_size: int, accumulation: int
+    ) -> None:
+        self.order, self.batch_size, self.accumulation = order, batch_size, accumulation
+        self.n_micro = micro_batches_per_epoch(len(order), batch_size)
+        window_rows = batch_size * accumulation
+        starts = np.arange(0, len(order), window_rows)
+        ordered = items[order].astype(np.int64)
+        self.window_items = np.add.reduceat(ordered, starts) if len(order) else ordered
+
+    def __len__(self) -> int:
+        return self.n_micro
+
+    @overload
+    def __getitem__(self, index: int) -> MicroBatch: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[MicroBatch]: ...
+    def __getitem__(self, index: int | slice) -> MicroBatch | list[MicroBatch]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.n_micro))]
+        if index < 0:
+            index += self.n_micro
+        if not 0 <= index < self.n_micro:
+            raise IndexError(index)
+        b, k = self.batch_size, self.accumulation
+        rows = self.order[index * b : (index + 1) * b].tolist()
+        window = index // k
+        last = index % k == k - 1 or index == self.n_micro - 1
+        return MicroBatch(rows, window, int(self.window_items[window]), last)

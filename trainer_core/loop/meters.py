@@ -1,0 +1,104 @@
+"""The run's measurements between host syncs: the exact mean train loss of an epoch (Σ item losses
+/ Σ items, kept on the device), samples seen and the epoch's clock; and the process's peak memory."""
+
+from __future__ import annotations
+
+import resource
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from trainer_core.checkpoint.resume import RunState
+
+
+def batch_rows(batch: dict[str, Any]) -> int:
+    """The training rows a micro-batch holds: a rank's padding row in a ragged last micro-batch
+    (``n_rows`` 0, every label ignored) is not a sample."""
+    return int(batch.get("n_rows", batch["input_ids"].shape[0]))
+
+
+@dataclass(frozen=True)
+class Window:
+    """One optimizer window's sums: Σ item losses (on the device), items and rows."""
+
+    loss_sum: torch.Tensor
+    items: int
+    samples: int
+
+
+class LossMeter:
+    """Sums of the current optimizer window apart from the epoch's closed windows: a window that
+    is retried (out of memory) is dropped without a trace, and a window's own mean is known."""
+
+    def __init__(self, device: torch.device, resumed: RunState | None = None) -> None:
+        self.device = device
+        self.loss_sum = torch.tensor(resumed.loss_sum if resumed else 0.0, device=device)
+        self.loss_items = resumed.loss_items if resumed else 0
+        self.samples = 0
+        self.started_at = time.perf_counter()
+        self.drop_window()
+
+    def add(self, batch: dict[str, Any], summed: torch.Tensor) -> None:
+        self._window_sum += summed  # stays on the device: no host sync, no graph (detached)
+        self._window_items += int(batch["n_items"])
+        self._window_samples += batch_rows(batch)
+
+    def close_window(self) -> Window:
+        """The optimizer stepped: the window's sums join the epoch's, and are returned for its
+        step record."""
+        window = Window(self._window_sum, self._window_items, self._window_samples)
+        self.loss_sum += self._window_sum
+        self.loss_items += self._window_items
+        self.samples += self._window_samples
+        self.drop_window()
+        return window
+
+    def drop_window(self) -> None:
+        """The window is abandoned (it will be retried from its start)."""
+        self._window_sum = torch.zeros((), device=self.device)
+        self._window_items = self._window_samples = 0
+
+    def start_clock(self) -> None:
+        self.started_at = time.perf_counter()
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started_at
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+class StepMeter:
+    """What a step record needs between logging steps besides its window's loss: the samples of
+    the windows since the last record (counted as the LossMeter counts them) and the clock."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.samples = 0
+        self.since = self.started_at = time.perf_counter()
+
+    def add(self, window: Window) -> None:
+        self.samples += window.samples
+
+    def due(self, global_step: int) -> bool:
+        return global_step % self.every == 0
+
+    def take(
+        self, loss_sum: float, items: int, grad_norm: torch.Tensor | float | None
+    ) -> dict[str, Any]:
+        """The window's exact mean loss, the gradient norm and samples/s since the last record;
+        starts the next interval."""
+        now = time.perf_counter()
+        seconds = now - self.since
+        record = {
+            "train_loss": loss_sum / max(items, 1),
+            "grad_norm": None if grad_norm is None else float(grad_norm),  # host sync
+            "samples_per_second": round(self.samples / seconds, 2) if seconds > 0 else None,
+        }
+        self.samples, self.since = 0, now
+        return record

@@ -1,0 +1,100 @@
+"""Load the job's model and tokenizer: built-in, a local ``save_pretrained`` directory, or a hub id.
+
+``trust_remote_code`` is never enabled. Weights that are created (a built-in model, a new
+classification head) are initialised from the job's seed, so every backend starts identical.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from trainer_core.builtin.models import builtin_config, builtin_tokenizer
+from trainer_core.spec.errors import ModelError
+from trainer_core.spec.job import JobSpec
+from trainer_core.spec.sources import classify_source, local_path
+
+
+def load_tokenizer(spec: JobSpec) -> PreTrainedTokenizerBase:
+    if classify_source(spec.model) == "builtin":
+        return builtin_tokenizer(spec.model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(_source(spec.model), trust_remote_code=False)
+    except Exception as exc:
+        raise ModelError(
+            f"model: cannot load a tokenizer for {spec.model!r} (offline or unknown?): {exc}",
+            param="model",
+        ) from exc
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ModelError("model: tokenizer has neither a pad nor an eos token", param="model")
+        tokenizer.pad_token = tokenizer.eos_token  # padded positions are masked out of the loss
+    return tokenizer
+
+
+def _source(model: str) -> str:
+    """What ``from_pretrained`` gets: a local directory, or a hub id."""
+    kind = classify_source(model)
+    if kind == "hub":
+        return model
+    if kind == "file":  # the service resolves upload ids to paths; reaching here is a bug there
+        raise ModelError(f"model: uploaded file {model!r} was not resolved", param="model")
+    path = local_path(model)
+    if not path.is_dir():
+        raise ModelError(f"model: directory {model!r} does not exist", param="model")
+    return str(path)
+
+
+def _label_kwargs(label_names: list[str]) -> dict[str, object]:
+    return {
+        "num_labels": len(label_names),
+        "id2label": dict(enumerate(label_names)),
+        "label2id": {name: i for i, name in enumerate(label_names)},
+    }
+
+
+def load_model(
+    spec: JobSpec, tokenizer: PreTrainedTokenizerBase, label_names: list[str] | None
+) -> PreTrainedModel:
+    torch.manual_seed(spec.seed)  # new weights (a built-in model, a fresh head) follow the seed
+    auto = AutoModelForCausalLM if spec.task == "causal-lm" else AutoModelForSequenceClassification
+    kwargs = _label_kwargs(label_names) if label_names is not None else {}
+    if classify_source(spec.model) == "builtin":
+        config: PretrainedConfig = builtin_config(spec.model, tokenizer)
+        for key, value in kwargs.items():
+            setattr(config, key, value)
+        model = auto.from_config(config)  # type: ignore[no-untyped-call]
+    else:
+        try:
+            model = auto.from_pretrained(_source(spec.model), trust_remote_code=False, **kwargs)
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise ModelError(
+                f"model: cannot load {spec.model!r} for {spec.task} (offline or unknown?): {exc}",
+                param="model",
+            ) from exc
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    if tokenizer.pad_token_id is not None and tokenizer.pad_token_id >= model.config.vocab_size:
+        raise ModelError("model: tokenizer and model vocabularies disagree", param="model")
+    if spec.gradient_checkpointing:
+        # Re-computes activations in backward instead of keeping them; non-reentrant, so frozen
+        # inputs (LoRA) still get gradients.
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False}
+        )
+    if spec.lora is not None:
+        from trainer_core.model.lora import apply_lora  # peft is imported only for LoRA jobs
+
+        return cast(PreTrainedModel, apply_lora(model, spec))
+    return cast(PreTrainedModel, model)

@@ -1,0 +1,54 @@
+"""LoRA through the ``peft`` library: adapters on a frozen model, saved on their own and, on
+request, merged into a plain ``transformers`` model. Imported only for jobs that ask for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from peft import LoraConfig, TaskType, get_peft_model
+from peft.utils import set_peft_model_state_dict
+from safetensors.torch import load_file
+from transformers import PreTrainedModel
+
+from trainer_core.spec.errors import ModelError
+from trainer_core.spec.job import JobSpec
+from trainer_core.spec.outputs import ADAPTER_DIR, MODEL_DIR
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+def apply_lora(model: PreTrainedModel, spec: JobSpec) -> Any:
+    """The model with adapters; only they (and a classification head, which is new) train."""
+    assert spec.lora is not None
+    task = TaskType.CAUSAL_LM if spec.task == "causal-lm" else TaskType.SEQ_CLS
+    config = LoraConfig(
+        r=spec.lora.r,
+        lora_alpha=spec.lora.alpha,
+        lora_dropout=spec.lora.dropout,
+        target_modules=list(spec.lora.target_modules) if spec.lora.target_modules else None,
+        task_type=task,
+    )
+    try:
+        return get_peft_model(model, config)
+    except ValueError as exc:  # e.g. target modules that the model does not have
+        raise ModelError(f"lora: {exc}", param="lora.target_modules") from exc
+
+
+def load_adapter_weights(model: Any, path: Path) -> None:
+    """A checkpoint's adapters (and trained head) back into the model built for the job."""
+    set_peft_model_state_dict(model, load_file(str(path / ADAPTER_WEIGHTS)))
+
+
+def save_outputs(model: Any, tokenizer: Any, output_dir: Path, *, merge: bool) -> dict[str, str]:
+    """``adapter/`` always; ``model/`` (adapters merged into a plain model) when asked."""
+    adapter, full = output_dir / ADAPTER_DIR, output_dir / MODEL_DIR
+    saved = {"adapter_dir": str(adapter)}
+    model.save_pretrained(adapter, safe_serialization=True)
+    tokenizer.save_pretrained(adapter)
+    if merge:
+        merged = model.merge_and_unload()
+        merged.save_pretrained(full, safe_serialization=True)
+        tokenizer.save_pretrained(full)
+        saved["model_dir"] = str(full)
+    return saved

@@ -1,0 +1,78 @@
+"""The value types, built-in names and checks of the job spec's fields (``trainer_core.spec.job``).
+Torch-free, like the whole ``spec`` package."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from trainer_core.spec.sources import FILE_ID_PREFIX, classify_source
+
+BUILTIN_MODELS = ("builtin:tiny-bert", "builtin:tiny-gpt2")
+# builtin model -> the tasks it can do (a BERT encoder has no causal attention mask)
+BUILTIN_MODEL_TASKS = {
+    "builtin:tiny-bert": ("sequence-classification",),
+    "builtin:tiny-gpt2": ("sequence-classification", "causal-lm"),
+}
+# builtin dataset -> does it carry labels?
+BUILTIN_DATASETS = {"builtin:sentiment": True, "builtin:tiny-stories": False}
+
+Task = Literal["sequence-classification", "causal-lm"]
+Backend = Literal["pytorch", "accelerate", "trainer"]
+SaveStrategy = Literal["epoch", "steps", "no"]
+SchedulerType = Literal[
+    "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup"
+]
+
+# A hub id: "name" or "owner/name", letters, digits, "-", "_", "." (no "..", no leading dot).
+# ASCII only (hub ids are); the API's schema states these very patterns (api/openapi.py).
+HUB_ID_PATTERN = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$"
+COLUMN_PATTERN = r"^[\w .-]{1,128}$"
+_HUB_ID = re.compile(HUB_ID_PATTERN)
+_COLUMN = re.compile(COLUMN_PATTERN)
+
+PositiveInt = Annotated[int, Field(ge=1)]
+MicroBatch = Annotated[int, Field(ge=1, le=65536)]
+MixedPrecision = Literal["no", "bf16", "fp16"]
+# Names as in TrainingArguments.optim.
+Optimizer = Literal["adamw_torch", "adamw_torch_fused", "sgd", "adafactor"]
+
+
+def check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
+    """Accept a builtin name, an uploaded file's id, a local path, or a hub id ("name" /
+    "owner/name", optional ":config")."""
+    if not value.strip():
+        raise ValueError(f"{what} must not be empty")
+    if value != value.strip():
+        raise ValueError(f"{what} must not start or end with whitespace")
+    if "\x00" in value or any(ord(ch) < 32 for ch in value):
+        raise ValueError(f"{what} contains control characters")
+    kind = classify_source(value)
+    if kind == "builtin":
+        if value not in builtins:
+            raise ValueError(
+                f"unknown builtin {what} {value!r}; choose one of {', '.join(builtins)}"
+            )
+        return value
+    if kind in ("local", "file"):
+        return value
+    if value.startswith(FILE_ID_PREFIX):
+        # Not a hub id that happens to start so: an upload's id, mistyped or cut short.
+        raise ValueError(
+            f"{what} {value!r} is not an uploaded file's id: those are 'file-' and 20 lowercase "
+            "hex digits, as POST /v1/files returned"
+        )
+    hub_id = value.split(":", 1)[0] if what == "dataset" else value
+    if not _HUB_ID.fullmatch(hub_id):
+        raise ValueError(
+            f"{what} {value!r} is neither a builtin, a local path, nor a hub id like 'owner/name'"
+        )
+    return value
+
+
+def check_column(value: str) -> str:
+    if not _COLUMN.fullmatch(value):
+        raise ValueError("column names are 1-128 letters, digits, spaces, '_', '-' or '.'")
+    return value

@@ -1,0 +1,24 @@
+"""The names of what a run writes in its output folder, in one place for the core that writes
+them and the service that serves them (``api.artifacts``) or reads them back (the worker).
+
+    <output_dir>/
+      model/              the final model (save_pretrained, safetensors) and its tokenizer
+      adapter/            a LoRA job's adapters (with merge_lora, model/ holds them merged)
+      checkpoint/         the latest checkpoint; older kept ones are checkpoint-<step>/
+        gradacc_state.json  our position in the run, written last: marks the folder complete
+      metrics.jsonl       one record per finished epoch
+      summary.json        the run's summary, once it ended
+      tensorboard/        event files, with report_to: ["tensorboard"]
+      train.log           the training process's log (the service's worker writes it)
+"""
+
+from __future__ import annotations
+
+MODEL_DIR = "model"
+ADAPTER_DIR = "adapter"
+CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_STATE = "gradacc_state.json"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+TENSORBOARD_DIR = "tensorboard"
+TRAIN_LOG = "train.log"

@@ -1,0 +1,57 @@
+"""Test-only switches that make rare moments happen on demand, on any machine. Never set them in
+production.
+
+``GRADACC_FAILPOINT_OOM_ABOVE=N``: any micro-batch of more than N rows raises
+``torch.OutOfMemoryError`` at its forward pass, as a GPU that cannot hold it would. It is read at
+every forward, so a test can set it in the middle of a run.
+
+``GRADACC_FAILPOINT_HOLD_AT=STEP:PATH``: after optimizer step STEP the run parks while the file
+PATH exists, and writes ``PATH.held`` once it is parked. A test that must act on a running job (a
+signal, a kill, a cancel) holds it there instead of racing a tiny job's length, then removes PATH
+to let it go. A stop request still ends the hold: a cancel at once, a preemption at this step.
+The ranks of a multi-process job hold and leave together (the run agrees on both).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+OOM_ABOVE = "GRADACC_FAILPOINT_OOM_ABOVE"
+HOLD_AT = "GRADACC_FAILPOINT_HOLD_AT"
+HOLD_POLL_S = 0.05
+
+
+def check_out_of_memory(rows: int) -> None:
+    limit = os.environ.get(OOM_ABOVE)
+    if limit and rows > int(limit):
+        raise torch.OutOfMemoryError(
+            f"failpoint {OOM_ABOVE}={limit}: a micro-batch of {rows} rows does not fit"
+        )
+
+
+def held_marker(gate: Path) -> Path:
+    """The file a held run writes (its pid inside) once it is parked at ``gate``."""
+    return gate.with_name(gate.name + ".held")
+
+
+def hold_at_step(step: int, *, keep_holding: Callable[[bool], bool]) -> None:
+    """Park here, after optimizer step ``step``, while the hold's file exists (see the module).
+    ``keep_holding(file_exists)`` decides each time: it checks stop requests (and may raise), and
+    makes the ranks of a job agree."""
+    value = os.environ.get(HOLD_AT)
+    if not value:
+        return
+    at, _, path = value.partition(":")
+    if int(at) != step:
+        return
+    gate, parked = Path(path), False
+    while keep_holding(gate.exists()):
+        if not parked:
+            held_marker(gate).write_text(str(os.getpid()))
+            parked = True
+        time.sleep(HOLD_POLL_S)
