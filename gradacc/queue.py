@@ -13,6 +13,7 @@ from typing import Any
 
 from celery import Celery
 
+from gradacc.broker_files import TRANSPORT as FILE_TRANSPORT
 from gradacc.settings import Settings
 
 RUN_JOB_TASK = "gradacc.run_job"
@@ -50,7 +51,10 @@ def broker_transport_options(settings: Settings) -> dict[str, Any]:
 
 def create_celery_app(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
     """The app with gradacc's queue settings; ``include`` names task modules (the worker's)."""
-    app = Celery("gradacc", broker=settings.resolved_broker_url(), include=list(include))
+    url = settings.resolved_broker_url()
+    app = Celery("gradacc", broker=url, include=list(include))
+    if url.startswith("filesystem"):
+        app.conf.broker_transport = FILE_TRANSPORT  # whole messages only (gradacc.broker_files)
     app.conf.update(
         broker_transport_options=broker_transport_options(settings),
         broker_connection_retry_on_startup=True,

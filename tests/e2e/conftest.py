@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -145,24 +146,42 @@ def path_of(settings: Settings, job_id: str) -> Path:
     return settings.jobs_dir / job_id
 
 
+def embedded_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a ``gradacc serve`` on the embedded defaults under ``home``."""
+    env = settings_env(Settings(home=home)) | (extra or {})
+    for name in ("GRADACC_DATABASE_URL", "GRADACC_BROKER_URL", "GRADACC_QUEUE"):
+        env.pop(name, None)
+    return env
+
+
+@contextmanager
+def embedded_serve(
+    folder: Path, *, env: dict[str, str] | None = None, workers: int = 1
+) -> Iterator[tuple[str, Path]]:
+    """``gradacc serve`` on the embedded defaults under ``folder/home``, ready (a worker alive):
+    (its base URL, its log file). Stopped as a person would (SIGTERM) on the way out."""
+    port, log_path = free_port(), folder / "serve.log"
+    argv = [sys.executable, "-m", "commands.cli", "serve", "--port", str(port),
+            "--workers", str(workers)]  # fmt: skip
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(argv, cwd=ROOT, env=embedded_env(folder / "home", env),
+                                   stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url) as client:
+            wait_ready(client, timeout_s=180)
+        yield url, log_path
+    finally:
+        process.terminate()
+        try:
+            process.wait(90)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 @pytest.fixture(scope="module")
 def served_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``gradacc serve --workers 1`` on the embedded defaults, over real HTTP: its base URL."""
-    tmp = tmp_path_factory.mktemp("served")
-    env = settings_env(Settings(home=tmp / "home"))
-    for name in ("GRADACC_DATABASE_URL", "GRADACC_BROKER_URL", "GRADACC_QUEUE"):
-        env.pop(name, None)
-    port = free_port()
-    with (tmp / "serve.log").open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "1"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-        try:
-            with httpx.Client(base_url=url) as client:
-                wait_ready(client)
-            yield url
-        finally:
-            process.terminate()
-            process.wait(60)
+    with embedded_serve(tmp_path_factory.mktemp("served")) as (url, _):
+        yield url
