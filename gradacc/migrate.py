@@ -44,7 +44,7 @@ def schema_problem(engine: Engine) -> str | None:
         try:
             found = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
         except DBAPIError as exc:
-            if not _missing_table(exc):
+            if not missing_schema(exc):
                 raise
             found = None
     if found == head_revision():
@@ -56,6 +56,9 @@ def schema_problem(engine: Engine) -> str | None:
     )
 
 
-def _missing_table(exc: DBAPIError) -> bool:
-    text_ = str(exc.orig).lower()
-    return "no such table" in text_ or "does not exist" in text_ or "undefinedtable" in text_
+def missing_schema(exc: BaseException) -> bool:
+    """``exc`` is the database saying a table does not exist (SQLite's and PostgreSQL's words)."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    said = str(exc.orig).lower()
+    return "no such table" in said or ("relation" in said and "does not exist" in said)

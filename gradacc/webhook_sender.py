@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gradacc.errors import InvalidRequest
 from gradacc.job_view import JobRead
 from gradacc.jobs import add_event
+from gradacc.migrate import missing_schema
 from gradacc.models import Job, WebhookDelivery, utcnow
 from gradacc.retry import Backoff
 from gradacc.settings import Settings
@@ -163,12 +164,18 @@ class WebhookSender:
 
     async def _run(self) -> None:
         timeout = httpx.Timeout(self.settings.webhook_timeout_s)
+        waiting_for_schema = False
         async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
             while True:
                 try:
                     await self.run_once(client)
-                except Exception:  # the database is away: try again next tick
-                    log.exception("webhook pass failed")
+                    waiting_for_schema = False
+                except Exception as exc:  # the database is away: try again next tick
+                    if not missing_schema(exc):
+                        log.exception("webhook pass failed")
+                    elif not waiting_for_schema:  # said once: not a traceback per tick
+                        log.warning("webhooks wait for the database schema (gradacc migrate)")
+                        waiting_for_schema = True
                 await asyncio.sleep(self.settings.webhook_poll_interval_s)
 
     async def run_once(self, client: httpx.AsyncClient) -> int:

@@ -161,6 +161,17 @@ CASES: list[tuple[str, bytes, str, int, str | None]] = [
     ("newline in column", body(text_column="text\n"), "json", 422, "text_column"),
     ("surrogate field name", b'{"\\udfff": 1}', "json", 422, None),
     ("zero-width dataset", body(dataset="\u200b"), "json", 422, "dataset"),
+    # upload ids mistyped (taken for hub ids once, and failing only at run time)
+    ("file id too short", body(dataset="file-abc"), "json", 422, "dataset"),
+    ("file id not hex", body(model="file-0123456789abcdefghij"), "json", 422, "model"),
+    (
+        "file id upper case",
+        body(eval_dataset="file-0123456789ABCDEF0123"),
+        "json",
+        422,
+        "eval_dataset",
+    ),
+    ("unknown file id", body(dataset="file-0123456789abcdef0123"), "json", 422, "dataset"),
 ]
 
 
@@ -199,6 +210,8 @@ def test_every_malformed_request_is_a_4xx_naming_the_field(
         assert error["param"] == param, (name, error)
         if param is not None:
             assert param in error["message"], (name, error)
+        if name.startswith("file id"):
+            assert "'file-' and 20 lowercase hex digits" in error["message"], (name, error)
         # The configured roots may be named (they tell the user where files go); nothing else
         # of this server's paths (the value's resolution) may be.
         shown = error["message"].replace(str(root), "ROOT")

@@ -5,16 +5,21 @@ it happens and writes it later, so a later row can carry an earlier time)."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import timedelta
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 from httpx_sse import connect_sse
+from sqlalchemy import func, select
 
-from gradacc.db import session_scope
+from api.stream_reads import Cursor, read_new
+from gradacc.db import get_read_engine, session_scope
 from gradacc.jobs import add_event
-from gradacc.models import utcnow
+from gradacc.models import JobEvent, utcnow
 from gradacc.settings import Settings
 from tests.conftest import TINY
+from tests.support import make_job
 
 
 def test_rows_written_out_of_time_order_all_reach_the_stream(
@@ -38,3 +43,38 @@ def test_rows_written_out_of_time_order_all_reach_the_stream(
         streamed
     )
     assert messages[-1].event == "job" and json.loads(messages[-1].data)["status"] == "cancelled"
+
+
+def test_a_row_that_commits_after_a_higher_id_still_reaches_the_stream(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """PostgreSQL hands out ids when rows are inserted, not when they commit. The stream's cursor
+    is the last id sent, so a row committed after a higher id was read would never be sent; the
+    writers of one job's rows take turns until commit instead (``gradacc.jobs.lock_job_stream``).
+    Here transaction A takes an id and holds it uncommitted while B tries to write after it."""
+    settings = Settings(home=tmp_path, database_url=pg_url)
+    job_id = make_job(settings)
+    engine = get_read_engine(pg_url)
+    with session_scope(settings) as first:
+        add_event(first, job_id=job_id, kind="first", message="an id taken, not yet committed")
+        first.flush()
+        taken = first.scalar(select(func.max(JobEvent.id)).where(JobEvent.job_id == job_id))
+        assert taken is not None
+        cursor = Cursor(events=taken - 1)  # a subscriber that has everything before it
+
+        def write_second() -> None:
+            with session_scope(settings) as second:
+                add_event(second, job_id=job_id, kind="second", message="committed first?")
+                second.commit()
+
+        writer = threading.Thread(target=write_second)
+        writer.start()
+        writer.join(timeout=1.0)  # without the turn-taking it commits here, ahead of "first"
+        streamed = read_new(engine, {job_id: cursor})
+        for item in streamed:  # the hub advances its cursor over what it read
+            cursor = Cursor(events=max(cursor.events, item.row_id))
+        first.commit()
+    writer.join(timeout=30)
+    assert not writer.is_alive()
+    streamed += read_new(engine, {job_id: cursor})
+    assert [item.data["kind"] for item in streamed] == ["first", "second"]

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -24,43 +21,10 @@ from gradacc.settings import Settings
 from gradacc.webhooks import SIGNATURE_HEADER, verify
 from tests.conftest import TINY
 from tests.support import wait_until
+from tests.webhook_receiver import Receiver, receiver
+
+__all__ = ["receiver"]  # the fixture, used by the tests below
 from worker.child.reporting import DatabaseCallback
-
-
-class Receiver(ThreadingHTTPServer):
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.received: list[tuple[str, dict[str, str], bytes]] = []
-        self.fail_first = 1  # answer 500 to the first request of /ok, then 200
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: Receiver
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["content-length"]))
-        self.server.received.append((self.path, dict(self.headers), body))
-        failing = self.path == "/down" or (self.path == "/ok" and self.server.fail_first > 0)
-        if self.path == "/ok" and self.server.fail_first > 0:
-            self.server.fail_first -= 1
-        self.send_response(500 if failing else 204)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
 
 
 def fast(settings: Settings, **more: Any) -> Settings:
