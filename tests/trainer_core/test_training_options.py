@@ -3,6 +3,8 @@ trains (and keeps accumulation exact where it changes the numbers), or is refuse
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from tests.trainer_core.helpers import (
     tolerance,
 )
 from trainer_core.spec.errors import JobError
+from trainer_core.spec.outputs import CHECKPOINT_DIR, CHECKPOINT_STATE
 
 BACKENDS = ("pytorch", "accelerate", "trainer")
 # bf16 rounds every matmul to 8 bits of mantissa, and how a product is blocked depends on the
@@ -98,3 +101,22 @@ def test_fp16_is_refused_on_cpu(tmp_path: Path) -> None:
     with pytest.raises(JobError, match="fp16 needs a GPU") as refused:
         run(spec, tmp_path)  # no GPU here: refused before any training
     assert refused.value.param == "mixed_precision"
+
+
+@pytest.mark.parametrize(
+    ("backend", "strategy"),
+    [("pytorch", "epoch"), ("pytorch", "steps"), ("pytorch", "no"), ("trainer", "no")],
+)
+def test_max_steps_ending_mid_run_saves_at_the_end_whatever_the_strategy(
+    backend: str, strategy: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last epoch is the one max_steps ends in (here the first of three asked for): the end
+    of the run always saves, and the log counts the epochs that run."""
+    spec = make_spec(CLASSIFICATION, backend=backend, num_train_epochs=3, max_steps=5,
+                     save_strategy=strategy, save_steps=500)  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="trainer_core"):
+        result = run(spec, tmp_path)
+    assert result.status == "completed" and len(result.metrics) == 1
+    state = json.loads((tmp_path / CHECKPOINT_DIR / CHECKPOINT_STATE).read_text())
+    assert (state["global_step"], state["epoch"], state["micro_step"]) == (5, 1, 0)
+    assert "epoch 1/1:" in caplog.text and "epoch 1/3" not in caplog.text
