@@ -78,13 +78,9 @@ def step_of(folder: Path) -> int:
 
 
 def load_weights(path: Path, model: PreTrainedModel) -> None:
-    """Load model weights; keys save_pretrained dropped must be tied to a loaded tensor. A LoRA
-    model's checkpoint holds its adapters (and head) only: the frozen base is rebuilt as before."""
-    if hasattr(model, "peft_config"):
-        from trainer_core.model.lora import load_adapter_weights
-
-        load_adapter_weights(model, path)
-        return
+    """Load model weights; a key the snapshot dropped must be tied to a loaded tensor (GPT-2's
+    lm_head is its embedding). A LoRA model's checkpoint holds its whole state dict too, under
+    peft's names: the adapters, the new head and the frozen base it was built on."""
     loaded = load_file(str(path / WEIGHTS))
     missing, unexpected = model.load_state_dict(loaded, strict=False)
     params = dict(model.state_dict())

@@ -7,15 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from peft import LoraConfig, TaskType, get_peft_model
-from peft.utils import set_peft_model_state_dict
-from safetensors.torch import load_file
 from transformers import PreTrainedModel
 
 from trainer_core.spec.errors import ModelError
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import ADAPTER_DIR, MODEL_DIR
-
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 def apply_lora(model: PreTrainedModel, spec: JobSpec) -> Any:
@@ -33,11 +29,6 @@ def apply_lora(model: PreTrainedModel, spec: JobSpec) -> Any:
         return get_peft_model(model, config)
     except ValueError as exc:  # e.g. target modules that the model does not have
         raise ModelError(f"lora: {exc}", param="lora.target_modules") from exc
-
-
-def load_adapter_weights(model: Any, path: Path) -> None:
-    """A checkpoint's adapters (and trained head) back into the model built for the job."""
-    set_peft_model_state_dict(model, load_file(str(path / ADAPTER_WEIGHTS)))
 
 
 def save_outputs(model: Any, tokenizer: Any, output_dir: Path, *, merge: bool) -> dict[str, str]:
