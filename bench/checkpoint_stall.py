@@ -1,8 +1,8 @@
 """Checkpoint stall per save: how long the training thread is blocked, synchronous vs asynchronous.
 
 GPT-2 models of about 0.1M, 10M and 100M parameters with AdamW state (one optimizer step taken).
-Synchronous: ``trainer_core.checkpoint.save_checkpoint`` (the former path: the thread writes
-everything). Asynchronous: ``CheckpointWriter.save`` (the thread copies the state to CPU memory;
+Synchronous: the training thread copies the state and writes the files itself (``snapshot`` then
+``install``, what a save cost before the writer moved the files to a thread). Asynchronous: ``CheckpointWriter.save`` (the thread copies the state to CPU memory;
 the files are written by a background thread, whose time is printed as "background write"). The
 median of REPEATS saves; before each asynchronous save the previous write has finished, so the
 stall is the copy alone (a save issued while the previous write still runs waits for it).
@@ -23,7 +23,6 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, TrainerState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from trainer_core.checkpoint.format import save_checkpoint
 from trainer_core.checkpoint.writer import CheckpointWriter, Staging, install, snapshot
 
 SIZES = {  # n_embd, n_layer, vocab -> about this many parameters
@@ -63,7 +62,7 @@ def main() -> int:
             writer = CheckpointWriter(Path(out) / "async")
             for _ in range(args.repeats):
                 start = time.perf_counter()
-                save_checkpoint(Path(out) / "sync", **parts)  # type: ignore[arg-type]
+                install(Path(out) / "sync", snapshot(staging=Staging(), **parts), 1)  # type: ignore[arg-type]
                 sync.append(time.perf_counter() - start)
                 writer.save({}, **parts)
                 stall.append(writer.stalls[-1])
