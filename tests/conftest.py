@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +59,10 @@ def migrate(database_url: str) -> None:
     command.upgrade(config, "head")
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A migrated PostgreSQL database of its own for this test session (SQLAlchemy URL)."""
-    name = f"gradacc_test_{secrets.token_hex(4)}"
+@contextmanager
+def fresh_pg_database(prefix: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database (its SQLAlchemy URL), dropped on the way out."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
     try:
         admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
     except psycopg.Error as exc:
@@ -71,12 +72,19 @@ def pg_url() -> Iterator[str]:
     base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
     url = f"{base}/{name}"
     try:
-        migrate(url)
         yield url
     finally:
         get_engine(url).dispose()
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A migrated PostgreSQL database of its own for this test session (SQLAlchemy URL)."""
+    with fresh_pg_database("gradacc_test") as url:
+        migrate(url)
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -5,18 +5,15 @@ request logs a traceback. Once migrated, the same process serves (both databases
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
 from api.main import create_app
-from gradacc.db import get_engine
 from gradacc.settings import Settings
-from tests.conftest import PG_ADMIN_URL, TINY, migrate, service_missing
+from tests.conftest import TINY, fresh_pg_database, migrate
 from tests.support import wait_until
 
 
@@ -26,21 +23,8 @@ def bare_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Se
     if request.param == "sqlite":
         yield Settings(home=tmp_path)
         return
-    name = f"gradacc_bare_{secrets.token_hex(4)}"
-    try:
-        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
-    except psycopg.Error as exc:
-        service_missing("PostgreSQL", exc)
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-    url = f"{base}/{name}"
-    try:
+    with fresh_pg_database("gradacc_bare") as url:
         yield Settings(home=tmp_path, database_url=url)
-    finally:
-        get_engine(url).dispose()
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_an_unmigrated_database_is_refused_with_the_fix_named(
