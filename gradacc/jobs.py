@@ -204,7 +204,10 @@ def lock_job_stream(session: Session, *, job_id: str) -> None:
     higher one would otherwise never be sent. (SQLite has one writer at a time anyway.)"""
     if session.get_bind().dialect.name == "postgresql":
         key = text("SELECT pg_advisory_xact_lock(hashtext('gradacc-stream'), hashtext(:job))")
-        session.execute(key, {"job": job_id})
+        # No autoflush: the lock needs no pending row written, and a row's own error (a POST's
+        # idempotency race on the job it adds) belongs to the caller's commit, not to here.
+        with session.no_autoflush:
+            session.execute(key, {"job": job_id})
 
 
 def add_event(

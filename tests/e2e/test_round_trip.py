@@ -23,7 +23,7 @@ from gradacc.settings import Settings
 from tests.conftest import ROOT
 from tests.e2e.archives import attacks, tar_gz_of
 from tests.e2e.conftest import settings_env, settle_unfinished_jobs
-from tests.support import free_port, wait_final, wait_ready
+from tests.support import free_port, wait_final, wait_ready, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -220,7 +220,9 @@ def test_delete_of_a_file_in_use_is_409(served: Served) -> None:
     assert wait_final(alice, job_id, timeout=120)["status"] == "cancelled"
     assert alice.delete(f"/v1/files/{file_id}").status_code == 200
     assert not (served.settings.files_dir / file_id).exists()
-    assert alice.delete(f"/v1/jobs/{job_id}").status_code == 200
+    # 409 job_busy while its worker is still stopping it (if it ran), then deleted.
+    wait_until(lambda: alice.delete(f"/v1/jobs/{job_id}").status_code == 200, timeout=60,
+               what="DELETE once its worker let go")  # fmt: skip
     assert alice.get(f"/v1/jobs/{job_id}").status_code == 404
     assert not (served.settings.jobs_dir / job_id).exists()
 

@@ -9,7 +9,7 @@ from api.schemas import JobRead
 from gradacc.db import session_scope
 from gradacc.models import Job, JobEvent, JobStatus
 from gradacc.settings import Settings
-from tests.worker.test_job_states import make_job
+from tests.support import make_job
 from worker.child.reporting import DatabaseCallback
 
 

@@ -14,7 +14,7 @@ from gradacc.db import session_scope
 from gradacc.jobs import add_event, claim_job, throttle_if_busy
 from gradacc.models import Job, JobEvent, JobStatus, utcnow
 from gradacc.settings import Settings, get_settings
-from tests.worker.test_job_states import make_job
+from tests.support import make_job
 from worker.child.reporting import describe_error
 from worker.consumer.reconciler import reconcile_jobs
 from worker.consumer.tasks import handle_job
