@@ -44,15 +44,18 @@ class KeyCache:
     pay a database lookup for its key. The price: a key revoked in the database still works for
     up to ``ttl_s`` in each API process. Unknown and revoked keys are never kept."""
 
-    def __init__(self, ttl_s: float, max_keys: int = 10_000) -> None:
+    def __init__(
+        self, ttl_s: float, max_keys: int = 10_000, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.ttl_s = ttl_s
         self.max_keys = max_keys
+        self.clock = clock  # a test sets its own: no race with the real seconds
         self._entries: dict[str, tuple[str, float]] = {}  # key hash -> (tenant, expiry)
 
     def tenant_of(self, new_session: Callable[[], Session], *, token: str) -> str | None:
         key_hash = hash_key(token)
         cached = self._entries.get(key_hash)
-        now = time.monotonic()
+        now = self.clock()
         if cached is not None and cached[1] > now:
             return cached[0]
         with new_session() as session:
