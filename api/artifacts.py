@@ -20,21 +20,30 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gradacc.errors import ArtifactNotFound
+from trainer_core.spec.outputs import (
+    ADAPTER_DIR,
+    CHECKPOINT_DIR,
+    CHECKPOINT_STATE,
+    METRICS_FILE,
+    MODEL_DIR,
+    SUMMARY_FILE,
+    TRAIN_LOG,
+    WORKER_JOURNAL,
+)
 
-FOLDERS = ("model", "adapter", "checkpoint")  # downloaded as tar.gz (adapter: a LoRA job's)
+FOLDERS = (MODEL_DIR, ADAPTER_DIR, CHECKPOINT_DIR)  # downloaded as tar.gz (adapter: LoRA's)
 KINDS = {
-    "model": "model",
-    "adapter": "model",
-    "checkpoint": "checkpoint",
-    "train.log": "log",
-    "metrics.jsonl": "metrics",
-    "summary.json": "summary",
+    MODEL_DIR: "model",
+    ADAPTER_DIR: "model",
+    CHECKPOINT_DIR: "checkpoint",
+    TRAIN_LOG: "log",
+    METRICS_FILE: "metrics",
+    SUMMARY_FILE: "summary",
 }
-HIDDEN = {"pending_writes.jsonl"}  # the worker's own journal, not an output
+HIDDEN = {WORKER_JOURNAL}  # the worker's own journal, not an output
 CHUNK = 1 << 20
 BLOCK = tarfile.BLOCKSIZE
 STORED_SUFFIXES = (".safetensors", ".pt", ".bin", ".pth")  # weights and optimizer state
-CHECKPOINT_STATE = "gradacc_state.json"
 
 
 def _visible(name: str) -> bool:
@@ -158,7 +167,7 @@ def tail(path: Path, lines: int) -> bytes:
 
 def checkpoint_state(root: Path) -> dict[str, Any] | None:
     """The state the run saved with its latest checkpoint (epoch, step, metrics), if any."""
-    state_file = root / "checkpoint" / CHECKPOINT_STATE
+    state_file = root / CHECKPOINT_DIR / CHECKPOINT_STATE
     try:
         state: dict[str, Any] = json.loads(state_file.read_text())
         state["created_at"] = int(state_file.stat().st_mtime)

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from trainer_core.spec.callbacks import TrainingCallback
 from trainer_core.spec.job import JobSpec
+from trainer_core.spec.outputs import SUMMARY_FILE
 
 EXIT_BAD_SPEC = 2
 EXIT_JOB_ERROR = 3
@@ -63,7 +64,7 @@ class PrintEpochs(TrainingCallback):
 def finished_before(spec: JobSpec, output_dir: Path) -> bool:
     """``output_dir`` holds a completed run of this very spec."""
     try:
-        summary = json.loads((output_dir / "summary.json").read_text())
+        summary = json.loads((output_dir / SUMMARY_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return False
     return bool(summary.get("status") == "completed" and summary.get("spec") == spec.model_dump())

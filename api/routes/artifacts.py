@@ -10,6 +10,7 @@ from fastapi.responses import FileResponse, StreamingResponse
 from api import artifacts, job_services
 from api.deps import ReadEngineDep, SettingsDep, TenantDep
 from api.schemas import ArtifactList, CheckpointList, CheckpointRead, ErrorResponse
+from trainer_core.spec.outputs import TRAIN_LOG
 
 router = APIRouter(
     prefix="/jobs",
@@ -54,7 +55,8 @@ async def get_artifact(
 async def list_checkpoints(
     job_id: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
 ) -> CheckpointList:
-    """The job keeps its latest checkpoint (each epoch replaces it): zero or one entries."""
+    """The job's latest checkpoint (``checkpoint/``), zero or one entries; older ones kept by
+    ``save_total_limit`` are in /artifacts as ``checkpoint-<step>/``."""
     job_services.read_job(engine, job_id=job_id, tenant=tenant)
     state = artifacts.checkpoint_state(settings.jobs_dir / job_id)
     if state is None:
@@ -84,5 +86,5 @@ async def get_logs(
 ) -> Response:
     """The job's train.log: start line, epochs, library warnings, a failure's traceback."""
     job_services.read_job(engine, job_id=job_id, tenant=tenant)
-    text = artifacts.tail(settings.jobs_dir / job_id / "train.log", tail)
+    text = artifacts.tail(settings.jobs_dir / job_id / TRAIN_LOG, tail)
     return Response(text, media_type="text/plain; charset=utf-8")

@@ -10,6 +10,7 @@ them and the service that serves them (``api.artifacts``) or reads them back (th
       summary.json        the run's summary, once it ended
       tensorboard/        event files, with report_to: ["tensorboard"]
       train.log           the training process's log (the service's worker writes it)
+      pending_writes.jsonl  the service's journal of database writes that wait out an outage
 """
 
 from __future__ import annotations
@@ -22,3 +23,4 @@ METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 TENSORBOARD_DIR = "tensorboard"
 TRAIN_LOG = "train.log"
+WORKER_JOURNAL = "pending_writes.jsonl"

@@ -20,6 +20,7 @@ from gradacc.settings import Settings, get_settings
 from trainer_core.spec.callbacks import TrainResult
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.job import JobSpec
+from trainer_core.spec.outputs import WORKER_JOURNAL
 from worker import exit_codes
 from worker.child.logs import configure_job_logging
 from worker.child.rank_launcher import launch_ranks
@@ -56,7 +57,7 @@ def fail_early(settings: Settings, job_id: str, exc: JobError) -> int:
 def train_and_record(settings: Settings, job_id: str, spec: JobSpec) -> int:
     """Train (a one-process job, or rank 0 of several) and record the outcome; exit status."""
     # Writes a database outage held back, kept on disk by an earlier attempt, go out first.
-    journal = settings.jobs_dir / job_id / "pending_writes.jsonl"
+    journal = settings.jobs_dir / job_id / WORKER_JOURNAL
     callback = DatabaseCallback(settings, job_id, journal=journal)
     try:
         result = run_training(

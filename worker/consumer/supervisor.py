@@ -22,6 +22,7 @@ from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.jobs import add_event, fail_job, release_job, update_running_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.settings import Settings
+from trainer_core.spec.outputs import TRAIN_LOG
 from worker import exit_codes
 from worker.consumer.launcher import TrainingProcess, start
 
@@ -45,7 +46,7 @@ def supervise(settings: Settings, *, job_id: str) -> str:
     output_dir = settings.jobs_dir / job_id
     output_dir.mkdir(parents=True, exist_ok=True)
     # Forked from a pre-imported server (worker.consumer.launcher): no import on the job's path.
-    child = start(settings, job_id=job_id, log_path=output_dir / "train.log")
+    child = start(settings, job_id=job_id, log_path=output_dir / TRAIN_LOG)
     with session_scope(settings) as session:
         update_running_job(session, job_id=job_id, pid=child.pid)
         session.commit()
