@@ -84,8 +84,7 @@ def test_window_gradient_equals_gradient_of_window_mean() -> None:
     model = _tiny_gpt2()
 
     for micro in window:
-        loss, _ = micro_step_loss(model, collate(rows, None, micro, 0), causal=True)
-        loss.backward()
+        micro_step_loss(model, collate(rows, None, micro, 0), causal=True).loss.backward()
     accumulated = _grads(model)
 
     model.zero_grad()
@@ -109,7 +108,8 @@ def test_logged_loss_keeps_no_graph() -> None:
     """The running loss must not hold a graph alive across micro-steps (memory would grow with K)."""
     rows = [[1, 2, 3, 4], [5, 6, 7]]
     batch = collate(rows, None, MicroBatch([0, 1], 0, 5, True), 0)
-    loss, summed = micro_step_loss(_tiny_gpt2(), batch, causal=True)
+    step = micro_step_loss(_tiny_gpt2(), batch, causal=True)
+    loss, summed = step.loss, step.summed
     assert loss.requires_grad
     assert not summed.requires_grad and summed.grad_fn is None
     assert float(loss.detach()) == pytest.approx(float(summed) / 5)

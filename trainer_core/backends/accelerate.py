@@ -23,7 +23,7 @@ from accelerate import Accelerator
 from accelerate.data_loader import prepare_data_loader
 from accelerate.state import AcceleratorState, GradientState
 
-from trainer_core.accumulation import micro_step_loss
+from trainer_core.accumulation import MicroStep, micro_step_loss
 from trainer_core.distributed import ddp_ready
 from trainer_core.loop.run import TrainingRun
 
@@ -63,11 +63,11 @@ class AccelerateLoop:
         self.loader.set_epoch(epoch)  # DataLoaderShard re-applies its own epoch on every iter()
         yield from self.loader
 
-    def forward_backward(self, batch: dict[str, Any]) -> torch.Tensor:
+    def forward_backward(self, batch: dict[str, Any]) -> MicroStep:
         with self.accelerator.accumulate(self.model):  # decides sync_gradients for this batch
-            loss, summed = micro_step_loss(self.model, batch, self.causal)
-            self.accelerator.backward(loss * self.accelerator.gradient_accumulation_steps)
-        return summed
+            step = micro_step_loss(self.model, batch, self.causal)
+            self.accelerator.backward(step.loss * self.accelerator.gradient_accumulation_steps)
+        return step
 
     def window_closes(self, batch: dict[str, Any]) -> bool:
         return bool(self.accelerator.sync_gradients)

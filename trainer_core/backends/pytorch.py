@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer_core.accumulation import micro_step_loss
+from trainer_core.accumulation import MicroStep, micro_step_loss
 from trainer_core.distributed import wrap
 from trainer_core.loop.run import TrainingRun
 from trainer_core.model.precision import autocast, grad_scaler
@@ -45,14 +45,13 @@ class PlainLoop:
         for batch in self.ctx.loader:
             yield to_device(batch, self.ctx.device)
 
-    def forward_backward(self, batch: dict[str, Any]) -> torch.Tensor:
+    def forward_backward(self, batch: dict[str, Any]) -> MicroStep:
         with self._sync_context(batch):
             with autocast(self.ctx.spec.mixed_precision, self.ctx.device):
-                loss, summed = micro_step_loss(self.model, batch, self.ctx.causal)
-            if self.scaler is not None:
-                loss = self.scaler.scale(loss)
+                step = micro_step_loss(self.model, batch, self.ctx.causal)
+            loss = step.loss if self.scaler is None else self.scaler.scale(step.loss)
             loss.backward()  # type: ignore[no-untyped-call]  # loss is already Σ/N_window: gradients add up to the window mean
-        return summed
+        return step
 
     def _sync_context(self, batch: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
         """Inside a window a DDP rank keeps its gradients; the window's last backward syncs."""

@@ -62,9 +62,10 @@ class _ExactTrainer(Trainer):
         return_outputs: bool = False,
         num_items_in_batch: Any = None,
     ) -> Any:
-        loss, summed = micro_step_loss(model, inputs, self.training_run.ctx.causal)
-        self.training_run.after_micro_step(inputs, summed)
-        return loss
+        run = self.training_run
+        step = micro_step_loss(model, run.asked(inputs), run.ctx.causal)
+        run.after_micro_step(inputs, step)
+        return step.loss
 
 
 class _RunHooks(TrainerCallback):

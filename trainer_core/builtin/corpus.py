@@ -2,13 +2,16 @@
 
 ``sentiment``: short reviews whose label is the majority polarity of their sentiment words, so a
 tiny model learns it over a few epochs. ``tiny-stories``: sentences from a small grammar, for
-causal language modelling. Both have variable-length rows and a validation split.
+causal language modelling. Both have variable-length rows and a validation split; so has
+``chat-arithmetic`` (``chat_corpus``), conversations for chat fine-tuning.
 """
 
 from __future__ import annotations
 
 import random
 from functools import cache
+
+from trainer_core.builtin.chat_corpus import chat_arithmetic
 
 POSITIVE = [
     "great",
@@ -129,13 +132,15 @@ def tiny_stories(split: str) -> dict[str, list[object]]:
     return {"text": [_story(rng) for _ in range(SPLIT_SIZES[split])]}
 
 
-BUILDERS = {"builtin:sentiment": sentiment, "builtin:tiny-stories": tiny_stories}
+TEXT_BUILDERS = {"builtin:sentiment": sentiment, "builtin:tiny-stories": tiny_stories}
+BUILDERS = {**TEXT_BUILDERS, "builtin:chat-arithmetic": chat_arithmetic}
 
 
 def all_texts() -> list[str]:
-    """Every text of every built-in data set: the corpus the built-in tokenizers are trained on."""
+    """Every text of the text data sets: the corpus tiny-bert's and tiny-gpt2's tokenizers are
+    trained on (tiny-chat's: ``chat_corpus.chat_texts``)."""
     texts: list[str] = []
-    for build in BUILDERS.values():
+    for build in TEXT_BUILDERS.values():
         for split in SPLIT_SIZES:
             texts += [str(text) for text in build(split)["text"]]
     return texts

@@ -12,8 +12,9 @@ from tokenizers import (
     trainers,
 )
 
+from trainer_core.builtin.chat_corpus import chat_texts
 from trainer_core.builtin.corpus import all_texts
-from trainer_core.builtin.models import ASSETS
+from trainer_core.builtin.models import ASSETS, CHAT_SPECIAL_TOKENS
 
 
 def wordpiece() -> Tokenizer:
@@ -35,23 +36,25 @@ def wordpiece() -> Tokenizer:
     return tok
 
 
-def byte_bpe() -> Tokenizer:
+def byte_bpe(texts: list[str], vocab_size: int, special: list[str]) -> Tokenizer:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=384,
-        special_tokens=["<|endoftext|>"],
+        vocab_size=vocab_size,
+        special_tokens=special,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    tok.train_from_iterator(all_texts(), trainer)
+    tok.train_from_iterator(texts, trainer)
     return tok
 
 
 def main() -> None:
     ASSETS.mkdir(exist_ok=True)
     wordpiece().save(str(ASSETS / "tiny-bert-tokenizer.json"))
-    byte_bpe().save(str(ASSETS / "tiny-gpt2-tokenizer.json"))
+    byte_bpe(all_texts(), 384, ["<|endoftext|>"]).save(str(ASSETS / "tiny-gpt2-tokenizer.json"))
+    chat = byte_bpe(chat_texts(), 384, ["<|endoftext|>", *CHAT_SPECIAL_TOKENS])
+    chat.save(str(ASSETS / "tiny-chat-tokenizer.json"))
     print(f"wrote tokenizers to {ASSETS}")
 
 

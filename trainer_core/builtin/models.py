@@ -16,11 +16,27 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from trainer_core.spec.chat import CHATML_TEMPLATE
+
 ASSETS = Path(__file__).parent / "assets"
 MAX_POSITIONS = 512
+CHAT_SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>"]  # ChatML's turn markers, single tokens
 
 
 def builtin_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    if name == "builtin:tiny-chat":
+        # ChatML with generation markers; a turn ends with <|im_end|>, which is also what
+        # generation stops at (its EOS).
+        return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+            tokenizer_file=str(ASSETS / "tiny-chat-tokenizer.json"),
+            bos_token="<|endoftext|>",
+            eos_token="<|im_end|>",
+            unk_token="<|endoftext|>",
+            pad_token="<|endoftext|>",
+            additional_special_tokens=CHAT_SPECIAL_TOKENS,
+            chat_template=CHATML_TEMPLATE,
+            model_max_length=MAX_POSITIONS,
+        )
     if name == "builtin:tiny-bert":
         return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
             tokenizer_file=str(ASSETS / "tiny-bert-tokenizer.json"),
@@ -56,10 +72,11 @@ def builtin_config(name: str, tokenizer: PreTrainedTokenizerBase) -> PretrainedC
             classifier_dropout=0.0,
             pad_token_id=tokenizer.pad_token_id,
         )
+    chat = name == "builtin:tiny-chat"  # a little wider: it learns arithmetic in a demo's epochs
     return GPT2Config(
         vocab_size=len(tokenizer),
         n_positions=MAX_POSITIONS,
-        n_embd=32,
+        n_embd=64 if chat else 32,
         n_layer=2,
         n_head=2,
         resid_pdrop=0.0,

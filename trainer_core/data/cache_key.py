@@ -4,6 +4,8 @@
   for a folder or a hub dataset, the ``datasets`` fingerprint of the loaded splits;
 - the tokenizer: the SHA-256 of its full JSON definition (vocabulary, normaliser, post-processor);
 - ``max_seq_length``, the text and label columns, the task;
+- how rows read: the dataset format asked for and its columns, the chat template (the spec's and
+  the tokenizer's own), what is trained (``assistant_only_loss``, ``completion_only_loss``);
 - how the eval split is made: the hold-out's seed and percentage, ``max_train/eval_samples``.
 """
 
@@ -20,7 +22,7 @@ from trainer_core.spec.errors import ModelError
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.sources import classify_source, local_path
 
-CACHE_FORMAT = 1  # bump when the layout of an entry changes: old entries are then never hit
+CACHE_FORMAT = 2  # bump when the layout of an entry changes: old entries are then never hit
 
 
 def backend_json(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -29,6 +31,10 @@ def backend_json(tokenizer: PreTrainedTokenizerBase) -> str:
         raise ModelError("model: the data path needs a fast (Rust) tokenizer", param="model")
     text: str = backend.to_str()
     return text
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _identity(source: str) -> str | None:
@@ -63,15 +69,21 @@ def cache_key(
         "max_seq_length": spec.max_seq_length,
         "text_column": spec.text_column,
         "label_column": spec.resolved_label_column,
+        "dataset_format": spec.dataset_format,
     }
     keyed = {
         **description,
         "format": CACHE_FORMAT,
         "sources": sources,
-        "tokenizer": hashlib.sha256(backend_json(tokenizer).encode()).hexdigest(),
+        "tokenizer": _sha256(backend_json(tokenizer)),
         "model_max_length": min(tokenizer.model_max_length, 10**9),
         "max_train_samples": spec.max_train_samples,
         "max_eval_samples": spec.max_eval_samples,
+        "columns": [spec.messages_column, spec.prompt_column, spec.completion_column],
+        "chat_template": spec.chat_template,
+        "tokenizer_template": _sha256(str(getattr(tokenizer, "chat_template", None))),
+        "special_tokens": tokenizer.special_tokens_map,  # what templates and the EOS read
+        "trained": [spec.assistant_only_loss, spec.completion_only_loss],
     }
     if spec.eval_dataset is None and classify_source(spec.dataset) != "builtin":
         # a hold-out (built-ins bring a validation split): its seed and size pick the rows

@@ -12,17 +12,19 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import datasets
+import pyarrow as pa
 import pyarrow.compute as pc
 from transformers import PreTrainedTokenizerBase
 
 from trainer_core.builtin.corpus import BUILDERS
 from trainer_core.data.cache import DataCache
-from trainer_core.data.cache_key import backend_json, cache_key, data_identity
+from trainer_core.data.cache_key import cache_key, data_identity
+from trainer_core.data.encoding import check_columns, encoding_for, format_of
 from trainer_core.data.tokenized import (
     ArrowRows,
     IntColumn,
@@ -31,6 +33,7 @@ from trainer_core.data.tokenized import (
     tokenize_to,
     write_layout,
 )
+from trainer_core.spec.chat import ResolvedFormat
 from trainer_core.spec.errors import DatasetError
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.sources import classify_source, local_path
@@ -45,6 +48,7 @@ class TokenizedSplit:
     input_ids: Sequence[Any]  # rows of token ids: lists, or numpy views of the Arrow table
     labels: Sequence[int] | None  # classification only
     items: Sequence[int]  # supervised items per row
+    loss_mask: Sequence[Any] | None = None  # chat and prompt-completion: 1 where trained
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -55,6 +59,19 @@ class JobData:
     train: TokenizedSplit
     eval: TokenizedSplit
     label_names: list[str] | None  # classification only, index = class id
+    format: str = "text"  # what the rows were read as (trainer_core.spec.chat)
+    # Rows left out for having nothing to train (after truncation and the shift), per split.
+    dropped: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The splits as loaded, before tokenizing."""
+
+    train: datasets.Dataset
+    eval: datasets.Dataset
+    label_names: list[str] | None
+    format: ResolvedFormat
 
 
 def _load_source(source: str, param: str) -> datasets.DatasetDict:
@@ -117,32 +134,31 @@ def _train_and_eval(spec: JobSpec) -> tuple[datasets.Dataset, datasets.Dataset]:
     return parts["train"], parts["test"]
 
 
-def _check_columns(ds: datasets.Dataset, spec: JobSpec, param: str) -> None:
-    needed = [("text_column", spec.text_column)]
-    if spec.resolved_label_column is not None:
-        needed.append(("label_column", spec.resolved_label_column))
-    for field, column in needed:
-        if column not in ds.column_names:
-            raise DatasetError(
-                f"{field}: column {column!r} not found in {param} (columns: {ds.column_names})",
-                param=field,
-            )
-
-
 def _label_names(ds: datasets.Dataset, column: str) -> list[str]:
-    """Distinct labels, read in Arrow batches so a large split never becomes a Python list."""
+    """Distinct labels, read in Arrow batches so a large split never becomes a Python list. An
+    empty cell or a mix of numbers and text is refused, naming its row (1-based)."""
     unique: set[Any] = set()
+    seen = 0
     for batch in ds.with_format("arrow").iter(batch_size=100_000):
-        unique.update(pc.unique(batch.column(column)).to_pylist())
+        values = batch.column(column)
+        empty = pc.or_kleene(pc.is_null(values), pc.equal(pc.cast(values, pa.string()), ""))
+        if pc.any(empty).as_py():
+            row = seen + pc.index(empty, True).as_py() + 1
+            raise DatasetError(f"label_column: row {row} has no label", param="label_column")
+        unique.update(pc.unique(values).to_pylist())
+        seen += len(values)
     if all(isinstance(v, int) and not isinstance(v, bool) for v in unique):
         return [str(v) for v in sorted(unique)]  # ints keep their numeric order
-    return sorted(str(v) for v in unique)
+    if not all(isinstance(v, str) for v in unique):
+        raise DatasetError("label_column: labels mix numbers and text", param="label_column")
+    return sorted(unique)
 
 
-def _prepared(spec: JobSpec) -> tuple[datasets.Dataset, datasets.Dataset, list[str] | None]:
+def _prepared(spec: JobSpec) -> Prepared:
     train_ds, eval_ds = _train_and_eval(spec)
-    _check_columns(train_ds, spec, "dataset")
-    _check_columns(eval_ds, spec, "eval_dataset")
+    fmt = format_of(spec, train_ds.column_names)
+    check_columns(spec, fmt, train_ds.column_names, "dataset")
+    check_columns(spec, fmt, eval_ds.column_names, "eval_dataset")
     if spec.max_train_samples is not None:
         train_ds = train_ds.select(range(min(spec.max_train_samples, len(train_ds))))
     if spec.max_eval_samples is not None:
@@ -154,41 +170,39 @@ def _prepared(spec: JobSpec) -> tuple[datasets.Dataset, datasets.Dataset, list[s
             raise DatasetError(
                 "label_column: need at least 2 distinct labels", param="label_column"
             )
-    return train_ds, eval_ds, label_names
+    return Prepared(train_ds, eval_ds, label_names, fmt)
 
 
-def _max_length(spec: JobSpec, tokenizer: PreTrainedTokenizerBase) -> int:
-    # Never longer than the model's positions (tokenizers record it; huge values mean "unset").
-    limit = tokenizer.model_max_length
-    return min(spec.max_seq_length, limit) if limit < 1_000_000 else spec.max_seq_length
+FIELDS_IN_ERRORS = ("text_column", "label_column", "messages_column", "prompt_column",
+                    "chat_template")  # fmt: skip
 
 
 def _build(
     folder: Path,
     spec: JobSpec,
     tokenizer: PreTrainedTokenizerBase,
-    prepared: tuple[datasets.Dataset, datasets.Dataset, list[str] | None],
+    prepared: Prepared,
     fingerprint: str,
 ) -> None:
-    train_ds, eval_ds, label_names = prepared
-    encode = {
-        "tokenizer_json": backend_json(tokenizer),
-        "max_length": _max_length(spec, tokenizer),
-        "text_column": spec.text_column,
-        "label_column": spec.resolved_label_column,
-        "label_index": None if label_names is None else {n: i for i, n in enumerate(label_names)},
-    }
-    layout: dict[str, Any] = {"label_names": label_names}
-    for name, ds, param in (("train", train_ds, "dataset"), ("eval", eval_ds, "eval_dataset")):
+    encoding = encoding_for(spec, tokenizer, prepared.train.column_names, prepared.label_names)
+    layout: dict[str, Any] = {"label_names": prepared.label_names, "format": encoding.format}
+    dropped: dict[str, int] = {}
+    splits = (("train", prepared.train, "dataset"), ("eval", prepared.eval, "eval_dataset"))
+    for name, ds, param in splits:
         try:
-            layout[name] = tokenize_to(ds, folder, name, fingerprint, **encode)
+            layout[name], kept = tokenize_to(
+                ds, folder, name, fingerprint, encoding.encode,
+                with_indices=encoding.with_indices, **encoding.kwargs,
+            )  # fmt: skip
         except Exception as exc:  # raised in a map worker: name the field it is about
             text = str(exc)
-            for field in ("text_column", "label_column"):
-                if field in text:
-                    message = text[text.index(field) :].splitlines()[0]
-                    raise DatasetError(f"{message} ({param})", param=field) from exc
+            for spec_field in FIELDS_IN_ERRORS:
+                if spec_field in text:
+                    message = text[text.index(spec_field) :].splitlines()[0]
+                    raise DatasetError(f"{message} ({param})", param=spec_field) from exc
             raise
+        dropped[name] = len(ds) - kept
+    layout["dropped"] = dropped
     write_layout(folder, layout)
 
 
@@ -201,11 +215,21 @@ def _opened(folder: Path) -> JobData:
             IntColumn(table.column("label").to_numpy()) if "label" in table.column_names else None
         )
         items = IntColumn(table.column("n_items").to_numpy())
-        splits.append(TokenizedSplit(ArrowRows(table.column("input_ids")), labels, items))
+        names = table.column_names
+        mask = ArrowRows(table.column("loss_mask")) if "loss_mask" in names else None
+        splits.append(TokenizedSplit(ArrowRows(table.column("input_ids")), labels, items, mask))
     train, evaluation = splits
-    if len(train) == 0 or len(evaluation) == 0:
-        raise DatasetError("dataset: no usable rows after tokenization", param="dataset")
-    return JobData(train=train, eval=evaluation, label_names=layout["label_names"])
+    dropped = layout.get("dropped", {})
+    for split, param in ((train, "dataset"), (evaluation, "eval_dataset")):
+        if len(split) == 0:
+            left_out = dropped.get("train" if param == "dataset" else "eval", 0)
+            raise DatasetError(
+                f"{param}: no usable rows after tokenization ({left_out} rows had nothing to "
+                "train after truncation at max_seq_length: raise it, or check the trained "
+                "parts of the rows)",
+                param=param,
+            )
+    return JobData(train, evaluation, layout["label_names"], layout.get("format", "text"), dropped)
 
 
 def load_job_data(
@@ -227,7 +251,7 @@ def load_job_data(
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     if key is None or description is None:  # a folder or a hub dataset: datasets' fingerprint
-        sources = [prepared[0]._fingerprint, prepared[1]._fingerprint]
+        sources = [prepared.train._fingerprint, prepared.eval._fingerprint]
         key, description = cache_key(spec, tokenizer, sources)
     with cache.building(key, description) as folder:
         _build(folder, spec, tokenizer, prepared, fingerprint=key)

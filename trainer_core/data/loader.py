@@ -87,8 +87,12 @@ class EpochPlan(Dataset[dict[str, Any]]):
         epoch, index = key if isinstance(key, tuple) else (self.epoch, self.skip + key)
         micro = self.full_plan(epoch)[index]
         if not self.world.distributed:
-            return collate(self.split.input_ids, self.split.labels, micro, self.pad_id)
+            return self._collate(micro)
         return self._rank_share(micro)
+
+    def _collate(self, micro: MicroBatch) -> dict[str, Any]:
+        split = self.split
+        return collate(split.input_ids, split.labels, micro, self.pad_id, split.loss_mask)
 
     def _rank_share(self, micro: MicroBatch) -> dict[str, Any]:
         rows = shard(micro.rows, self.world)
@@ -96,7 +100,7 @@ class EpochPlan(Dataset[dict[str, Any]]):
         # it runs one row with every label ignored, a backward that adds exactly zero.
         own = MicroBatch(rows or micro.rows[:1], micro.window, micro.n_window_items,
                          micro.last_in_window)  # fmt: skip
-        batch = collate(self.split.input_ids, self.split.labels, own, self.pad_id)
+        batch = self._collate(own)
         if not rows:
             batch["labels"] = torch.full_like(batch["labels"], IGNORE_INDEX)
             batch["n_items"], batch["n_rows"] = 0, 0

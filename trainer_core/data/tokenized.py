@@ -2,9 +2,11 @@
 memory-mapped.
 
 A split is one Arrow table with ``input_ids`` (list<int32>), ``n_items`` (int32: 1 for
-classification, ``len - 1`` for a causal LM) and, for classification, ``label`` (int32). Reading it
-maps the files: a row is a zero-copy numpy view, so a process holds O(batch) rows in Python, not
-O(dataset), and the epoch plan needs only the compact ``n_items`` column.
+classification, ``len - 1`` for a causal LM's text, the trained tokens after the shift for chat and
+prompt-completion rows), for classification ``label`` (int32), and for chat and prompt-completion
+rows ``loss_mask`` (list<uint8>: 1 where a token is trained; ``trainer_core.data.chat``). Reading
+it maps the files: a row is a zero-copy numpy view, so a process holds O(batch) rows in Python,
+not O(dataset), and the epoch plan needs only the compact ``n_items`` column.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -89,7 +91,9 @@ class ArrowRows(Sequence[np.ndarray]):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _tokenizer(tokenizer_json: str, max_length: int) -> Tokenizer:
+def tokenizer_for(tokenizer_json: str, max_length: int) -> Tokenizer:
+    """The Rust tokenizer of this JSON definition, truncating at ``max_length`` (one per process
+    and definition)."""
     key = f"{max_length}:{tokenizer_json}"
     if key not in _TOKENIZERS:
         tokenizer = Tokenizer.from_str(tokenizer_json)
@@ -113,35 +117,62 @@ def encode_batch(
     texts = batch.column(text_column).to_pylist()
     if not all(isinstance(t, str) for t in texts):
         raise ValueError("text_column: every row must hold a string")
-    ids = [e.ids for e in _tokenizer(tokenizer_json, max_length).encode_batch_fast(texts)]
-    lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
-    flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lengths.sum()))
-    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int32)
-    rows = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
+    ids = [e.ids for e in tokenizer_for(tokenizer_json, max_length).encode_batch_fast(texts)]
     if label_index is None:
-        keep = lengths >= 2
-        return pa.table({"input_ids": rows, "n_items": lengths - 1}).filter(pa.array(keep))
+        lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+        return rows_table(ids, lengths - 1).filter(pa.array(lengths >= 2))
     assert label_column is not None
     try:
         labels = [label_index[str(v)] for v in batch.column(label_column).to_pylist()]
     except KeyError as exc:
         raise ValueError(f"label_column: label {exc.args[0]!r} not seen in training") from exc
-    items = np.ones(len(ids), dtype=np.int32)
-    return pa.table({"input_ids": rows, "n_items": items, "label": pa.array(labels, pa.int32())})
+    return rows_table(ids, np.ones(len(ids), dtype=np.int32), labels=labels)
+
+
+def _lists(rows: Sequence[Sequence[int]] | Sequence[np.ndarray], dtype: Any) -> pa.ListArray:
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype, count=int(lengths.sum()))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
+
+
+def rows_table(
+    ids: Sequence[Sequence[int]],
+    items: np.ndarray,
+    *,
+    labels: list[int] | None = None,
+    loss_mask: Sequence[np.ndarray] | None = None,
+) -> pa.Table:
+    """A split's rows as its Arrow table (the columns of the module docstring)."""
+    columns: dict[str, Any] = {"input_ids": _lists(ids, np.int32), "n_items": pa.array(items)}
+    if labels is not None:
+        columns["label"] = pa.array(labels, pa.int32())
+    if loss_mask is not None:
+        columns["loss_mask"] = _lists(loss_mask, np.uint8)
+    return pa.table(columns)
 
 
 def tokenize_to(
-    ds: datasets.Dataset, folder: Path, name: str, fingerprint: str, **encode: Any
-) -> list[str]:
-    """Tokenize ``ds`` into Arrow files ``folder/name*.arrow``; returns their names in order."""
+    ds: datasets.Dataset,
+    folder: Path,
+    name: str,
+    fingerprint: str,
+    encode: Callable[..., pa.Table] = encode_batch,
+    *,
+    with_indices: bool = False,
+    **kwargs: Any,
+) -> tuple[list[str], int]:
+    """Tokenize ``ds`` with ``encode`` into Arrow files ``folder/name*.arrow``; returns their
+    names in order and how many rows were left (a row with nothing to train is dropped)."""
     datasets.disable_progress_bars()  # a job's log gets its own progress, not one bar per map
     cores = len(os.sched_getaffinity(0))
     num_proc = max(1, min(cores, len(ds) // ROWS_PER_PROCESS))
     out = ds.with_format("arrow").map(
-        encode_batch,
+        encode,
+        with_indices=with_indices,
         batched=True,
         batch_size=2000,
-        fn_kwargs=encode,
+        fn_kwargs=kwargs,
         remove_columns=ds.column_names,
         cache_file_name=str(folder / f"{name}.arrow"),
         load_from_cache_file=False,
@@ -149,7 +180,7 @@ def tokenize_to(
         num_proc=num_proc if num_proc > 1 else None,
         desc=None,
     )
-    return [Path(f["filename"]).name for f in out.cache_files]
+    return [Path(f["filename"]).name for f in out.cache_files], len(out)
 
 
 def write_layout(folder: Path, layout: dict[str, Any]) -> None:

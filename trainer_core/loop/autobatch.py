@@ -84,8 +84,8 @@ def _measure(model: torch.nn.Module, batch: dict[str, Any], spec: JobSpec) -> in
     try:
         with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
             with autocast(spec.mixed_precision, device):
-                loss, _ = micro_step_loss(model, batch, spec.task == "causal-lm")
-            loss.backward()  # type: ignore[no-untyped-call]
+                step = micro_step_loss(model, batch, spec.task == "causal-lm")
+            step.loss.backward()  # type: ignore[no-untyped-call]
         if device.type == "cuda":
             return int(torch.cuda.max_memory_allocated(device))
         return _static_bytes(model) + sum(saved.values())

@@ -1,4 +1,5 @@
-"""Evaluation after each epoch: loss per item, plus accuracy and macro-F1 or perplexity."""
+"""Evaluation after each epoch: loss per item, plus accuracy and macro-F1, or perplexity and the
+mean token accuracy (argmax over the trained tokens, as OpenAI reports it) for a causal LM."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import torch
 
-from trainer_core.accumulation import MicroBatch, collate, summed_loss
+from trainer_core.accumulation import MicroBatch, collate, summed_loss, token_hits
 from trainer_core.data.load import TokenizedSplit
 from trainer_core.distributed import SINGLE, World, gather_lists, shard, sum_over_ranks
 
@@ -39,22 +40,34 @@ def evaluate(
     model.eval()
     causal = split.labels is None
     loss_sum = torch.zeros((), device=device)
+    hits = torch.zeros((), dtype=torch.long, device=device)
     predictions: list[torch.Tensor] = []
     rows = shard(list(range(len(split))), world)
     for start in range(0, len(rows), batch_size):
         chunk = MicroBatch(rows[start : start + batch_size], 0, 1, True)
-        batch: dict[str, Any] = collate(split.input_ids, split.labels, chunk, pad_id)
+        batch: dict[str, Any] = collate(
+            split.input_ids, split.labels, chunk, pad_id, split.loss_mask
+        )
         ids = batch["input_ids"].to(device)
         mask = batch["attention_mask"].to(device)
+        labels = batch["labels"].to(device)
         logits = model(input_ids=ids, attention_mask=mask).logits
-        loss_sum += summed_loss(logits, batch["labels"].to(device), causal)
-        if not causal:
+        loss_sum += summed_loss(logits, labels, causal)
+        if causal:
+            hits += token_hits(logits, labels)
+        else:
             predictions.append(logits.argmax(-1).cpu())
     model.train(was_training)
-    (total,) = sum_over_ranks([loss_sum.item()], world)  # host sync: once per evaluation
-    eval_loss = total / sum(split.items)
+    # host sync: once per evaluation
+    total, correct = sum_over_ranks([loss_sum.item(), float(hits.item())], world)
+    items = sum(split.items)
+    eval_loss = total / items
     if causal:
-        return {"eval_loss": eval_loss, "eval_perplexity": math.exp(min(eval_loss, 700.0))}
+        return {
+            "eval_loss": eval_loss,
+            "eval_perplexity": math.exp(min(eval_loss, 700.0)),
+            "eval_mean_token_accuracy": correct / items,
+        }
     assert split.labels is not None and num_classes is not None
     # Shards are contiguous and gathered in rank order: the predictions line up with the labels.
     predicted = gather_lists(torch.cat(predictions).tolist() if predictions else [], world)

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from trainer_core.accumulation import MicroStep
 from trainer_core.checkpoint.resume import RunState
 
 
@@ -21,16 +22,20 @@ def batch_rows(batch: dict[str, Any]) -> int:
 
 @dataclass(frozen=True)
 class Window:
-    """One optimizer window's sums: Σ item losses (on the device), items and rows."""
+    """One optimizer window's sums: Σ item losses (on the device), items and rows, and the
+    trained tokens predicted exactly (on the device) when they were counted."""
 
     loss_sum: torch.Tensor
     items: int
     samples: int
+    hits: torch.Tensor | None = None
 
 
 class LossMeter:
     """Sums of the current optimizer window apart from the epoch's closed windows: a window that
     is retried (out of memory) is dropped without a trace, and a window's own mean is known."""
+
+    _window_hits: torch.Tensor | None
 
     def __init__(self, device: torch.device, resumed: RunState | None = None) -> None:
         self.device = device
@@ -40,15 +45,20 @@ class LossMeter:
         self.started_at = time.perf_counter()
         self.drop_window()
 
-    def add(self, batch: dict[str, Any], summed: torch.Tensor) -> None:
-        self._window_sum += summed  # stays on the device: no host sync, no graph (detached)
+    def add(self, batch: dict[str, Any], step: MicroStep) -> None:
+        self._window_sum += step.summed  # stays on the device: no host sync, no graph (detached)
         self._window_items += int(batch["n_items"])
         self._window_samples += batch_rows(batch)
+        if step.hits is not None:
+            self._window_hits = (
+                step.hits if self._window_hits is None else self._window_hits + step.hits
+            )
 
     def close_window(self) -> Window:
         """The optimizer stepped: the window's sums join the epoch's, and are returned for its
         step record."""
-        window = Window(self._window_sum, self._window_items, self._window_samples)
+        window = Window(self._window_sum, self._window_items, self._window_samples,
+                        self._window_hits)  # fmt: skip
         self.loss_sum += self._window_sum
         self.loss_items += self._window_items
         self.samples += self._window_samples
@@ -59,6 +69,7 @@ class LossMeter:
         """The window is abandoned (it will be retried from its start)."""
         self._window_sum = torch.zeros((), device=self.device)
         self._window_items = self._window_samples = 0
+        self._window_hits = None
 
     def start_clock(self) -> None:
         self.started_at = time.perf_counter()
@@ -89,16 +100,22 @@ class StepMeter:
         return global_step % self.every == 0
 
     def take(
-        self, loss_sum: float, items: int, grad_norm: torch.Tensor | float | None
+        self,
+        loss_sum: float,
+        items: int,
+        grad_norm: torch.Tensor | float | None,
+        hits: float | None = None,
     ) -> dict[str, Any]:
-        """The window's exact mean loss, the gradient norm and samples/s since the last record;
-        starts the next interval."""
+        """The window's exact mean loss (and, counted, its token accuracy), the gradient norm
+        and samples/s since the last record; starts the next interval."""
         now = time.perf_counter()
         seconds = now - self.since
-        record = {
+        record: dict[str, Any] = {
             "train_loss": loss_sum / max(items, 1),
             "grad_norm": None if grad_norm is None else float(grad_norm),  # host sync
             "samples_per_second": round(self.samples / seconds, 2) if seconds > 0 else None,
         }
+        if hits is not None:
+            record["train_mean_token_accuracy"] = hits / max(items, 1)
         self.samples, self.since = 0, now
         return record

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import torch
 from tqdm import tqdm
 
+from trainer_core.accumulation import COUNT_HITS, MicroStep
 from trainer_core.checkpoint.resume import RunState
 from trainer_core.distributed import agree_on_stop, sum_over_ranks
 from trainer_core.loop.context import RunContext
@@ -39,9 +40,9 @@ class SteppingBackend(Protocol):
 
     def batches(self, epoch: int) -> Iterable[dict[str, Any]]: ...
 
-    def forward_backward(self, batch: dict[str, Any]) -> torch.Tensor:
-        """Back-propagate the micro-batch's share of its window's loss; the detached Σ of its
-        item losses (for the meter)."""
+    def forward_backward(self, batch: dict[str, Any]) -> MicroStep:
+        """Back-propagate the micro-batch's share of its window's loss; the step's detached
+        sums (for the meter)."""
         ...
 
     def window_closes(self, batch: dict[str, Any]) -> bool: ...
@@ -87,6 +88,7 @@ class TrainingRun:
         every = ctx.spec.logging_steps or max(1, math.ceil(ctx.steps_per_epoch / 50))
         self.steps = StepMeter(every)
         self.eval_every = (ctx.spec.eval_steps or every) if ctx.spec.eval_strategy == "steps" else 0
+        self._count_hits = self._records(self.global_step + 1)  # the window in progress
         # The last micro-batch closed its window in the plan, and no optimizer step followed yet.
         self._plan_closed_window = False
         if ctx.device.type == "cuda":
@@ -100,8 +102,8 @@ class TrainingRun:
         for epoch in range(ctx.start_epoch, ctx.num_epochs):
             self.begin_epoch(epoch)
             for batch in backend.batches(epoch):
-                summed = backend.forward_backward(batch)
-                self.after_micro_step(batch, summed)
+                step = backend.forward_backward(self.asked(batch))
+                self.after_micro_step(batch, step)
                 if backend.window_closes(batch):
                     grad_norm = backend.optimizer_step()
                     self.after_optimizer_step(grad_norm)
@@ -118,10 +120,15 @@ class TrainingRun:
         self.meter.start_clock()
         self.bar.set_description(f"epoch {epoch + 1}/{self.ctx.num_epochs}")
 
-    def after_micro_step(self, batch: dict[str, Any], summed: torch.Tensor) -> None:
+    def asked(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """The batch, asking for its token hits in a window whose step is recorded (causal LM)."""
+        batch[COUNT_HITS] = self._count_hits
+        return batch
+
+    def after_micro_step(self, batch: dict[str, Any], step: MicroStep) -> None:
         self._check_window(library_stepped=False)
         self._plan_closed_window = bool(batch["last_in_window"])
-        self.meter.add(batch, summed)
+        self.meter.add(batch, step)
         self.micro_step += 1
         if not self.world.distributed:
             self.stop.poll()  # ranks must stop at the same step: they agree once per window instead
@@ -135,6 +142,7 @@ class TrainingRun:
         self.steps.add(window)
         self.window_start = self.micro_step
         self.global_step += 1
+        self._count_hits = self._records(self.global_step + 1)
         self.bar.update(1)
         evaluate_now = self.eval_every > 0 and self.global_step % self.eval_every == 0
         if self.steps.due(self.global_step) or evaluate_now:
@@ -175,15 +183,16 @@ class TrainingRun:
         ctx = self.ctx
         # Every rank's share of the window (one small all-reduce, at logging steps only); a
         # single process sums only its own. .item(): a host sync, here only.
-        loss_sum, items, samples = sum_over_ranks(
-            [window.loss_sum.item(), float(window.items), float(self.steps.samples)], self.world
-        )
+        sums = [window.loss_sum.item(), float(window.items), float(self.steps.samples)]
+        if window.hits is not None:
+            sums.append(float(window.hits.item()))
+        loss_sum, items, samples, *hits = sum_over_ranks(sums, self.world)
         self.steps.samples = int(samples)
         micro_per_epoch = ctx.micro_batches_per_epoch()
         record: dict[str, Any] = {
             "step": self.global_step,
             "epoch": round(self.epoch + self.micro_step / micro_per_epoch, 4),  # fractional
-            **self.steps.take(loss_sum, int(items), grad_norm),
+            **self.steps.take(loss_sum, int(items), grad_norm, hits[0] if hits else None),
             "learning_rate": self.learning_rate(),
         }
         elapsed = time.perf_counter() - self.steps.started_at
@@ -193,6 +202,12 @@ class TrainingRun:
         if evaluate_now:
             record |= self._evaluate()
         self.callback.on_step_metrics(record)
+
+    def _records(self, step: int) -> bool:
+        """The window that ends in optimizer step ``step`` is recorded, and counts its token
+        hits (a causal LM's token accuracy: one argmax a micro-step, in those windows only)."""
+        evaluated = self.eval_every > 0 and step % self.eval_every == 0
+        return self.ctx.causal and (self.steps.due(step) or evaluated)
 
     def _agree_on_stop(self) -> None:
         request = agree_on_stop(self.stop.should_stop(), self.world)

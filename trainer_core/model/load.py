@@ -19,21 +19,38 @@ from transformers import (
 )
 
 from trainer_core.builtin.models import builtin_config, builtin_tokenizer
+from trainer_core.spec.chat import TEMPLATES
 from trainer_core.spec.errors import ModelError
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.sources import classify_source, local_path
 
 
+def unavailable(what: str, source: str, exc: Exception) -> ModelError:
+    """A model that cannot be had: for a hub id, the two ways that work offline."""
+    message = f"model: cannot load {what} {source!r}: {type(exc).__name__}: {exc}"
+    if classify_source(source) == "hub":
+        message += (
+            ". Without the hub (offline, or unreachable from this server), either upload the "
+            "model as an archive of a save_pretrained folder (POST /v1/files, purpose model) "
+            "and name its file id, or fill a Hugging Face cache with it on a connected machine "
+            "(huggingface-cli download ...) and mount that cache as this server's HF_HOME "
+            "(docs/models.md)"
+        )
+    return ModelError(message, param="model")
+
+
 def load_tokenizer(spec: JobSpec) -> PreTrainedTokenizerBase:
     if classify_source(spec.model) == "builtin":
-        return builtin_tokenizer(spec.model)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(_source(spec.model), trust_remote_code=False)
-    except Exception as exc:
-        raise ModelError(
-            f"model: cannot load a tokenizer for {spec.model!r} (offline or unknown?): {exc}",
-            param="model",
-        ) from exc
+        tokenizer = builtin_tokenizer(spec.model)
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(_source(spec.model), trust_remote_code=False)
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise unavailable("a tokenizer for", spec.model, exc) from exc
+    if spec.chat_template is not None:  # the job's template: used, and saved with the model
+        tokenizer.chat_template = TEMPLATES.get(spec.chat_template, spec.chat_template)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ModelError("model: tokenizer has neither a pad nor an eos token", param="model")
@@ -79,10 +96,7 @@ def load_model(
         except ModelError:
             raise
         except Exception as exc:
-            raise ModelError(
-                f"model: cannot load {spec.model!r} for {spec.task} (offline or unknown?): {exc}",
-                param="model",
-            ) from exc
+            raise unavailable(f"a {spec.task} model from", spec.model, exc) from exc
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     if tokenizer.pad_token_id is not None and tokenizer.pad_token_id >= model.config.vocab_size:

@@ -6,18 +6,32 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
+from jinja2 import TemplateSyntaxError, nodes
+from jinja2.ext import Extension
+from jinja2.parser import Parser
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import Field
 
+from trainer_core.spec.chat import TEMPLATES
 from trainer_core.spec.sources import FILE_ID_PREFIX, classify_source
 
-BUILTIN_MODELS = ("builtin:tiny-bert", "builtin:tiny-gpt2")
+BUILTIN_MODELS = ("builtin:tiny-bert", "builtin:tiny-gpt2", "builtin:tiny-chat")
 # builtin model -> the tasks it can do (a BERT encoder has no causal attention mask)
 BUILTIN_MODEL_TASKS = {
     "builtin:tiny-bert": ("sequence-classification",),
     "builtin:tiny-gpt2": ("sequence-classification", "causal-lm"),
+    "builtin:tiny-chat": ("causal-lm",),
 }
+# The built-in models whose tokenizer carries a chat template (with generation markers).
+BUILTIN_CHAT_MODELS = ("builtin:tiny-chat",)
 # builtin dataset -> does it carry labels?
-BUILTIN_DATASETS = {"builtin:sentiment": True, "builtin:tiny-stories": False}
+BUILTIN_DATASETS = {
+    "builtin:sentiment": True,
+    "builtin:tiny-stories": False,
+    "builtin:chat-arithmetic": False,
+}
+# builtin dataset -> its format (``trainer_core.spec.chat``); the others are text
+BUILTIN_DATASET_FORMATS = {"builtin:chat-arithmetic": "messages"}
 
 Task = Literal["sequence-classification", "causal-lm"]
 Backend = Literal["pytorch", "accelerate", "trainer"]
@@ -75,4 +89,39 @@ def check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
 def check_column(value: str) -> str:
     if not _COLUMN.fullmatch(value):
         raise ValueError("column names are 1-128 letters, digits, spaces, '_', '-' or '.'")
+    return value
+
+
+class _Generation(Extension):
+    """``{% generation %}...{% endgeneration %}``, the marker transformers' chat templates use
+    around trained text: parsed here only to check a template's syntax."""
+
+    tags = {"generation"}  # noqa: RUF012  # jinja2 declares it an instance attribute
+
+    def parse(self, parser: Parser) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body).set_lineno(lineno)
+
+
+MAX_TEMPLATE_CHARS = 65536
+
+
+def check_chat_template(value: str) -> str:
+    """A template's name (``chatml``) or a Jinja template that parses, as transformers reads
+    chat templates (loop controls, generation markers)."""
+    if value in TEMPLATES:
+        return value
+    if len(value) > MAX_TEMPLATE_CHARS:
+        raise ValueError(f"at most {MAX_TEMPLATE_CHARS} characters")
+    environment = ImmutableSandboxedEnvironment(extensions=[_Generation, "jinja2.ext.loopcontrols"])
+    try:
+        environment.parse(value)
+    except TemplateSyntaxError as exc:
+        raise ValueError(
+            f"not a Jinja template ({exc.message}, line {exc.lineno}); give a Jinja chat "
+            f"template or one of {', '.join(TEMPLATES)}"
+        ) from None
+    if "messages" not in value:
+        raise ValueError("a chat template renders `messages`; this one never reads them")
     return value

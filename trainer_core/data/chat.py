@@ -1,0 +1,163 @@
+"""Chat and instruction rows tokenized with what each trains: a ``loss_mask`` per token.
+
+A conversation is rendered with its chat template (transformers' own renderer, so the text is
+what ``apply_chat_template`` makes), and the character spans to train are found:
+- with ``{% generation %}`` markers in the template, the spans the markers enclose, which are
+  what ``apply_chat_template(..., return_assistant_tokens_mask=True)`` marks, one per assistant
+  message (those of weight 0 are left out);
+- without markers, each trained assistant message's own: the text that rendering the
+  conversation up to it (with the generation prompt) and up to its end tells apart, i.e. its
+  content and the end-of-turn text the template closes it with.
+A token is trained when it overlaps a span, the rule transformers marks tokens by. A
+prompt-completion row trains its completion and the EOS. ``n_items`` counts trained tokens after
+the causal shift: a row's first token predicts nothing, so it is never an item.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from transformers.utils.chat_template_utils import render_jinja_template
+
+from trainer_core.data.tokenized import rows_table, tokenizer_for
+from trainer_core.spec.chat import message_problems, prompt_completion_problems
+
+_GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
+Span = tuple[int, int]
+
+
+def has_generation_markers(template: str) -> bool:
+    return _GENERATION.search(template) is not None
+
+
+def _render(messages: list[dict[str, Any]], template: str, kwargs: dict[str, Any],
+            *, prompt: bool = False, spans: bool = False) -> tuple[str, list[Span]]:  # fmt: skip
+    # Annotated "-> str" upstream, it returns (texts, generation spans per text).
+    result: Any = render_jinja_template(
+        conversations=[messages],
+        chat_template=template,
+        return_assistant_tokens_mask=spans,
+        add_generation_prompt=prompt,
+        **kwargs,
+    )
+    rendered, indices = result
+    found: list[Span] = [(int(a), int(b)) for a, b in indices[0]] if spans else []
+    return str(rendered[0]), found
+
+
+def conversation_spans(
+    messages: list[dict[str, Any]], template: str, kwargs: dict[str, Any], *, assistant_only: bool
+) -> tuple[str, list[Span]]:
+    """The rendered conversation and the character spans to train in it."""
+    marked = has_generation_markers(template)
+    text, generated = _render(messages, template, kwargs, spans=marked)
+    if not assistant_only:
+        return text, [(0, len(text))]
+    assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    trained = [i for i in assistants if messages[i].get("weight", 1) != 0]
+    if marked:
+        if len(generated) == len(assistants):
+            return text, [
+                span for span, i in zip(generated, assistants, strict=True) if i in trained
+            ]
+        if len(trained) < len(assistants):
+            raise ValueError(
+                f"chat_template: its {len(generated)} generation blocks are not the conversation's "
+                f"{len(assistants)} assistant messages one for one, so weight 0 cannot be honoured"
+            )
+        return text, generated
+    spans = []
+    for i in trained:
+        before = _render(messages[:i], template, kwargs, prompt=True)[0]
+        upto = _render(messages[: i + 1], template, kwargs)[0]
+        if not (text.startswith(upto) and upto.startswith(before)):
+            raise ValueError(
+                "chat_template: it does not render a conversation as the start of its longer "
+                "versions, so an assistant message's tokens cannot be told apart; add "
+                "{% generation %} markers around what the assistant says"
+            )
+        spans.append((len(before), len(upto)))
+    return text, spans
+
+
+def token_mask(offsets: Sequence[tuple[int, int]], spans: Sequence[Span]) -> np.ndarray:
+    """1 for each token overlapping a span (spans and offsets in order: one pass)."""
+    mask = np.zeros(len(offsets), dtype=np.uint8)
+    s = 0
+    for t, (start, end) in enumerate(offsets):
+        while s < len(spans) and start >= spans[s][1]:
+            s += 1
+        if s == len(spans):
+            break
+        if end > spans[s][0]:
+            mask[t] = 1
+    return mask
+
+
+def _encoded(texts: list[str], spans: list[list[Span]], tokenizer_json: str,
+             max_length: int) -> pa.Table:  # fmt: skip
+    """Tokenize (with offsets, no special tokens added: the text carries them), mask, and keep
+    the rows with something to train after truncation and the shift."""
+    encodings = tokenizer_for(tokenizer_json, max_length).encode_batch(
+        texts, add_special_tokens=False
+    )
+    ids = [e.ids for e in encodings]
+    masks = [token_mask(e.offsets, row) for e, row in zip(encodings, spans, strict=True)]
+    items = np.array([int(m[1:].sum()) for m in masks], dtype=np.int32)
+    return rows_table(ids, items, loss_mask=masks).filter(pa.array(items > 0))
+
+
+def _problems(rows: list[Any], where: str, first_row: int, check: Any) -> None:
+    for offset, row in enumerate(rows):
+        problems = check(row)
+        if problems:
+            raise ValueError(f"{where}: row {first_row + offset + 1}: {problems[0]}")
+
+
+def encode_messages(
+    batch: pa.Table,
+    indices: list[int],
+    *,
+    tokenizer_json: str,
+    max_length: int,
+    messages_column: str,
+    template: str,
+    template_kwargs: dict[str, Any],
+    assistant_only: bool,
+) -> pa.Table:
+    """One ``map`` batch of conversations (``indices``: the rows' positions in the split)."""
+    conversations = batch.column(messages_column).to_pylist()
+    _problems(conversations, "messages_column", indices[0] if indices else 0,
+              lambda row: message_problems(row, messages_column))  # fmt: skip
+    rendered = [
+        conversation_spans(c, template, template_kwargs, assistant_only=assistant_only)
+        for c in conversations
+    ]
+    return _encoded([t for t, _ in rendered], [s for _, s in rendered], tokenizer_json, max_length)
+
+
+def encode_prompt_completion(
+    batch: pa.Table,
+    indices: list[int],
+    *,
+    tokenizer_json: str,
+    max_length: int,
+    prompt_column: str,
+    completion_column: str,
+    eos_token: str,
+    completion_only: bool,
+) -> pa.Table:
+    """One ``map`` batch of prompt-completion rows: the completion and the EOS are trained."""
+    rows = batch.select([prompt_column, completion_column]).to_pylist()
+    _problems(rows, "prompt_column", indices[0] if indices else 0,
+              lambda row: prompt_completion_problems(row, prompt_column, completion_column))  # fmt: skip
+    texts, spans = [], []
+    for row in rows:
+        text = row[prompt_column] + row[completion_column] + eos_token
+        texts.append(text)
+        spans.append([(len(row[prompt_column]) if completion_only else 0, len(text))])
+    return _encoded(texts, spans, tokenizer_json, max_length)

@@ -1,0 +1,121 @@
+"""How a job's rows become tokens: the dataset's format (found from its columns, or named), the
+columns that format reads, and the encoder (``tokenized.encode_batch`` for text and labels,
+``chat.encode_messages`` or ``chat.encode_prompt_completion``) with what it needs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from transformers import PreTrainedTokenizerBase
+
+from trainer_core.data.cache_key import backend_json
+from trainer_core.data.chat import encode_messages, encode_prompt_completion
+from trainer_core.data.tokenized import encode_batch
+from trainer_core.spec.chat import TEMPLATES, ResolvedFormat, resolve_format
+from trainer_core.spec.errors import DatasetError, ModelError
+from trainer_core.spec.job import JobSpec
+
+
+@dataclass(frozen=True)
+class Encoding:
+    format: ResolvedFormat
+    columns: list[tuple[str, str]]  # (spec field, column) that the rows must have
+    encode: Callable[..., pa.Table]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    with_indices: bool = False  # chat encoders name a bad row by its position
+
+
+def format_of(spec: JobSpec, columns: Sequence[str]) -> ResolvedFormat:
+    return resolve_format(
+        columns,
+        spec.dataset_format,
+        messages_column=spec.messages_column,
+        prompt_column=spec.prompt_column,
+        completion_column=spec.completion_column,
+    )
+
+
+def max_length(spec: JobSpec, tokenizer: PreTrainedTokenizerBase) -> int:
+    # Never longer than the model's positions (tokenizers record it; huge values mean "unset").
+    limit = tokenizer.model_max_length
+    return min(spec.max_seq_length, limit) if limit < 1_000_000 else spec.max_seq_length
+
+
+def chat_template_of(spec: JobSpec, tokenizer: PreTrainedTokenizerBase) -> str:
+    """The template a messages job renders with: the spec's (a name or Jinja), or the
+    tokenizer's own; it is saved with the model (``model.load.apply_chat_template``)."""
+    if spec.chat_template is not None:
+        return TEMPLATES.get(spec.chat_template, spec.chat_template)
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str):  # None, or a dict of named templates
+        raise ModelError(
+            f"chat_template: {spec.model} has no chat template of its own; give chat_template "
+            "('chatml' or a Jinja template), or use a model whose tokenizer has one",
+            param="chat_template",
+        )
+    return template
+
+
+def needed_columns(spec: JobSpec, fmt: ResolvedFormat) -> list[tuple[str, str]]:
+    """(spec field, column) that rows of this format must have."""
+    if fmt == "messages":
+        return [("messages_column", spec.messages_column)]
+    if fmt == "prompt-completion":
+        return [
+            ("prompt_column", spec.prompt_column),
+            ("completion_column", spec.completion_column),
+        ]
+    label = spec.resolved_label_column
+    return [("text_column", spec.text_column)] + ([("label_column", label)] if label else [])
+
+
+def encoding_for(
+    spec: JobSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    columns: Sequence[str],
+    label_names: list[str] | None,
+) -> Encoding:
+    fmt = format_of(spec, columns)
+    common: dict[str, Any] = {
+        "tokenizer_json": backend_json(tokenizer),
+        "max_length": max_length(spec, tokenizer),
+    }
+    if fmt == "messages":
+        kwargs = common | {
+            "messages_column": spec.messages_column,
+            "template": chat_template_of(spec, tokenizer),
+            "template_kwargs": dict(tokenizer.special_tokens_map),  # as apply_chat_template does
+            "assistant_only": spec.assistant_only_loss,
+        }
+        return Encoding(fmt, needed_columns(spec, fmt), encode_messages, kwargs, with_indices=True)
+    if fmt == "prompt-completion":
+        if tokenizer.eos_token is None:
+            raise ModelError("model: its tokenizer has no EOS to end a completion", param="model")
+        kwargs = common | {
+            "prompt_column": spec.prompt_column,
+            "completion_column": spec.completion_column,
+            "eos_token": tokenizer.eos_token,
+            "completion_only": spec.completion_only_loss,
+        }
+        return Encoding(fmt, needed_columns(spec, fmt), encode_prompt_completion, kwargs,
+                        with_indices=True)  # fmt: skip
+    label = spec.resolved_label_column
+    kwargs = common | {
+        "text_column": spec.text_column,
+        "label_column": label,
+        "label_index": None if label_names is None else {n: i for i, n in enumerate(label_names)},
+    }
+    return Encoding(fmt, needed_columns(spec, fmt), encode_batch, kwargs)
+
+
+def check_columns(spec: JobSpec, fmt: ResolvedFormat, columns: Sequence[str], param: str) -> None:
+    for spec_field, column in needed_columns(spec, fmt):
+        if column not in columns:
+            raise DatasetError(
+                f"{spec_field}: column {column!r} not found in {param} (format {fmt}; columns: "
+                f"{list(columns)})",
+                param=spec_field,
+            )

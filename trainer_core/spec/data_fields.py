@@ -1,0 +1,167 @@
+"""The job spec's first fields: what to train on what, and how the data reads (columns, format,
+chat template, what is trained). Part of ``JobSpec`` (``trainer_core.spec.job``)."""
+
+from __future__ import annotations
+
+from pydantic import (
+    Field,
+    ValidationInfo,
+    field_validator,
+)
+
+from trainer_core.spec.chat import DatasetFormat
+from trainer_core.spec.fields import (
+    BUILTIN_CHAT_MODELS,
+    BUILTIN_DATASET_FORMATS,
+    BUILTIN_DATASETS,
+    BUILTIN_MODEL_TASKS,
+    BUILTIN_MODELS,
+    Backend,
+    Task,
+    check_chat_template,
+    check_column,
+    check_source,
+)
+from trainer_core.spec.spec_base import SpecBase
+
+
+class DataFields(SpecBase):
+    task: Task = Field(
+        default="sequence-classification",
+        description="sequence-classification (needs labels) or causal-lm (next-token prediction)",
+        examples=["sequence-classification"],
+    )
+    backend: Backend = Field(
+        default="pytorch",
+        description="The training loop: plain PyTorch, HF Accelerate or the HF Trainer; "
+        "all three give the same update for the same spec",
+        examples=["pytorch"],
+    )
+    model: str = Field(
+        description="builtin:tiny-bert (sequence-classification only), builtin:tiny-gpt2, "
+        "an uploaded model (file-…), a save_pretrained directory under a data root, or a hub id "
+        "('owner/name')",
+        examples=["builtin:tiny-bert"],
+    )
+    dataset: str = Field(
+        description="builtin:sentiment (labelled), builtin:tiny-stories (text only), an uploaded "
+        "dataset (file-…), a .csv/.jsonl/.json/.parquet file under a data root, or a hub dataset "
+        "id ('name' or 'name:config')",
+        examples=["builtin:sentiment"],
+    )
+    eval_dataset: str | None = Field(
+        default=None,
+        description="Same forms as dataset; default: its validation split or a hold-out",
+        examples=["builtin:sentiment"],
+    )
+    text_column: str = Field(
+        default="text",
+        description="The column holding the text: 1-128 letters, digits, spaces, '_', '-', '.'",
+        examples=["text"],
+    )
+    label_column: str | None = Field(
+        default=None,
+        description="Classification only (none for causal-lm); defaults to 'label'",
+        examples=["label"],
+    )
+    dataset_format: DatasetFormat = Field(
+        default="auto",
+        description="causal-lm: 'messages' (OpenAI chat rows: a list of {role, content, weight}), "
+        "'prompt-completion', 'text', or 'auto': messages when messages_column exists, then "
+        "prompt-completion when both of its columns exist, then text",
+        examples=["auto"],
+    )
+    messages_column: str = Field(
+        default="messages", description="The column of conversations", examples=["messages"]
+    )
+    prompt_column: str = Field(
+        default="prompt", description="prompt-completion: the prompt", examples=["prompt"]
+    )
+    completion_column: str = Field(
+        default="completion",
+        description="prompt-completion: what is trained, with the EOS",
+        examples=["completion"],
+    )
+    chat_template: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="messages: the chat template, 'chatml' or a Jinja template; default the "
+        "tokenizer's own. Saved with the model",
+        examples=["chatml"],
+    )
+    assistant_only_loss: bool = Field(
+        default=True,
+        description="messages: train only assistant messages whose weight is not 0 (TRL's name)",
+        examples=[True],
+    )
+    completion_only_loss: bool = Field(
+        default=True,
+        description="prompt-completion: train only the completion and the EOS (TRL's name)",
+        examples=[True],
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _model_source(cls, value: str, info: ValidationInfo) -> str:
+        value = check_source(value, builtins=BUILTIN_MODELS, what="model")
+        task = info.data.get("task")
+        if task is not None and task not in BUILTIN_MODEL_TASKS.get(value, (task,)):
+            able = ", ".join(BUILTIN_MODEL_TASKS[value])
+            raise ValueError(f"{value} cannot do task {task}; it does {able}")
+        return value
+
+    @field_validator("dataset", "eval_dataset")
+    @classmethod
+    def _dataset_source(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        value = check_source(value, builtins=tuple(BUILTIN_DATASETS), what="dataset")
+        labelled = BUILTIN_DATASETS.get(value, True)
+        if info.data.get("task") == "sequence-classification" and not labelled:
+            raise ValueError(f"{value} has no labels; use it with task causal-lm")
+        return value
+
+    @field_validator("dataset_format")
+    @classmethod
+    def _format_fits_task(cls, value: DatasetFormat, info: ValidationInfo) -> DatasetFormat:
+        task, dataset = info.data.get("task"), info.data.get("dataset")
+        if value in ("messages", "prompt-completion") and task != "causal-lm":
+            raise ValueError(f"{value} data trains task causal-lm")
+        builtin = BUILTIN_DATASET_FORMATS.get(dataset or "", "text")
+        if dataset in BUILTIN_DATASETS and value not in ("auto", builtin):
+            raise ValueError(f"{dataset} is {builtin} data")
+        return value
+
+    @field_validator("chat_template")
+    @classmethod
+    def _template_for_messages(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A messages job needs a template: the model's or this one. Known here for built-ins
+        (the service checks uploaded models at POST; a hub model is checked when it loads)."""
+        if value is not None:
+            return check_chat_template(value)
+        model, dataset = info.data.get("model"), info.data.get("dataset") or ""
+        fmt = info.data.get("dataset_format", "auto")
+        messages = fmt == "messages" or (fmt == "auto" and dataset in BUILTIN_DATASET_FORMATS)
+        if messages and model in BUILTIN_MODELS and model not in BUILTIN_CHAT_MODELS:
+            raise ValueError(
+                f"{model} has no chat template: give chat_template ('chatml' or a Jinja "
+                f"template), or a model whose tokenizer has one ({', '.join(BUILTIN_CHAT_MODELS)})"
+            )
+        return None
+
+    @field_validator("text_column", "label_column", "messages_column", "prompt_column",
+                     "completion_column")  # fmt: skip
+    @classmethod
+    def _column_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        check_column(value)
+        if info.field_name == "label_column" and info.data.get("task") == "causal-lm":
+            raise ValueError("a causal-lm task has no label column")
+        return value
+
+    @property
+    def resolved_label_column(self) -> str | None:
+        if self.task == "causal-lm":
+            return None
+        return self.label_column or "label"

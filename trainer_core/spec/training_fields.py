@@ -1,0 +1,117 @@
+"""The job spec's training fields: schedule, optimizer, precision, memory, adapters. Part of
+``JobSpec``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import (
+    Field,
+    ValidationInfo,
+    field_validator,
+)
+
+from trainer_core.spec.fields import MixedPrecision, Optimizer, PositiveInt, SchedulerType
+from trainer_core.spec.lora import LoraSpec
+from trainer_core.spec.spec_base import SpecBase
+
+
+class TrainingFields(SpecBase):
+    num_train_epochs: int = Field(
+        default=3, ge=1, le=10000, description="Passes over the training data", examples=[3]
+    )
+    learning_rate: float = Field(
+        default=5e-4, gt=0, le=10, description="Peak learning rate (AdamW)", examples=[1e-3]
+    )
+    weight_decay: float = Field(
+        default=0.0, ge=0, le=10, description="AdamW decoupled weight decay", examples=[0.01]
+    )
+    warmup_steps: int = Field(
+        default=0,
+        ge=0,
+        le=10_000_000,
+        description="Optimizer steps of linear warm-up before the schedule",
+        examples=[0],
+    )
+    lr_scheduler_type: SchedulerType = Field(
+        default="linear", description="The schedule after warm-up", examples=["linear"]
+    )
+    max_grad_norm: float = Field(
+        default=1.0, ge=0, le=1e6, description="Clip the gradient norm; 0 disables clipping",
+        examples=[1.0],
+    )  # fmt: skip
+    seed: int = Field(
+        default=42, ge=0, le=2**32 - 1, description="Seeds weights, shuffling and dropout",
+        examples=[42],
+    )  # fmt: skip
+    max_seq_length: int = Field(
+        default=128, ge=2, le=32768, description="Tokens per sample (longer is cut)",
+        examples=[128],
+    )  # fmt: skip
+    max_train_samples: PositiveInt | None = Field(
+        default=None, description="Train on the first N samples only", examples=[64]
+    )
+    max_eval_samples: PositiveInt | None = Field(
+        default=None, description="Evaluate on the first N samples only", examples=[32]
+    )
+    validation_split_percentage: int = Field(
+        default=10,
+        ge=1,
+        le=50,
+        description="Hold-out share of the training data when there is no eval dataset",
+        examples=[10],
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="auto: CUDA when present, else the CPU", examples=["auto"]
+    )
+    max_memory_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Memory budget of the 'auto' micro-batch: a fraction of the device's memory "
+        "(default 0.9)",
+        examples=[0.8],
+    )
+    max_memory_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Memory budget of the 'auto' micro-batch, in bytes",
+        examples=[8_000_000_000],
+    )
+    mixed_precision: MixedPrecision = Field(
+        default="no",
+        description="bf16 (CPU or GPU) or fp16 (GPU only, with a gradient scaler)",
+        examples=["bf16"],
+    )
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="Recompute activations in the backward pass: less memory, more time",
+        examples=[True],
+    )
+    optim: Optimizer = Field(
+        default="adamw_torch",
+        description="adamw_torch, adamw_torch_fused, sgd or adafactor (TrainingArguments names)",
+        examples=["adamw_torch"],
+    )
+    max_steps: PositiveInt | None = Field(
+        default=None,
+        description="Optimizer steps in all; overrides num_train_epochs",
+        examples=[100],
+    )
+    lora: LoraSpec | None = Field(
+        default=None,
+        description="Train low-rank adapters only (peft): {r, alpha, dropout, target_modules}",
+        examples=[{"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["query", "value"]}],
+    )
+    merge_lora: bool = Field(
+        default=False,
+        description="With lora: also save the adapters merged into a plain model",
+        examples=[False],
+    )
+
+    @field_validator("mixed_precision")
+    @classmethod
+    def _precision_fits_device(cls, value: str, info: ValidationInfo) -> str:
+        if value == "fp16" and info.data.get("device") == "cpu":
+            raise ValueError("fp16 needs a GPU (its gradient scaler is CUDA's); use bf16 on CPU")
+        return value
