@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ Weights = dict[str, torch.Tensor]
 
 CLASSIFICATION = {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment"}
 CAUSAL = {"model": "builtin:tiny-gpt2", "dataset": "builtin:tiny-stories", "task": "causal-lm"}
+# Conversations: system prompts, several turns, some assistant turns of weight 0.
+CHAT = {"model": "builtin:tiny-chat", "dataset": "builtin:chat-arithmetic", "task": "causal-lm"}
 
 # 101 rows: not a multiple of b*K = 16, so every epoch ends in a partial window (2 of 4 micro-
 # batches) whose last micro-batch is ragged (1 row). Clipping at 0.5 fires (see test_clipping).
@@ -74,3 +77,19 @@ def reference_plan(
         for position, rows in enumerate(members):
             plan.append(MicroBatch(rows, window, n_items, position == len(members) - 1))
     return plan
+
+
+def prompt_completion_file(folder: Path, rows: int = 300) -> Path:
+    """A prompt-completion JSONL made of the chat data's first turns: a question, its answer."""
+    from trainer_core.builtin.chat_corpus import chat_arithmetic
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "prompt-completion.jsonl"
+    lines = []
+    for conversation in chat_arithmetic("train")["messages"][:rows]:
+        assert isinstance(conversation, list)
+        user = next(m["content"] for m in conversation if m["role"] == "user")
+        answer = next(m["content"] for m in conversation if m["role"] == "assistant")
+        lines.append(json.dumps({"prompt": f"Q: {user}\nA:", "completion": f" {answer}"}))
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -19,6 +19,7 @@ from tests.support import Hold
 from tests.trainer_core.dist_runner import StepRecords
 from tests.trainer_core.helpers import (
     CAUSAL,
+    CHAT,
     CLASSIFICATION,
     Weights,
     final_weights,
@@ -33,10 +34,12 @@ from trainer_core.spec.errors import JobError
 from trainer_core.spec.job import JobSpec
 from trainer_core.train import train
 
-TASKS = {"classification": CLASSIFICATION, "causal-lm": CAUSAL}
-# (task, backend) pairs trained at world size 2 in one torchrun launch (imports paid once).
+TASKS = {"classification": CLASSIFICATION, "causal-lm": CAUSAL, "chat": CHAT}
+# (task, backend) pairs trained at world size 2 in one torchrun launch (imports paid once). Chat:
+# every rank divides by the window's trained tokens over both ranks (masked turns and all).
 PAIRS = [("classification", b) for b in ("pytorch", "accelerate", "trainer")] + [
-    ("causal-lm", "pytorch")
+    ("causal-lm", "pytorch"),
+    ("chat", "pytorch"),
 ]
 B, K = 4, 2
 
@@ -115,6 +118,10 @@ def test_two_ranks_equal_one_process(
         assert mine["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-4)
         assert mine["eval_loss"] == pytest.approx(theirs["eval_loss"], rel=1e-4)
         assert mine.get("eval_accuracy") == theirs.get("eval_accuracy")
+        if task == "chat":
+            assert mine["eval_mean_token_accuracy"] == pytest.approx(
+                theirs["eval_mean_token_accuracy"], rel=1e-6
+            )
         assert mine["optimizer_steps"] == theirs["optimizer_steps"]
     # Step records too: each window's loss over both ranks' rows, as one process's window.
     mine_steps = _report(out)["steps"]
