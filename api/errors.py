@@ -93,7 +93,10 @@ def _param_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
 
 async def on_domain_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, DomainError)
-    return error_response(STATUS_OF.get(type(exc), 400), exc.code, exc.message, exc.param)
+    found = getattr(exc, "errors", None)
+    errors = [{"param": exc.param, "message": m} for m in found] if found else None
+    status = STATUS_OF.get(type(exc), 400)
+    return error_response(status, exc.code, exc.message, exc.param, errors=errors)
 
 
 def _field_error(error: Mapping[str, Any]) -> dict[str, str | None]:

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from api.dataset_checks import check_labels, check_rows, found_format, lines_format
 from api.file_checks import archive_format, dataset_format, inspect_dataset, unpack_model
 from api.uploads import Upload
 from gradacc.errors import FileInUse, FileNotFound, InvalidRequest
@@ -100,7 +101,7 @@ def _store(
         # The core picks the reader by suffix; "jsonl" is read by the json reader.
         stored_name = f"data{Path(upload.filename).suffix.lower()}"
         os.replace(upload.path, staging / stored_name)
-        return stored_name, inspect_dataset(staging / stored_name, fmt)
+        return stored_name, check_dataset(staging / stored_name, fmt)
     fmt = archive_format(upload.filename)
     stored_name = f"model.{fmt}"
     os.replace(upload.path, staging / stored_name)
@@ -112,6 +113,23 @@ def _store(
         max_files=settings.max_model_files,
     )
     return stored_name, details
+
+
+def check_dataset(path: Path, fmt: str) -> dict[str, Any]:
+    """Readable, its rows in the shape its format needs, its default label column clean; what
+    it holds (format, rows, columns, the dataset format its columns suggest)."""
+    try:
+        details = inspect_dataset(path, fmt)
+    except InvalidRequest:
+        # JSON lines that pyarrow cannot read as one table (a line that is no object, a field
+        # that changes type) may still be chat rows: then their problems say more, line by line.
+        check_rows(path, fmt, lines_format(path, fmt))
+        raise
+    found = found_format(details["columns"])
+    check_rows(path, fmt, found)
+    if "label" in details["columns"] and found in (None, "text"):
+        check_labels(path, fmt, "label", param="file")
+    return details | {"dataset_format": found}
 
 
 def get_file(session: Session, *, file_id: str, tenant: str) -> File:

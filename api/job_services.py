@@ -13,6 +13,8 @@ from sqlalchemy import Engine, Row, bindparam, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from api.dataset_checks import check_labels
+from api.file_services import content_path
 from api.schemas import WEBHOOK_FIELDS, JobCreate
 from gradacc.capacity import check_devices
 from gradacc.errors import (
@@ -22,7 +24,7 @@ from gradacc.errors import (
     JobNotFound,
     TooManyJobs,
 )
-from gradacc.files import check_file_refs
+from gradacc.files import check_job_data, file_refs
 from gradacc.jobs import (
     add_event,
     held_by_worker,
@@ -34,6 +36,7 @@ from gradacc.jobs import (
 from gradacc.models import (
     ACTIVE_STATUSES,
     EpochMetric,
+    File,
     Job,
     JobEvent,
     JobStatus,
@@ -44,6 +47,7 @@ from gradacc.queue import enqueue_job
 from gradacc.settings import Settings
 from gradacc.spec_limits import check_spec_allowed
 from gradacc.webhooks import check_webhook_url
+from trainer_core.spec.job import JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +76,8 @@ def create_job(
         if earlier is not None:
             return _replayed(earlier, request_hash), False
     lock_tenant(session, tenant=tenant)  # also keeps a file it names from being deleted now
-    check_file_refs(session, spec=spec, tenant=tenant)
+    dataset_format = check_job_data(session, spec=spec, tenant=tenant)
+    _check_labels(session, spec=spec, settings=settings)
     _check_limits(session, tenant=tenant, settings=settings)
     job = Job(
         id=new_job_id(),
@@ -84,6 +89,7 @@ def create_job(
         effective_batch_size=spec.effective_batch_size,
         micro_batch_size=None if spec.auto_micro_batch else spec.per_device_train_batch_size,
         gradient_accumulation_steps=spec.gradient_accumulation_steps,
+        dataset_format=dataset_format,
         enqueued_at=utcnow(),
         webhook_url=spec.webhook_url,
         webhook_on_epoch=spec.webhook_on_epoch,
@@ -116,6 +122,19 @@ def _enqueue(
         job.enqueued_at = None
         add_event(session, job_id=job.id, kind="enqueue_failed", message=type(exc).__name__)
         session.commit()
+
+
+def _check_labels(session: Session, *, spec: JobSpec, settings: Settings) -> None:
+    """A label column other than the default, on an uploaded dataset, is read now: empty cells
+    or a mix of numbers and text are a 422 naming the row (the default one was read at upload)."""
+    column = spec.resolved_label_column
+    if column is None or column == "label":
+        return
+    for field, file_id in file_refs(spec).items():
+        if field != "model":
+            file = session.get_one(File, file_id)
+            fmt = str(file.details.get("format"))
+            check_labels(content_path(settings, file), fmt, column, param="label_column")
 
 
 def _job_with_key(session: Session, *, tenant: str, key: str | None) -> Job | None:
@@ -160,7 +179,7 @@ def get_job(session: Session, *, job_id: str, tenant: str) -> Job:
 # select and loading a ``Job`` cost more than the query itself (docs/benchmarks.md).
 _POLL_JOB = select(
     Job.id, Job.status, Job.spec, Job.effective_batch_size, Job.micro_batch_size,
-    Job.gradient_accumulation_steps, Job.created_at, Job.started_at,
+    Job.gradient_accumulation_steps, Job.dataset_format, Job.created_at, Job.started_at,
     Job.finished_at, Job.attempts, Job.epoch, Job.step, Job.total_steps, Job.latest_metrics,
     Job.error_code, Job.error_message, Job.summary, Job.live_progress, Job.webhook_url,
 ).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))  # fmt: skip

@@ -45,9 +45,12 @@ class InvalidRequest(DomainError):
 
     code = "invalid_request"
 
-    def __init__(self, message: str, *, param: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, param: str | None = None, errors: list[str] | None = None
+    ) -> None:
         super().__init__(f"{param}: {message}" if param else message)
         self.param = param
+        self.errors = errors  # each problem found, when there are several (a file's lines)
 
 
 class IdempotencyConflict(DomainError):

@@ -25,6 +25,12 @@ from gradacc.errors import InvalidRequest
 from gradacc.models import ACTIVE_STATUSES, File, FilePurpose, Job
 from gradacc.settings import Settings
 from trainer_core.spec.errors import JobError
+from trainer_core.spec.fields import (
+    BUILTIN_CHAT_MODELS,
+    BUILTIN_DATASET_FORMATS,
+    BUILTIN_DATASETS,
+    BUILTIN_MODELS,
+)
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.sources import FILE_ID_PATTERN, classify_source
 
@@ -84,6 +90,46 @@ def check_file_refs(session: Session, *, spec: JobSpec, tenant: str) -> None:
                 f"{file_id} was uploaded as a {file.purpose}, not a {FILE_FIELDS[field]}",
                 param=field,
             )
+
+
+def check_job_data(session: Session, *, spec: JobSpec, tenant: str) -> str | None:
+    """What POST can tell of a job's data, as 422s naming the field: its uploaded files (there,
+    the tenant's, of the right purpose; a dataset's columns as recorded at upload, for the format
+    they make), and for a messages job a chat template (the uploaded model's, or the spec's).
+    Returns the dataset's format when it is known here (built-in, uploaded, or named)."""
+    check_file_refs(session, spec=spec, tenant=tenant)
+    refs = file_refs(spec)
+    fmt: str | None = None if spec.dataset_format == "auto" else spec.dataset_format
+    if spec.dataset in BUILTIN_DATASETS:
+        fmt = BUILTIN_DATASET_FORMATS.get(spec.dataset, "text")
+    for field in ("dataset", "eval_dataset"):
+        if field not in refs:
+            continue
+        columns: list[str] = session.get_one(File, refs[field]).details["columns"]
+        found = spec.format_for(columns)
+        fmt = found if field == "dataset" else fmt
+        for spec_field, column in spec.needed_columns(found):
+            if column not in columns:
+                raise InvalidRequest(
+                    f"column {column!r} is not in {refs[field]} ({found} data; its columns: "
+                    f"{', '.join(columns)})",
+                    param=spec_field,
+                )
+    if fmt == "messages" and spec.chat_template is None and not _has_template(session, spec, refs):
+        raise InvalidRequest(
+            f"{refs.get('model', spec.model)} has no chat template: give chat_template ('chatml' "
+            "or a Jinja template), or a model whose tokenizer has one",
+            param="chat_template",
+        )
+    return fmt
+
+
+def _has_template(session: Session, spec: JobSpec, refs: dict[str, str]) -> bool:
+    """Known at POST for an uploaded model and a built-in one; a hub model is checked as it
+    loads (True here)."""
+    if "model" in refs:
+        return bool(session.get_one(File, refs["model"]).details.get("chat_template"))
+    return spec.model not in BUILTIN_MODELS or spec.model in BUILTIN_CHAT_MODELS
 
 
 def resolve_file_sources(session: Session, settings: Settings, *, job: Job) -> JobSpec:

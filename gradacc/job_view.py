@@ -59,6 +59,10 @@ class JobRead(BaseModel):
         description="Micro-batch rows in force (null until an 'auto' job has chosen it)"
     )
     gradient_accumulation_steps: int | None = Field(description="K in force, with micro_batch_size")
+    dataset_format: str | None = Field(
+        default=None,
+        description="How the data is read: text, messages or prompt-completion (null until known)",
+    )
     created_at: int = Field(description="Unix seconds")
     started_at: int | None
     finished_at: int | None
@@ -91,6 +95,7 @@ class JobRead(BaseModel):
             effective_batch_size=job.effective_batch_size,
             micro_batch_size=job.micro_batch_size,
             gradient_accumulation_steps=job.gradient_accumulation_steps,
+            dataset_format=job.dataset_format,
             created_at=int(job.created_at.timestamp()),
             started_at=unix(job.started_at),
             finished_at=unix(job.finished_at),

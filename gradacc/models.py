@@ -105,6 +105,8 @@ class Job(Base):
     # memory; micro-batch x K x num_processes is always effective_batch_size.
     micro_batch_size: Mapped[int | None] = mapped_column(Integer)
     gradient_accumulation_steps: Mapped[int | None] = mapped_column(Integer)
+    # text, messages or prompt-completion: known at POST for built-in and uploaded data.
+    dataset_format: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

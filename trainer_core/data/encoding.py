@@ -14,7 +14,7 @@ from transformers import PreTrainedTokenizerBase
 from trainer_core.data.cache_key import backend_json
 from trainer_core.data.chat import encode_messages, encode_prompt_completion
 from trainer_core.data.tokenized import encode_batch
-from trainer_core.spec.chat import TEMPLATES, ResolvedFormat, resolve_format
+from trainer_core.spec.chat import TEMPLATES, ResolvedFormat
 from trainer_core.spec.errors import DatasetError, ModelError
 from trainer_core.spec.job import JobSpec
 
@@ -26,16 +26,6 @@ class Encoding:
     encode: Callable[..., pa.Table]
     kwargs: dict[str, Any] = field(default_factory=dict)
     with_indices: bool = False  # chat encoders name a bad row by its position
-
-
-def format_of(spec: JobSpec, columns: Sequence[str]) -> ResolvedFormat:
-    return resolve_format(
-        columns,
-        spec.dataset_format,
-        messages_column=spec.messages_column,
-        prompt_column=spec.prompt_column,
-        completion_column=spec.completion_column,
-    )
 
 
 def max_length(spec: JobSpec, tokenizer: PreTrainedTokenizerBase) -> int:
@@ -59,26 +49,13 @@ def chat_template_of(spec: JobSpec, tokenizer: PreTrainedTokenizerBase) -> str:
     return template
 
 
-def needed_columns(spec: JobSpec, fmt: ResolvedFormat) -> list[tuple[str, str]]:
-    """(spec field, column) that rows of this format must have."""
-    if fmt == "messages":
-        return [("messages_column", spec.messages_column)]
-    if fmt == "prompt-completion":
-        return [
-            ("prompt_column", spec.prompt_column),
-            ("completion_column", spec.completion_column),
-        ]
-    label = spec.resolved_label_column
-    return [("text_column", spec.text_column)] + ([("label_column", label)] if label else [])
-
-
 def encoding_for(
     spec: JobSpec,
     tokenizer: PreTrainedTokenizerBase,
     columns: Sequence[str],
     label_names: list[str] | None,
 ) -> Encoding:
-    fmt = format_of(spec, columns)
+    fmt = spec.format_for(columns)
     common: dict[str, Any] = {
         "tokenizer_json": backend_json(tokenizer),
         "max_length": max_length(spec, tokenizer),
@@ -90,7 +67,7 @@ def encoding_for(
             "template_kwargs": dict(tokenizer.special_tokens_map),  # as apply_chat_template does
             "assistant_only": spec.assistant_only_loss,
         }
-        return Encoding(fmt, needed_columns(spec, fmt), encode_messages, kwargs, with_indices=True)
+        return Encoding(fmt, spec.needed_columns(fmt), encode_messages, kwargs, with_indices=True)
     if fmt == "prompt-completion":
         if tokenizer.eos_token is None:
             raise ModelError("model: its tokenizer has no EOS to end a completion", param="model")
@@ -100,7 +77,7 @@ def encoding_for(
             "eos_token": tokenizer.eos_token,
             "completion_only": spec.completion_only_loss,
         }
-        return Encoding(fmt, needed_columns(spec, fmt), encode_prompt_completion, kwargs,
+        return Encoding(fmt, spec.needed_columns(fmt), encode_prompt_completion, kwargs,
                         with_indices=True)  # fmt: skip
     label = spec.resolved_label_column
     kwargs = common | {
@@ -108,11 +85,11 @@ def encoding_for(
         "label_column": label,
         "label_index": None if label_names is None else {n: i for i, n in enumerate(label_names)},
     }
-    return Encoding(fmt, needed_columns(spec, fmt), encode_batch, kwargs)
+    return Encoding(fmt, spec.needed_columns(fmt), encode_batch, kwargs)
 
 
 def check_columns(spec: JobSpec, fmt: ResolvedFormat, columns: Sequence[str], param: str) -> None:
-    for spec_field, column in needed_columns(spec, fmt):
+    for spec_field, column in spec.needed_columns(fmt):
         if column not in columns:
             raise DatasetError(
                 f"{spec_field}: column {column!r} not found in {param} (format {fmt}; columns: "

@@ -24,7 +24,7 @@ from transformers import PreTrainedTokenizerBase
 from trainer_core.builtin.corpus import BUILDERS
 from trainer_core.data.cache import DataCache
 from trainer_core.data.cache_key import cache_key, data_identity
-from trainer_core.data.encoding import check_columns, encoding_for, format_of
+from trainer_core.data.encoding import check_columns, encoding_for
 from trainer_core.data.tokenized import (
     ArrowRows,
     IntColumn,
@@ -156,7 +156,7 @@ def _label_names(ds: datasets.Dataset, column: str) -> list[str]:
 
 def _prepared(spec: JobSpec) -> Prepared:
     train_ds, eval_ds = _train_and_eval(spec)
-    fmt = format_of(spec, train_ds.column_names)
+    fmt = spec.format_for(train_ds.column_names)
     check_columns(spec, fmt, train_ds.column_names, "dataset")
     check_columns(spec, fmt, eval_ds.column_names, "eval_dataset")
     if spec.max_train_samples is not None:

@@ -3,13 +3,15 @@ chat template, what is trained). Part of ``JobSpec`` (``trainer_core.spec.job``)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import (
     Field,
     ValidationInfo,
     field_validator,
 )
 
-from trainer_core.spec.chat import DatasetFormat
+from trainer_core.spec.chat import DatasetFormat, ResolvedFormat, resolve_format
 from trainer_core.spec.fields import (
     BUILTIN_CHAT_MODELS,
     BUILTIN_DATASET_FORMATS,
@@ -159,6 +161,26 @@ class DataFields(SpecBase):
         if info.field_name == "label_column" and info.data.get("task") == "causal-lm":
             raise ValueError("a causal-lm task has no label column")
         return value
+
+    def format_for(self, columns: Sequence[str]) -> ResolvedFormat:
+        """The format rows of these columns are read in (``dataset_format`` "auto": found)."""
+        return resolve_format(
+            columns,
+            self.dataset_format,
+            messages_column=self.messages_column,
+            prompt_column=self.prompt_column,
+            completion_column=self.completion_column,
+        )
+
+    def needed_columns(self, fmt: ResolvedFormat) -> list[tuple[str, str]]:
+        """(spec field, column) that rows of this format must have."""
+        if fmt == "messages":
+            return [("messages_column", self.messages_column)]
+        if fmt == "prompt-completion":
+            return [("prompt_column", self.prompt_column),
+                    ("completion_column", self.completion_column)]  # fmt: skip
+        label = self.resolved_label_column
+        return [("text_column", self.text_column)] + ([("label_column", label)] if label else [])
 
     @property
     def resolved_label_column(self) -> str | None:

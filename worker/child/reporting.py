@@ -168,7 +168,10 @@ class DatabaseCallback(TrainingCallback):
             ("training", message),
             total_steps=info.get("total_steps"),
             step=int(info.get("start_step") or 0),
+            dataset_format=info.get("dataset_format"),
         )
+        for warning in info.get("warnings") or []:
+            self._update(("warning", str(warning)))
 
     def on_progress(self, progress: dict[str, Any]) -> None:
         now = time.monotonic()
