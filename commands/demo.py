@@ -1,5 +1,6 @@
 """``gradacc demo`` (what ``make run`` runs): start the embedded stack, train one tiny job per
-backend with K = 1 and K = 4 at the same effective batch, show progress, print the metrics, stop.
+backend with K = 1 and K = 4 at the same effective batch, and a chat fine-tuning job (masked turns,
+exact token-level accumulation), show progress, print the metrics, stop.
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ DEMO_SPEC: dict[str, Any] = {
     "seed": 42,
 }
 TERMINAL = {"succeeded", "failed", "cancelled"}
+# OpenAI-format conversations (system prompts, weight-0 turns): loss falls, token accuracy rises.
+CHAT_SPEC: dict[str, Any] = {
+    "model": "builtin:tiny-chat",
+    "dataset": "builtin:chat-arithmetic",
+    "task": "causal-lm",
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 2,
+    "num_train_epochs": 3,
+    "learning_rate": 3e-3,
+    "max_eval_samples": 200,
+}
 
 
 def demo_specs() -> list[dict[str, Any]]:
@@ -60,12 +72,13 @@ def run_demo(settings: Settings, *, port: int, workers: int, timeout_s: float = 
     try:
         with Client(f"http://127.0.0.1:{port}", timeout=10) as client:
             wait_ready(client.http)
-            jobs = [client.submit(spec) for spec in demo_specs()]
+            jobs = [client.submit(spec) for spec in [*demo_specs(), CHAT_SPEC]]
             print(f"submitted {len(jobs)} jobs to http://127.0.0.1:{port}/v1/jobs")
             finished = follow(
                 client, [j["id"] for j in jobs], deadline=time.monotonic() + timeout_s
             )
-            print_table(client, finished)
+            print_table(client, finished[:-1])
+            print_chat(client, finished[-1])
             print(f"\njob outputs: {settings.jobs_dir.resolve()}")
             return 0 if all(j["status"] == "succeeded" for j in finished) else 1
     finally:
@@ -146,6 +159,21 @@ def print_table(client: Client, jobs: list[dict[str, Any]]) -> None:
         for record in client.metrics(job["id"]):
             values = [record.get("samples_per_second" if c == "samples/s" else c) for c in COLUMNS]
             print(prefix + " ".join(f"{_cell(v):>14}" for v in values))
+
+
+CHAT_COLUMNS = ("epoch", "train_loss", "eval_loss", "eval_mean_token_accuracy")
+
+
+def print_chat(client: Client, job: dict[str, Any]) -> None:
+    spec = job["spec"]
+    print(f"\nchat fine-tuning: {spec['model']} on {spec['dataset']} ({job['dataset_format']}), "
+          f"b {spec['per_device_train_batch_size']} x K {spec['gradient_accumulation_steps']}, "
+          "assistant tokens only")  # fmt: skip
+    if job["error"]:
+        print(f"{job['status']}: {job['error']['message']}")
+    print(" ".join(f"{c:>26}" for c in CHAT_COLUMNS))
+    for record in client.metrics(job["id"]):
+        print(" ".join(f"{_cell(record.get(c)):>26}" for c in CHAT_COLUMNS))
 
 
 def _cell(value: Any) -> str:

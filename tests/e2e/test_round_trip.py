@@ -5,6 +5,7 @@ transformers; tenants, archive attacks, files in use and oversized uploads."""
 from __future__ import annotations
 
 import io
+import json
 import secrets
 import subprocess
 import sys
@@ -24,6 +25,8 @@ from tests.conftest import ROOT
 from tests.e2e.archives import attacks, tar_gz_of
 from tests.e2e.conftest import settings_env, settle_unfinished_jobs
 from tests.support import free_port, wait_final, wait_ready, wait_until
+from tests.trainer_core.helpers import prompt_completion_file
+from trainer_core.builtin.chat_corpus import chat_arithmetic
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +124,8 @@ def trained(served: Served) -> dict[str, Any]:
     """Alice uploads a dataset and trains on it: the job everything below reads."""
     file = upload(served.alice, "reviews.csv", CSV)
     assert file.status_code == 201, file.text
-    assert file.json()["details"] == {"format": "csv", "rows": 80, "columns": ["text", "label"]}
+    assert file.json()["details"] == {"format": "csv", "rows": 80, "columns": ["text", "label"],
+                                      "dataset_format": "text"}  # fmt: skip
     created = served.alice.post("/v1/jobs", json={**SPEC, "dataset": file.json()["id"]})
     assert created.status_code == 201, created.text
     job = wait_final(served.alice, created.json()["id"], timeout=120)
@@ -167,6 +171,49 @@ def test_upload_train_download_load(
     spec = {**SPEC, "model": model_file.json()["id"], "dataset": trained["file"]["id"]}
     again = wait_final(alice, alice.post("/v1/jobs", json=spec).json()["id"], timeout=120)
     assert again["status"] == "succeeded", again
+
+
+def chat_files(folder: Path) -> dict[str, bytes]:
+    """The two instruction formats, as a team's script writes them (OpenAI's chat JSONL)."""
+    conversations = chat_arithmetic("train")["messages"][:48]
+    chat = "".join(json.dumps({"messages": c}) + "\n" for c in conversations)
+    return {
+        "messages": chat.encode(),
+        "prompt-completion": prompt_completion_file(folder).read_bytes(),
+    }
+
+
+def test_chat_and_prompt_completion_round_trip(served: Served, tmp_path: Path) -> None:
+    """Upload -> POST -> train -> download -> load: a chat model that keeps its template, so
+    transformers' text-generation pipeline answers a list of messages."""
+    from transformers import pipeline
+
+    alice = served.alice
+    for fmt, data in chat_files(tmp_path / "data").items():
+        file = upload(alice, f"{fmt}.jsonl", data)
+        assert file.status_code == 201 and file.json()["details"]["dataset_format"] == fmt, (
+            file.text
+        )
+        spec = {**SPEC, "model": "builtin:tiny-chat", "task": "causal-lm", "learning_rate": 3e-3,
+                "dataset": file.json()["id"], "max_seq_length": 96}  # fmt: skip
+        created = alice.post("/v1/jobs", json=spec)
+        assert created.status_code == 201 and created.json()["dataset_format"] == fmt, created.text
+        job = wait_final(alice, created.json()["id"], timeout=180)
+        assert job["status"] == "succeeded", alice.get(f"/v1/jobs/{job['id']}/logs").text
+        assert job["summary"]["dataset_format"] == fmt
+        assert 0 <= job["metrics"]["eval_mean_token_accuracy"] <= 1
+        steps = alice.get(f"/v1/jobs/{job['id']}/metrics", params={"granularity": "step"})
+        assert "train_mean_token_accuracy" in steps.json()["data"][-1]
+        archive = alice.get(f"/v1/jobs/{job['id']}/artifacts/model")
+        folder = tmp_path / fmt
+        with tarfile.open(fileobj=io.BytesIO(archive.content), mode="r:gz") as tar:
+            tar.extractall(folder, filter="data")
+        (model_dir,) = folder.iterdir()
+        assert (model_dir / "chat_template.jinja").is_file()
+        chat = pipeline("text-generation", model=str(model_dir), device="cpu")
+        asked = [{"role": "user", "content": "what is 2 plus 3?"}]
+        answer = chat(asked, max_new_tokens=8, do_sample=False)[0]["generated_text"]
+        assert answer[:-1] == asked and answer[-1]["role"] == "assistant"
 
 
 def test_another_tenant_gets_404(served: Served, trained: dict[str, Any]) -> None:

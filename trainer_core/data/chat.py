@@ -15,6 +15,7 @@ the causal shift: a row's first token predicts nothing, so it is never an item.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -118,6 +119,16 @@ def _problems(rows: list[Any], where: str, first_row: int, check: Any) -> None:
             raise ValueError(f"{where}: row {first_row + offset + 1}: {problems[0]}")
 
 
+def _decoded(conversation: Any) -> Any:
+    """A conversation as Python objects. ``datasets`` stores messages whose keys differ (a
+    ``weight`` on some) as JSON text (its ``Json`` feature): decoded here, as it decodes them."""
+    if isinstance(conversation, str):
+        conversation = json.loads(conversation)
+    if isinstance(conversation, list):
+        return [json.loads(m) if isinstance(m, str) else m for m in conversation]
+    return conversation
+
+
 def encode_messages(
     batch: pa.Table,
     indices: list[int],
@@ -130,7 +141,7 @@ def encode_messages(
     assistant_only: bool,
 ) -> pa.Table:
     """One ``map`` batch of conversations (``indices``: the rows' positions in the split)."""
-    conversations = batch.column(messages_column).to_pylist()
+    conversations = [_decoded(c) for c in batch.column(messages_column).to_pylist()]
     _problems(conversations, "messages_column", indices[0] if indices else 0,
               lambda row: message_problems(row, messages_column))  # fmt: skip
     rendered = [
