@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.trainer_core.helpers import (
+    CHAT,
     CLASSIFICATION,
     final_weights,
     initial_weights,
@@ -109,3 +110,24 @@ def test_preempt_then_resume_equals_uninterrupted_run(tmp_path: Path, backend: s
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
         assert a["eval_loss"] == pytest.approx(b["eval_loss"], rel=1e-5)
         assert a["optimizer_steps"] == b["optimizer_steps"]
+
+
+def test_the_start_warns_of_what_its_author_may_not_expect(tmp_path: Path) -> None:
+    """An effective batch over the training rows (one partial step an epoch), and rows that
+    truncation leaves nothing to train (counted, left out): in the start info and the summary."""
+    big = run(make_spec(CLASSIFICATION, max_train_samples=24, per_device_train_batch_size=8,
+                        gradient_accumulation_steps=4, num_train_epochs=1), tmp_path / "big")  # fmt: skip
+    (warning,) = big.summary["warnings"]
+    assert "effective batch (32) is larger than the 24 training rows" in warning
+    few = run(make_spec(CLASSIFICATION, max_train_samples=16, per_device_train_batch_size=8,
+                        gradient_accumulation_steps=2, num_train_epochs=1), tmp_path / "few")  # fmt: skip
+    assert few.summary["warnings"] == [
+        "1 optimizer step per epoch (16 rows, effective batch 16): lower the effective batch for "
+        "more updates"
+    ]
+    cut = run(make_spec(CHAT, max_train_samples=40, max_seq_length=16, num_train_epochs=1),
+              tmp_path / "cut")  # fmt: skip
+    dropped = cut.summary["rows_without_trained_tokens"]
+    assert dropped["train"] > 0 and cut.summary["num_train_samples"] == 40 - dropped["train"]
+    assert any("nothing to train after truncation at max_seq_length 16" in w
+               for w in cut.summary["warnings"])  # fmt: skip

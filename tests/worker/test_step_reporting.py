@@ -50,3 +50,19 @@ def test_step_records_are_written_paged_and_shown_in_progress(db_settings: Setti
         assert progress["train_loss"] == 1.0 / 3 and progress["samples_per_second"] == 103.0
         assert progress["eta_seconds"] == 7.0 and progress["elapsed_seconds"] >= 5
         assert client.get(url, params={"granularity": "steps"}).status_code == 422
+
+
+def test_the_runs_start_records_its_format_and_each_warning(db_settings: Settings) -> None:
+    with TestClient(create_app(db_settings)) as client:
+        job_id = client.post("/v1/jobs", json=TINY).json()["id"]
+        with session_scope(db_settings) as session:
+            session.execute(update(Job).where(Job.id == job_id).values(status="running"))
+            session.commit()
+        callback = DatabaseCallback(db_settings, job_id)
+        warnings = ["3 training and 0 eval rows have nothing to train", "1 optimizer step"]
+        callback.on_start({"total_steps": 4, "dataset_format": "messages", "warnings": warnings})
+        assert callback.flush(timeout_s=10)
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        events = client.get(f"/v1/jobs/{job_id}/events").json()["data"]
+    assert job["dataset_format"] == "messages"
+    assert [e["message"] for e in events if e["kind"] == "warning"] == warnings
