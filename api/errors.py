@@ -1,4 +1,6 @@
-"""One error shape everywhere: ``{"error": {"code", "message", "param"}}``, mapped in one place."""
+"""One error shape everywhere: ``{"error": {"code", "message", "param", "type"}}`` (OpenAI's, so
+its SDK reads our errors), mapped in one place. On the OpenAI-compatible routes (/v1/fine_tuning,
+/v1/models, a ``fine-tune`` upload) a validation error is 400, as OpenAI answers it, not 422."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from gradacc.errors import (
     JobActive,
     JobBusy,
     JobNotFound,
+    ModelNotFound,
+    NotAllowed,
     NotReady,
     NoWorkers,
     TooManyJobs,
@@ -37,8 +41,10 @@ log = logging.getLogger(__name__)
 STATUS_OF: dict[type[DomainError], int] = {
     InvalidRequest: 422,
     Unauthorized: 401,
+    NotAllowed: 403,
     JobNotFound: 404,
     FileNotFound: 404,
+    ModelNotFound: 404,
     ArtifactNotFound: 404,
     InvalidTransition: 409,
     FileInUse: 409,
@@ -68,6 +74,25 @@ class AsciiJSONResponse(JSONResponse):
         return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
+OPENAI_PREFIXES = ("/v1/fine_tuning", "/v1/models")
+_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+def error_type(status: int) -> str:
+    """OpenAI's ``type`` for a status."""
+    return _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def openai_status(request: Request, status: int) -> int:
+    """422 is 400 where the OpenAI SDK is the client: it raises BadRequestError with .param."""
+    if status != 422:
+        return status
+    openai = request.url.path.startswith(OPENAI_PREFIXES) or getattr(
+        request.state, "openai_errors", False
+    )
+    return 400 if openai else status
+
+
 def error_response(
     status: int,
     code: str,
@@ -77,7 +102,12 @@ def error_response(
     errors: list[dict[str, str | None]] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
-    error: dict[str, Any] = {"code": code, "message": message, "param": param}
+    error: dict[str, Any] = {
+        "code": code,
+        "message": message,
+        "param": param,
+        "type": error_type(status),
+    }
     if errors is not None:
         error["errors"] = errors
     all_headers = dict(headers or {})
@@ -91,11 +121,11 @@ def _param_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
     return ".".join(parts) or None
 
 
-async def on_domain_error(_: Request, exc: Exception) -> JSONResponse:
+async def on_domain_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, DomainError)
     found = getattr(exc, "errors", None)
     errors = [{"param": exc.param, "message": m} for m in found] if found else None
-    status = STATUS_OF.get(type(exc), 400)
+    status = openai_status(request, STATUS_OF.get(type(exc), 400))
     return error_response(status, exc.code, exc.message, exc.param, errors=errors)
 
 
@@ -113,7 +143,8 @@ async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     raw = exc.errors()
     if raw[0].get("type") == "json_invalid":
-        return error_response(422, "invalid_json", "the request body is not valid JSON")
+        status = openai_status(request, 422)
+        return error_response(status, "invalid_json", "the request body is not valid JSON")
     if isinstance(raw[0].get("input"), bytes) and tuple(raw[0].get("loc", ())) == ("body",):
         # FastAPI reads a body as JSON only with a JSON content type (or none): say so, rather
         # than "Input should be a valid dictionary".
@@ -123,7 +154,8 @@ async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     errors = [_field_error(error) for error in raw]
     first = errors[0]
     message = f"{first['param']}: {first['message']}" if first["param"] else str(first["message"])
-    return error_response(422, "invalid_request", message, first["param"], errors=errors)
+    status = openai_status(request, 422)
+    return error_response(status, "invalid_request", message, first["param"], errors=errors)
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")

@@ -84,24 +84,36 @@ def create_file(session: Session, *, settings: Settings, tenant: str, upload: Up
     return file
 
 
+UPLOADABLE = (FilePurpose.DATASET, FilePurpose.MODEL, FilePurpose.FINE_TUNE)
+
+
 def _purpose(value: str) -> FilePurpose:
-    try:
-        return FilePurpose(value)
-    except ValueError:
-        choices = ", ".join(FilePurpose)
-        raise InvalidRequest(f"{value!r} is not one of {choices}", param="purpose") from None
+    if value == FilePurpose.FINE_TUNE_RESULTS:
+        message = "fine-tune-results files are written by fine-tuning jobs, not uploaded"
+        raise InvalidRequest(message, param="purpose")
+    if value not in UPLOADABLE:
+        choices = ", ".join(UPLOADABLE)
+        raise InvalidRequest(f"{value!r} is not one of {choices}", param="purpose")
+    return FilePurpose(value)
 
 
 def _store(
     settings: Settings, staging: Path, upload: Upload, purpose: FilePurpose
 ) -> tuple[str, dict[str, Any]]:
     """(the upload's name on disk, what checking it found)."""
-    if purpose == FilePurpose.DATASET:
+    if purpose in (FilePurpose.DATASET, FilePurpose.FINE_TUNE):
         fmt = dataset_format(upload.filename)
         # The core picks the reader by suffix; "jsonl" is read by the json reader.
         stored_name = f"data{Path(upload.filename).suffix.lower()}"
         os.replace(upload.path, staging / stored_name)
-        return stored_name, check_dataset(staging / stored_name, fmt)
+        details = check_dataset(staging / stored_name, fmt)
+        if purpose == FilePurpose.FINE_TUNE and details["dataset_format"] not in CHAT_FORMATS:
+            raise InvalidRequest(
+                "a fine-tune file holds chat or instruction rows: a JSON line each with "
+                f"'messages' (or 'prompt' and 'completion'); its columns: {details['columns']}",
+                param="file",
+            )
+        return stored_name, details
     fmt = archive_format(upload.filename)
     stored_name = f"model.{fmt}"
     os.replace(upload.path, staging / stored_name)
@@ -132,6 +144,9 @@ def check_dataset(path: Path, fmt: str) -> dict[str, Any]:
     return details | {"dataset_format": found}
 
 
+CHAT_FORMATS = ("messages", "prompt-completion")
+
+
 def get_file(session: Session, *, file_id: str, tenant: str) -> File:
     """Another tenant's file does not exist, as far as this tenant can tell (404)."""
     file = session.get(File, file_id) if is_file_id(file_id) else None
@@ -141,10 +156,17 @@ def get_file(session: Session, *, file_id: str, tenant: str) -> File:
 
 
 def list_files(
-    session: Session, *, tenant: str, limit: int, after: str | None
+    session: Session,
+    *,
+    tenant: str,
+    limit: int,
+    after: str | None,
+    purpose: FilePurpose | None = None,
 ) -> tuple[list[File], bool]:
     """Newest first; keyset pagination on the time-ordered id. Returns (page, has_more)."""
     query = select(File).where(File.tenant == tenant).order_by(File.id.desc()).limit(limit + 1)
+    if purpose is not None:
+        query = query.where(File.purpose == purpose)
     if after is not None:
         query = query.where(File.id < after)
     files = list(session.scalars(query))

@@ -25,7 +25,9 @@ from gradacc.errors import (
     TooManyJobs,
 )
 from gradacc.files import check_job_data, file_refs
+from gradacc.fine_tuned import check_model as check_fine_tuned
 from gradacc.jobs import (
+    METRICS_EVENT,
     add_event,
     held_by_worker,
     is_job_id,
@@ -35,6 +37,8 @@ from gradacc.jobs import (
 )
 from gradacc.models import (
     ACTIVE_STATUSES,
+    FINE_TUNING_API,
+    UNFINISHED_STATUSES,
     EpochMetric,
     File,
     Job,
@@ -48,6 +52,7 @@ from gradacc.settings import Settings
 from gradacc.spec_limits import check_spec_allowed
 from gradacc.webhooks import check_webhook_url
 from trainer_core.spec.job import JobSpec
+from trainer_core.spec.sources import classify_source
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +65,12 @@ def create_job(
     idempotency_key: str | None,
     celery: Celery,
     settings: Settings,
+    fine_tuning: dict[str, Any] | None = None,
 ) -> tuple[Job, bool]:
     """Commit the job as queued, then enqueue it; returns (job, created). With an idempotency
     key already used by this tenant, returns that job (same spec) or raises (another spec).
-    A failed enqueue leaves the job for the reconciler."""
+    A failed enqueue leaves the job for the reconciler. ``fine_tuning``: a job created through
+    /v1/fine_tuning/jobs, with its OpenAI fields."""
     check_spec_allowed(spec, settings)
     check_devices(spec, celery, settings)
     if spec.webhook_url is not None:
@@ -77,6 +84,8 @@ def create_job(
             return _replayed(earlier, request_hash), False
     lock_tenant(session, tenant=tenant)  # also keeps a file it names from being deleted now
     dataset_format = check_job_data(session, spec=spec, tenant=tenant)
+    if classify_source(spec.model) == "fine_tuned":
+        check_fine_tuned(session, settings, value=spec.model, tenant=tenant)
     _check_labels(session, spec=spec, settings=settings)
     _check_limits(session, tenant=tenant, settings=settings)
     job = Job(
@@ -93,6 +102,8 @@ def create_job(
         enqueued_at=utcnow(),
         webhook_url=spec.webhook_url,
         webhook_on_epoch=spec.webhook_on_epoch,
+        api=None if fine_tuning is None else FINE_TUNING_API,
+        fine_tuning=fine_tuning,
     )
     session.add(job)
     add_event(session, job_id=job.id, kind="queued", message="job created")
@@ -107,12 +118,12 @@ def create_job(
         if earlier is None:
             raise
         return _replayed(earlier, request_hash), False
-    _enqueue(session, job=job, celery=celery, settings=settings, processes=spec.num_processes)
+    enqueue(session, job=job, celery=celery, settings=settings, processes=spec.num_processes)
     log.info("job %s queued (tenant %s)", job.id, tenant)
     return job, True
 
 
-def _enqueue(
+def enqueue(
     session: Session, *, job: Job, celery: Celery, settings: Settings, processes: int
 ) -> None:
     try:
@@ -247,7 +258,9 @@ def list_step_metrics(
 
 def list_events(session: Session, *, job_id: str, tenant: str) -> list[JobEvent]:
     get_job(session, job_id=job_id, tenant=tenant)
-    query = select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)
+    # The step records are /metrics' (the fine-tuning API's events list them as metrics events).
+    query = select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.kind != METRICS_EVENT)
+    query = query.order_by(JobEvent.id)
     return list(session.scalars(query))
 
 
@@ -266,7 +279,7 @@ def delete_job(session: Session, *, settings: Settings, job_id: str, tenant: str
     ``JobActive`` (cancel first). Finished but still held by the worker that ran it (a cancel
     it is still carrying out): ``JobBusy``, so no worker writes to what is deleted."""
     job = get_job(session, job_id=job_id, tenant=tenant)
-    if job.status in ACTIVE_STATUSES:
+    if job.status in UNFINISHED_STATUSES:
         raise JobActive(job_id, job.status)
     if held_by_worker(job, stale_after_s=settings.stale_after_s):
         raise JobBusy(job_id, job.status)

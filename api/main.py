@@ -19,7 +19,18 @@ from api.errors import install_error_handlers
 from api.file_services import sweep_leftovers
 from api.openapi import install_openapi
 from api.prometheus import TimingMiddleware
-from api.routes import artifacts, dashboard, files, health, jobs, ops, webhook_secret, workers
+from api.routes import (
+    artifacts,
+    dashboard,
+    files,
+    fine_tuning,
+    health,
+    jobs,
+    models,
+    ops,
+    webhook_secret,
+    workers,
+)
 from api.schema_gate import SchemaGate
 from api.stream import StreamHub
 from gradacc.auth import KeyCache
@@ -33,8 +44,10 @@ log = logging.getLogger(__name__)
 DESCRIPTION = """Upload datasets and models, submit a training job (the training core's job spec),
 poll its status, progress, per-epoch metrics and events, cancel it, download its model,
 checkpoint and log, and list the live workers. Errors always look like
-`{"error": {"code": ..., "message": ..., "param": ...}}`; a validation error adds `errors`, every
-field at fault as `{param, message}`. With API keys on, every `/v1` request needs
+`{"error": {"code": ..., "message": ..., "param": ..., "type": ...}}`; a validation error adds
+`errors`, every field at fault as `{param, message}`. `/v1/fine_tuning/jobs`, `/v1/models` and
+`purpose=fine-tune` uploads speak OpenAI's fine-tuning API (its SDK works with `base_url`);
+there a validation error is 400, as OpenAI answers it. With API keys on, every `/v1` request needs
 `Authorization: Bearer <key>` and is refused (401) before anything else is looked at."""
 
 
@@ -78,6 +91,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(artifacts.router, prefix="/v1")
     app.include_router(files.router, prefix="/v1")
     app.include_router(workers.router, prefix="/v1")
+    app.include_router(fine_tuning.router, prefix="/v1")
+    app.include_router(models.router, prefix="/v1")
     install_docs(app)
     install_openapi(app, settings)
     return app

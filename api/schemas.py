@@ -89,6 +89,10 @@ class FileRead(BaseModel):
         description="What validation found: a dataset's format, rows and columns; a model's "
         "format, files, unpacked bytes and model_type"
     )
+    status: Literal["processed"] = Field(
+        default="processed", description="OpenAI's: checked and stored (a bad upload is refused)"
+    )
+    status_details: str | None = None
 
     @classmethod
     def of(cls, file: File) -> FileRead:
@@ -163,6 +167,11 @@ class ErrorDetail(BaseModel):
     code: str = Field(description="Stable, machine-readable: e.g. invalid_request, no_workers")
     message: str = Field(description="For a person; names the field when there is one")
     param: str | None = Field(default=None, description="The field at fault, if any")
+    type: str = Field(
+        default="invalid_request_error",
+        description="OpenAI's error type: invalid_request_error, authentication_error, "
+        "rate_limit_error, server_error...",
+    )
     errors: list[FieldError] | None = Field(
         default=None, description="Validation errors only: every one found, the first as above"
     )

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, or_, select
 
 from api.job_services import JOB_COLUMNS, read_job
+from gradacc.jobs import METRICS_EVENT
 from gradacc.models import EpochMetric, Job, JobEvent, StepMetric
 
 # Row ids are 32-bit on PostgreSQL, and a bound parameter is cast to the column's type: a larger
@@ -75,7 +76,9 @@ def read_new(engine: Engine, cursors: dict[str, Cursor]) -> list[Item]:
         return []
     tables: list[list[Item]] = []
     with engine.connect() as connection:
-        events = select(JobEvent).where(_after(JobEvent, cursors, "events"))
+        events = select(JobEvent).where(
+            _after(JobEvent, cursors, "events"), JobEvent.kind != METRICS_EVENT
+        )
         rows = connection.execute(events.order_by(JobEvent.id))
         tables.append([Item(r.job_id, "event", r.id, _event(r), r.created_at) for r in rows])
         for kind, table, field in (("epoch", EpochMetric, "epochs"), ("step", StepMetric, "steps")):

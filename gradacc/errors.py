@@ -116,3 +116,21 @@ class ArtifactNotFound(DomainError):
 
     def __init__(self, path: str) -> None:
         super().__init__(f"the job has no output {path!r}")
+
+
+class ModelNotFound(DomainError):
+    code = "model_not_found"
+    param = "model"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"the model {model!r} does not exist")
+
+
+class NotAllowed(DomainError):
+    """Something that exists but this request may not change (a base model's deletion)."""
+
+    code = "permission_denied"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param

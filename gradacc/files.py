@@ -21,8 +21,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gradacc import fine_tuned
 from gradacc.errors import InvalidRequest
-from gradacc.models import ACTIVE_STATUSES, File, FilePurpose, Job
+from gradacc.models import UNFINISHED_STATUSES, File, FilePurpose, Job
 from gradacc.settings import Settings
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.fields import (
@@ -39,6 +40,13 @@ FILE_FIELDS: dict[str, FilePurpose] = {
     "model": FilePurpose.MODEL,
     "dataset": FilePurpose.DATASET,
     "eval_dataset": FilePurpose.DATASET,
+}
+# what a file of each purpose may be used as
+PURPOSES_OF: dict[str, frozenset[FilePurpose]] = {
+    FilePurpose.DATASET: frozenset({FilePurpose.DATASET}),
+    FilePurpose.FINE_TUNE: frozenset({FilePurpose.DATASET}),  # OpenAI's name for a dataset
+    FilePurpose.MODEL: frozenset({FilePurpose.MODEL}),
+    FilePurpose.FINE_TUNE_RESULTS: frozenset(),
 }
 MODEL_DIR = "model"
 
@@ -85,7 +93,7 @@ def check_file_refs(session: Session, *, spec: JobSpec, tenant: str) -> None:
         file = session.get(File, file_id)
         if file is None or file.tenant != tenant:
             raise InvalidRequest(f"no file with id {file_id!r}", param=field)
-        if file.purpose != FILE_FIELDS[field]:
+        if FILE_FIELDS[field] not in PURPOSES_OF[file.purpose]:
             raise InvalidRequest(
                 f"{file_id} was uploaded as a {file.purpose}, not a {FILE_FIELDS[field]}",
                 param=field,
@@ -142,10 +150,14 @@ def resolve_file_sources(session: Session, settings: Settings, *, job: Job) -> J
         if file is None or file.tenant != job.tenant or path is None or not path.exists():
             raise FileUnavailable(f"{field}: file {file_id} no longer exists", param=field)
         update[field] = str(path.resolve())
+    if classify_source(spec.model) == "fine_tuned":
+        folder = fine_tuned.local_model(session, settings, value=spec.model, tenant=job.tenant)
+        update["model"] = str(folder.resolve())
     return spec.model_copy(update=update) if update else spec
 
 
 def jobs_using(session: Session, *, file_id: str, tenant: str) -> list[str]:
-    """The tenant's queued or running jobs whose spec names ``file_id``."""
-    query = select(Job.id, Job.spec).where(Job.tenant == tenant, Job.status.in_(ACTIVE_STATUSES))
+    """The tenant's unfinished jobs (queued, running, paused) whose spec names ``file_id``."""
+    unfinished = Job.status.in_(UNFINISHED_STATUSES)
+    query = select(Job.id, Job.spec).where(Job.tenant == tenant, unfinished)
     return [row.id for row in session.execute(query) if file_id in file_refs(row.spec).values()]

@@ -30,8 +30,11 @@ from gradacc.webhooks import queue_webhook
 
 S = JobStatus
 ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
-    S.QUEUED: frozenset({S.RUNNING, S.CANCELLED, S.FAILED}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.QUEUED: frozenset({S.RUNNING, S.CANCELLED, S.FAILED, S.PAUSED}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PAUSED}),
+    # A paused job is resumed (queued again) or cancelled; one that reached its end while it
+    # drained to the pause's checkpoint records that end.
+    S.PAUSED: frozenset({S.QUEUED, S.CANCELLED, S.SUCCEEDED, S.FAILED}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
@@ -106,9 +109,13 @@ def require_transition(session: Session, *, job_id: str, to: JobStatus, **values
     raise InvalidTransition(job_id, current, str(to))
 
 
+LIVE_STATUSES = (S.RUNNING, S.PAUSED)  # a paused job's process may still be draining to its pause
+
+
 def update_running_job(session: Session, *, job_id: str, **values: Any) -> bool:
-    """Write progress fields only while the job is still running (never over a final status)."""
-    stmt = update(Job).where(Job.id == job_id, Job.status == S.RUNNING).values(**values)
+    """Write progress fields only while the job is still running, or pausing (never over a final
+    status)."""
+    stmt = update(Job).where(Job.id == job_id, Job.status.in_(LIVE_STATUSES)).values(**values)
     return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined, no-any-return]
 
 
@@ -118,7 +125,7 @@ def failed_attempts() -> ColumnElement[int]:
     while ``max_attempts`` bounds the runs that died or lost their worker."""
     preemptions = (
         select(func.count())
-        .where(JobEvent.job_id == Job.id, JobEvent.kind == "preempted")
+        .where(JobEvent.job_id == Job.id, JobEvent.kind == "preempted")  # a pause's too
         .correlate(Job)
         .scalar_subquery()
     )
@@ -211,10 +218,38 @@ def lock_job_stream(session: Session, *, job_id: str) -> None:
 
 
 def add_event(
-    session: Session, *, job_id: str, kind: str, message: str, at: datetime | None = None
+    session: Session,
+    *,
+    job_id: str,
+    kind: str,
+    message: str,
+    at: datetime | None = None,
+    data: dict[str, Any] | None = None,
 ) -> None:
     lock_job_stream(session, job_id=job_id)
-    session.add(JobEvent(job_id=job_id, kind=kind, message=message, created_at=at or utcnow()))
+    moment = at or utcnow()
+    session.add(JobEvent(job_id=job_id, kind=kind, message=message, created_at=moment, data=data))
+
+
+METRICS_EVENT = "metrics"  # the fine-tuning API's metrics events; /v1/jobs leaves them out
+# step record key -> the fine-tuning API's name for it
+METRICS_EVENT_KEYS = {
+    "step": "step",
+    "train_loss": "train_loss",
+    "eval_loss": "valid_loss",
+    "train_mean_token_accuracy": "train_mean_token_accuracy",
+    "eval_mean_token_accuracy": "valid_mean_token_accuracy",
+}
+
+
+def _metrics_event(session: Session, *, job_id: str, record: dict[str, Any]) -> None:
+    data = {name: record.get(key) for key, name in METRICS_EVENT_KEYS.items()}
+    message = f"Step {data['step']}: training loss={_short(data['train_loss'])}"
+    add_event(session, job_id=job_id, kind=METRICS_EVENT, message=message, data=data)
+
+
+def _short(value: Any) -> str:
+    return "n/a" if value is None else f"{float(value):.4f}"
 
 
 def record_epoch_metrics(session: Session, *, job_id: str, record: dict[str, Any]) -> None:
@@ -261,6 +296,9 @@ def record_step_metrics(session: Session, *, job_id: str, records: list[dict[str
             index_elements=["job_id", "step"], set_={"record": stmt.excluded.record}
         )
     )
+    if session.scalar(select(Job.api).where(Job.id == job_id)) is not None:
+        for record in records:  # a fine-tuning job's metrics events (as OpenAI lists them)
+            _metrics_event(session, job_id=job_id, record=record)
 
 
 def _float_or_none(value: Any) -> float | None:

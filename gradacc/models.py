@@ -65,11 +65,17 @@ class JobStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Asked to pause (the fine-tuning API's pause): it checkpoints at the next window boundary
+    # and lets go of its device; resume queues it again, and it goes on from that checkpoint.
+    PAUSED = "paused"
 
 
-# A job holds resources (a queue slot, a worker, files it reads) until it leaves these.
+# A job holds resources (a queue slot, a worker) until it leaves these.
 ACTIVE_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.RUNNING})
-TERMINAL_STATUSES = frozenset(JobStatus) - ACTIVE_STATUSES
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+# Not finished: its files stay in use, and it cannot be deleted (a paused job will resume).
+UNFINISHED_STATUSES = ACTIVE_STATUSES | {JobStatus.PAUSED}
+FINE_TUNING_API = "fine_tuning"  # jobs.api of a job created through /v1/fine_tuning/jobs
 
 
 DEFAULT_TENANT = "default"  # every job's tenant while authentication is off
@@ -130,6 +136,11 @@ class Job(Base):
     # POSTed (signed) on every final status, and after each epoch with webhook_on_epoch.
     webhook_url: Mapped[str | None] = mapped_column(String(2048))
     webhook_on_epoch: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # "fine_tuning" for a job created through /v1/fine_tuning/jobs (None: /v1/jobs). Its OpenAI
+    # fields live in ``fine_tuning``: suffix, metadata, method, hyperparameters, result_files,
+    # integrations and, once its model is deleted through /v1/models, model_deleted.
+    api: Mapped[str | None] = mapped_column(String(16))
+    fine_tuning: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     metrics: Mapped[list[EpochMetric]] = relationship(
         back_populates="job", cascade="all, delete-orphan", order_by="EpochMetric.epoch"
@@ -175,6 +186,9 @@ class JobEvent(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     kind: Mapped[str] = mapped_column(String(32))
     message: Mapped[str] = mapped_column(Text)
+    # kind "metrics" (one per step record, for the fine-tuning API's events): the record's
+    # step, losses and token accuracies. /v1/jobs' events and the stream leave those out.
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     job: Mapped[Job] = relationship(back_populates="events")
@@ -237,6 +251,8 @@ class Worker(Base):
 class FilePurpose(StrEnum):
     DATASET = "dataset"
     MODEL = "model"
+    FINE_TUNE = "fine-tune"  # OpenAI's: a messages or prompt-completion JSONL dataset
+    FINE_TUNE_RESULTS = "fine-tune-results"  # a fine-tuning job's metrics CSV (written by it)
 
 
 class File(Base):
@@ -253,7 +269,7 @@ class File(Base):
     # "file-" + 12 hex digits of milliseconds + 8 random: ids sort by creation time (keyset pages).
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(64))
-    purpose: Mapped[str] = mapped_column(String(16))
+    purpose: Mapped[str] = mapped_column(String(32))
     filename: Mapped[str] = mapped_column(String(255), doc="as the client named it")
     stored_name: Mapped[str] = mapped_column(String(64), doc="the upload's name on disk")
     bytes: Mapped[int] = mapped_column(BigInteger)

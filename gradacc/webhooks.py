@@ -15,12 +15,12 @@ import secrets
 import socket
 from urllib.parse import urlsplit
 
-from sqlalchemy import insert, literal, select
+from sqlalchemy import case, insert, literal, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gradacc.errors import InvalidRequest
-from gradacc.models import Job, UTCDateTime, WebhookDelivery, WebhookSecret, utcnow
+from gradacc.models import FINE_TUNING_API, Job, UTCDateTime, WebhookDelivery, WebhookSecret, utcnow
 from gradacc.settings import Settings
 
 SIGNATURE_HEADER = "Gradacc-Signature"
@@ -61,7 +61,11 @@ def queue_webhook(session: Session, *, job_id: str, event: str, epoch_only: bool
     if epoch_only:
         wanted &= Job.webhook_on_epoch.is_(True)
     now = literal(utcnow(), UTCDateTime())
-    rows = select(Job.id, literal(event), literal("pending"), literal(0), now, now).where(wanted)
+    # A fine-tuning job's events carry OpenAI's names: fine_tuning.job.succeeded, ...
+    named = case(
+        (Job.api == FINE_TUNING_API, literal(f"fine_tuning.{event}")), else_=literal(event)
+    )
+    rows = select(Job.id, named, literal("pending"), literal(0), now, now).where(wanted)
     columns = ["job_id", "event", "status", "attempts", "next_attempt_at", "created_at"]
     session.execute(insert(WebhookDelivery).from_select(columns, rows))
 

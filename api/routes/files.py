@@ -12,6 +12,7 @@ from api import file_services
 from api.deps import ReadSessionDep, SessionDep, SettingsDep, TenantDep
 from api.schemas import ErrorResponse, FileDeleted, FileList, FileRead
 from api.uploads import receive_upload
+from gradacc.models import FilePurpose
 from trainer_core.spec.sources import FILE_ID_PATTERN
 
 router = APIRouter(
@@ -21,8 +22,9 @@ router = APIRouter(
 )
 
 UPLOAD_DOC = """Multipart form: `file` (the bytes) and `purpose`: `dataset` (default; .csv, .jsonl,
-.json or .parquet, checked and counted) or `model` (a .tar.gz or .zip of a `save_pretrained`
-directory with safetensors weights). Streamed to disk; over `GRADACC_MAX_UPLOAD_BYTES` is 413."""
+.json or .parquet, checked and counted), `fine-tune` (OpenAI's: a JSONL of `messages` or
+`prompt`/`completion` rows) or `model` (a .tar.gz or .zip of a `save_pretrained` directory with
+safetensors weights). Streamed to disk; over `GRADACC_MAX_UPLOAD_BYTES` is 413."""
 
 
 # The body is parsed as a stream (api/uploads.py), so FastAPI cannot infer it: declared here.
@@ -37,7 +39,7 @@ UPLOAD_BODY = {
                     "file": {"type": "string", "format": "binary", "description": "The bytes"},
                     "purpose": {
                         "type": "string",
-                        "enum": ["dataset", "model"],
+                        "enum": ["dataset", "model", "fine-tune"],
                         "default": "dataset",
                     },
                 },
@@ -54,6 +56,7 @@ UPLOAD_BODY = {
     summary="Upload a dataset or a model",
     description=UPLOAD_DOC,
     responses={
+        400: {"model": ErrorResponse, "description": "A fine-tune upload that is not usable"},
         413: {"model": ErrorResponse, "description": "Over the upload size limit"},
         422: {"model": ErrorResponse, "description": "Not a readable dataset or a safe model"},
     },
@@ -64,6 +67,8 @@ async def upload_file(
 ) -> FileRead:
     folder = file_services.upload_folder(settings)
     upload = await receive_upload(request, folder=folder)
+    # The OpenAI SDK's uploads get OpenAI's status codes for what is wrong with them (api.errors).
+    request.state.openai_errors = upload.fields.get("purpose") == FilePurpose.FINE_TUNE
     file = await run_in_threadpool(  # checking and unpacking read the whole file: not on the loop
         file_services.create_file, session, settings=settings, tenant=tenant, upload=upload
     )
@@ -76,9 +81,12 @@ async def list_files(
     tenant: TenantDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     after: Annotated[str | None, Query(pattern=FILE_ID_PATTERN, description="last_id")] = None,
+    purpose: FilePurpose | None = None,
 ) -> FileList:
-    """Your uploaded files, newest first; page with `after` = the last `last_id`."""
-    files, has_more = file_services.list_files(session, tenant=tenant, limit=limit, after=after)
+    """Your files, newest first (of one `purpose` if given); page with `after` = `last_id`."""
+    files, has_more = file_services.list_files(
+        session, tenant=tenant, limit=limit, after=after, purpose=purpose
+    )
     last_id = files[-1].id if files else None
     return FileList(data=[FileRead.of(f) for f in files], has_more=has_more, last_id=last_id)
 

@@ -260,6 +260,7 @@ class TrainingRun:
             "learning_rate": self.learning_rate(),
             "optimizer_steps": self.global_step,
             "train_samples": int(samples),
+            "train_items": int(items),  # what the loss averaged over: trained tokens, or rows
             "train_seconds": round(seconds, 4),
             "samples_per_second": round(samples / seconds, 2) if seconds > 0 else None,
             "peak_memory_bytes": peak_memory_bytes(ctx.device),

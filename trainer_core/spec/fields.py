@@ -72,6 +72,10 @@ def check_source(value: str, *, builtins: tuple[str, ...], what: str) -> str:
         return value
     if kind in ("local", "file"):
         return value
+    if kind == "fine_tuned":
+        if what != "model":
+            raise ValueError(f"{value!r} is a fine-tuned model, not a {what}")
+        return value
     if value.startswith(FILE_ID_PREFIX):
         # Not a hub id that happens to start so: an upload's id, mistyped or cut short.
         raise ValueError(

@@ -11,8 +11,11 @@ import re
 from pathlib import Path
 from typing import Literal
 
-SourceKind = Literal["builtin", "file", "local", "hub"]
+SourceKind = Literal["builtin", "file", "fine_tuned", "local", "hub"]
 BUILTIN_PREFIX = "builtin:"
+# A model fine-tuned by the service ("ft:<base>:<tenant>:<suffix>:<job id>[:ckpt-step-N]"): like
+# an uploaded file, the service turns it into a local folder before the core sees the spec.
+FINE_TUNED_PREFIX = "ft:"
 # An uploaded file's id ("file-" + 12 hex digits of milliseconds + 8 random). The service turns
 # it into a local path before the core sees the spec; the core itself never loads one.
 FILE_ID_PREFIX = "file-"
@@ -21,13 +24,16 @@ LOCAL_DATA_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")
 
 
 def classify_source(value: str) -> SourceKind:
-    """``builtin:…`` is built-in; ``file-…`` an uploaded file (service only); a value that looks like a path (``/``, ``.``, ``~``, a data file
+    """``builtin:…`` is built-in; ``file-…`` an uploaded file and ``ft:…`` a fine-tuned model
+    (service only); a value that looks like a path (``/``, ``.``, ``~``, a data file
     suffix) is local; so is a hub-id-shaped value that names something on this disk, because the
     libraries would load it from there. Everything else is a hub id (checked by the spec)."""
     if value.startswith(BUILTIN_PREFIX):
         return "builtin"
     if re.fullmatch(FILE_ID_PATTERN, value):
         return "file"
+    if value.startswith(FINE_TUNED_PREFIX):
+        return "fine_tuned"
     if value.startswith(("/", ".", "~")) or value.endswith(LOCAL_DATA_SUFFIXES):
         return "local"
     try:

@@ -15,6 +15,7 @@ from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.files import resolve_file_sources
 from gradacc.jobs import add_event, fail_job, transition_job
 from gradacc.models import Job, JobStatus, utcnow
+from gradacc.result_files import write_results
 from gradacc.retry import retry
 from gradacc.settings import Settings, get_settings
 from trainer_core.spec.callbacks import TrainResult
@@ -40,8 +41,8 @@ def main(argv: list[str]) -> int:
         spec = running_spec(settings, job_id)
     except JobError as exc:  # an uploaded file it names is gone
         return fail_early(settings, job_id, exc)
-    if spec is None:
-        return exit_codes.OUTCOME_RECORDED  # not ours to train (any more)
+    if spec is None:  # not ours to train (any more); paused before it began: nothing to keep
+        return exit_codes.PREEMPTED if _paused(settings, job_id) else exit_codes.OUTCOME_RECORDED
     if spec.num_processes > 1:
         return launch_ranks(settings.jobs_dir / job_id, job_id, spec.num_processes)
     return train_and_record(settings, job_id, spec)
@@ -92,6 +93,18 @@ def running_spec(settings: Settings, job_id: str) -> JobSpec | None:
         return resolve_file_sources(session, settings, job=job)
 
 
+def _paused(settings: Settings, job_id: str) -> bool:
+    """Paused between its claim and here: a preemption with nothing trained (the attempt is not
+    counted as a failure)."""
+    with session_scope(settings) as session:
+        job = session.get(Job, job_id)
+        if job is None or job.status != JobStatus.PAUSED:
+            return False
+        add_event(session, job_id=job_id, kind="preempted", message="paused before it began")
+        session.commit()
+        return True
+
+
 def _retrying(write: Callable[[], T]) -> T:
     """The final status must not be lost to a database blip: retry it with backoff."""
     return retry(write, errors=DATABASE_ERRORS, timeout_s=300.0)
@@ -113,6 +126,9 @@ def _record_result(settings: Settings, job_id: str, result: TrainResult) -> int:
         summary = jsonable(result.summary)
         if transition_job(session, job_id=job_id, to=target, finished_at=utcnow(), summary=summary):
             add_event(session, job_id=job_id, kind=str(target), message=f"training {target}")
+            job = session.get(Job, job_id)
+            if target == JobStatus.SUCCEEDED and job is not None and job.api is not None:
+                write_results(session, settings, job=job)  # the fine-tuning API's result file
         session.commit()
     return exit_codes.OUTCOME_RECORDED
 

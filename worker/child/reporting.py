@@ -1,6 +1,6 @@
 """The training process's side of reporting: a callback that writes to the database as it goes.
 
-Writes are guarded by ``status = 'running'``: once a job is cancelled or finished, nothing the
+Writes are guarded by ``status = 'running'`` (or 'paused': a pause's last steps still count): once a job is cancelled or finished, nothing the
 (dying) training process sends can overwrite it.
 """
 
@@ -19,8 +19,14 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from gradacc.db import DATABASE_ERRORS, session_scope
-from gradacc.jobs import add_event, record_epoch_metrics, record_step_metrics, update_running_job
-from gradacc.models import Job, JobStatus, utcnow
+from gradacc.jobs import (
+    LIVE_STATUSES,
+    add_event,
+    record_epoch_metrics,
+    record_step_metrics,
+    update_running_job,
+)
+from gradacc.models import Job, utcnow
 from gradacc.retry import Backoff, retry
 from gradacc.settings import Settings
 from gradacc.webhooks import queue_webhook
@@ -235,7 +241,7 @@ def _apply(session: Session, job_id: str, entry: Entry) -> None:
             add_event(session, job_id=job_id, kind=event[0], message=event[1], at=at)
         return
     job = session.get(Job, job_id)
-    if job is None or job.status != JobStatus.RUNNING:
+    if job is None or job.status not in LIVE_STATUSES:
         return
     if entry["kind"] == "steps":
         records = entry["records"]

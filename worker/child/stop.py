@@ -19,8 +19,8 @@ PARENT_EVERY_S = 0.5  # a system call, no database
 
 
 class DatabaseStopCheck:
-    """``should_stop`` for the core: "cancel" once the job left "running"; "preempt" when the
-    worker shuts down (SIGUSR1) or died (this process was re-parented, or the worker that forked
+    """``should_stop`` for the core: "cancel" once the job left "running"; "preempt" when it is
+    paused, when the worker shuts down (SIGUSR1) or died (this process was re-parented, or the worker that forked
     it through its fork server is gone). Checks every ``PARENT_EVERY_S`` and reads the database
     every ``STATUS_EVERY_S``; the core calls it between micro-steps."""
 
@@ -53,7 +53,9 @@ class DatabaseStopCheck:
         try:
             with session_scope(self.settings) as session:
                 status = session.get(Job, self.job_id)
-                if status is None or status.status != JobStatus.RUNNING:
+                if status is not None and status.status == JobStatus.PAUSED:
+                    self._answer = "preempt"  # paused: checkpoint at the boundary and stop
+                elif status is None or status.status != JobStatus.RUNNING:
                     self._answer = "cancel"
         except DATABASE_ERRORS:
             pass  # the database blipped: keep training, ask again at the next check

@@ -19,6 +19,7 @@ from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 
 from gradacc.db import DATABASE_ERRORS, session_scope
+from gradacc.fine_tuned import kept_checkpoints
 from gradacc.jobs import add_event, fail_job, release_job, update_running_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.settings import Settings
@@ -83,6 +84,12 @@ def _watch(settings: Settings, job_id: str, child: TrainingProcess) -> str | Non
             # The child wrote its own outcome and is on its way out: let it finish cleanly.
             _await_exit(child, grace_s=FINISH_GRACE_S)
             return None
+        if status == JobStatus.PAUSED and owner == me:
+            # Paused: it checkpoints at the next window boundary and exits as preempted.
+            if not preempt_sent:
+                child.send_signal(signal.SIGUSR1)
+                preempt_sent = True
+            continue
         if status != JobStatus.RUNNING or owner != me:
             # Cancelled (or deleted, or handed to another worker): stop it within seconds.
             terminate_group(child, grace_s=settings.kill_grace_s)
@@ -99,6 +106,7 @@ def _await_exit(child: TrainingProcess, *, grace_s: float) -> None:
 def _read_status(settings: Settings, job_id: str, *, beat: bool) -> tuple[str | None, str | None]:
     with session_scope(settings) as session:
         if beat:
+            # Paused jobs too: a resume waits until this worker has let go (``held_by_worker``).
             update_running_job(session, job_id=job_id, heartbeat_at=utcnow())
             session.commit()
         job = session.get(Job, job_id)
@@ -129,7 +137,7 @@ def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | 
     # SIGUSR1 can arrive before the runner installed its handler (while Python starts): that
     # kills it, which is a preemption too; nothing was trained that a checkpoint would lose.
     if returncode in (exit_codes.PREEMPTED, -signal.SIGUSR1):
-        outcome = "preempted"  # still "running", no heartbeat: the reconciler hands it on
+        outcome = _preempted(settings, job_id)
     elif returncode == -signal.SIGKILL and stopped_by is None:
         outcome = _hand_on_killed(settings, job_id)
     else:
@@ -138,6 +146,21 @@ def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | 
         release_job(session, job_id=job_id, worker=worker_name())
         session.commit()
     return outcome
+
+
+def _preempted(settings: Settings, job_id: str) -> str:
+    """Running: the worker is stopping; the job, still "running", is handed on. Paused: it
+    waits, with its checkpoint, for a resume."""
+    with session_scope(settings) as session:
+        job = session.get(Job, job_id)
+        if job is None or job.status != JobStatus.PAUSED:
+            return "preempted"
+        kept = kept_checkpoints(settings.jobs_dir / job_id)
+        step = kept[0][0] if kept else 0
+        message = f"paused at step {step}: checkpoint kept, device released"
+        add_event(session, job_id=job_id, kind="paused", message=message)
+        session.commit()
+    return "paused"
 
 
 def _record_exit(settings: Settings, job_id: str, returncode: int, stopped_by: str | None) -> str:

@@ -1,0 +1,141 @@
+"""/v1/fine_tuning/jobs: OpenAI's fine-tuning API over the same job table as /v1/jobs (a job's id
+is the same on both). Errors are OpenAI's: 400 for a bad body, with ``param`` (api.errors)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from api import fine_tuning_create, job_pause, job_services
+from api import fine_tuning_services as ft
+from api.deps import CeleryDep, ReadSessionDep, SessionDep, SettingsDep, TenantDep
+from api.openai_schemas import (
+    FineTuningCheckpointList,
+    FineTuningEventList,
+    FineTuningJob,
+    FineTuningJobCreate,
+    FineTuningJobList,
+)
+from api.routes.jobs import IdempotencyKey
+from api.schemas import ErrorResponse
+from gradacc.jobs import JOB_ID_PATTERN
+
+router = APIRouter(
+    prefix="/fine_tuning/jobs",
+    tags=["fine-tuning"],
+    responses={
+        400: {"model": ErrorResponse, "description": "A field is wrong; error.param names it"},
+        401: {"model": ErrorResponse},
+        404: {"model": ErrorResponse},
+    },
+)
+Limit = Annotated[int, Query(ge=1, le=100)]
+After = Annotated[str | None, Query(min_length=1, max_length=128)]
+
+
+@router.post(
+    "",
+    response_model=FineTuningJob,
+    summary="Create a fine-tuning job (OpenAI's API)",
+    responses={429: {"model": ErrorResponse}, 503: {"model": ErrorResponse}},
+)
+def create_fine_tuning_job(
+    body: FineTuningJobCreate,
+    session: SessionDep,
+    celery: CeleryDep,
+    settings: SettingsDep,
+    tenant: TenantDep,
+    idempotency_key: IdempotencyKey = None,
+) -> FineTuningJob:
+    job = fine_tuning_create.create(session, body=body, tenant=tenant,
+                                    idempotency_key=idempotency_key, celery=celery,
+                                    settings=settings)  # fmt: skip
+    return ft.to_openai(job)
+
+
+@router.get("", response_model=FineTuningJobList, summary="List fine-tuning jobs")
+async def list_fine_tuning_jobs(
+    request: Request,
+    session: ReadSessionDep,
+    tenant: TenantDep,
+    limit: Limit = 20,
+    after: Annotated[str | None, Query(pattern=JOB_ID_PATTERN)] = None,
+) -> FineTuningJobList:
+    """Newest first; `after` a job id; `metadata[key]=value` keeps the jobs with that pair."""
+    metadata = ft.metadata_filters(list(request.query_params.multi_items()))
+    jobs, more = ft.list_fine_tuning_jobs(session, tenant=tenant, after=after, limit=limit,
+                                          metadata=metadata)  # fmt: skip
+    return FineTuningJobList(data=[ft.to_openai(j) for j in jobs], has_more=more)
+
+
+@router.get("/{job_id}", response_model=FineTuningJob, summary="Retrieve a fine-tuning job")
+async def retrieve_fine_tuning_job(
+    job_id: str, session: ReadSessionDep, tenant: TenantDep
+) -> FineTuningJob:
+    return ft.to_openai(ft.get_fine_tuning_job(session, job_id=job_id, tenant=tenant))
+
+
+@router.post(
+    "/{job_id}/cancel",
+    response_model=FineTuningJob,
+    responses={409: {"model": ErrorResponse}},
+    summary="Cancel a fine-tuning job",
+)
+def cancel_fine_tuning_job(job_id: str, session: SessionDep, tenant: TenantDep) -> FineTuningJob:
+    ft.get_fine_tuning_job(session, job_id=job_id, tenant=tenant)
+    return ft.to_openai(job_services.cancel_job(session, job_id=job_id, tenant=tenant))
+
+
+@router.post(
+    "/{job_id}/pause",
+    response_model=FineTuningJob,
+    responses={409: {"model": ErrorResponse}},
+    summary="Pause a fine-tuning job: checkpoint at the next window boundary, release the device",
+)
+def pause_fine_tuning_job(job_id: str, session: SessionDep, tenant: TenantDep) -> FineTuningJob:
+    ft.get_fine_tuning_job(session, job_id=job_id, tenant=tenant)
+    return ft.to_openai(job_pause.pause_job(session, job_id=job_id, tenant=tenant))
+
+
+@router.post(
+    "/{job_id}/resume",
+    response_model=FineTuningJob,
+    responses={409: {"model": ErrorResponse}},
+    summary="Resume a paused fine-tuning job from its checkpoint",
+)
+def resume_fine_tuning_job(
+    job_id: str, session: SessionDep, celery: CeleryDep, settings: SettingsDep, tenant: TenantDep
+) -> FineTuningJob:
+    ft.get_fine_tuning_job(session, job_id=job_id, tenant=tenant)
+    job = job_pause.resume_job(session, job_id=job_id, tenant=tenant, celery=celery,
+                               settings=settings)  # fmt: skip
+    return ft.to_openai(job)
+
+
+@router.get("/{job_id}/events", response_model=FineTuningEventList, summary="List its events")
+async def list_fine_tuning_events(
+    job_id: str, session: ReadSessionDep, tenant: TenantDep, after: After = None, limit: Limit = 20
+) -> FineTuningEventList:
+    """Newest first, as OpenAI lists them; `type` metrics events carry the step records."""
+    job = ft.get_fine_tuning_job(session, job_id=job_id, tenant=tenant)
+    events, more = ft.list_events(session, job=job, after=after, limit=limit)
+    return FineTuningEventList(data=events, has_more=more)
+
+
+@router.get(
+    "/{job_id}/checkpoints", response_model=FineTuningCheckpointList, summary="List checkpoints"
+)
+async def list_fine_tuning_checkpoints(
+    job_id: str,
+    session: ReadSessionDep,
+    settings: SettingsDep,
+    tenant: TenantDep,
+    after: After = None,
+    limit: Limit = 10,
+) -> FineTuningCheckpointList:
+    """The kept checkpoints, newest first; each is usable as `model` (fine-tune it again)."""
+    job = ft.get_fine_tuning_job(session, job_id=job_id, tenant=tenant)
+    page, more = ft.list_checkpoints(settings, job=job, after=after, limit=limit)
+    first, last = (page[0].id, page[-1].id) if page else (None, None)
+    return FineTuningCheckpointList(data=page, has_more=more, first_id=first, last_id=last)

@@ -1,0 +1,41 @@
+"""/v1/models (OpenAI's): the built-in base models and your fine-tuned ones."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api import model_services
+from api.deps import ReadSessionDep, SessionDep, SettingsDep, TenantDep
+from api.openai_schemas import ModelDeleted, ModelList, ModelObject
+from api.schemas import ErrorResponse
+
+router = APIRouter(
+    prefix="/models",
+    tags=["models"],
+    responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+)
+
+
+@router.get("", response_model=ModelList, summary="List models")
+async def list_models(session: ReadSessionDep, tenant: TenantDep) -> ModelList:
+    """The base models (built in) and the fine-tuned models of your succeeded jobs."""
+    return ModelList(data=model_services.list_models(session, tenant=tenant))
+
+
+@router.get("/{model:path}", response_model=ModelObject, summary="Retrieve a model")
+async def retrieve_model(model: str, session: ReadSessionDep, tenant: TenantDep) -> ModelObject:
+    return model_services.get_model(session, model=model, tenant=tenant)
+
+
+@router.delete(
+    "/{model:path}",
+    response_model=ModelDeleted,
+    responses={403: {"model": ErrorResponse, "description": "A base model"}},
+    summary="Delete a fine-tuned model",
+)
+def delete_model(
+    model: str, session: SessionDep, settings: SettingsDep, tenant: TenantDep
+) -> ModelDeleted:
+    """Its weights go; the job, its metrics and its checkpoints' records stay."""
+    model_services.delete_model(session, settings, model=model, tenant=tenant)
+    return ModelDeleted(id=model)

@@ -1,0 +1,235 @@
+"""An unmodified OpenAI fine-tuning loop, written with the official ``openai`` package, against a
+live ``gradacc serve`` on both stacks (embedded; PostgreSQL + Redis): only ``base_url`` and the
+key are ours. Upload, create with suffix / seed / metadata / "auto", poll, events with metrics,
+checkpoints, the results file, models, fine-tune the fine-tuned model again, cancel, pause and
+resume (weights equal to an uninterrupted twin's), listing, and the errors' classes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import secrets
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from safetensors.torch import load
+
+from gradacc.auth import create_api_key
+from gradacc.db import session_scope
+from gradacc.settings import Settings
+from tests.conftest import ROOT
+from tests.e2e.conftest import settings_env, settle_unfinished_jobs
+from tests.support import free_port, wait_ready, wait_until
+from trainer_core.builtin.chat_corpus import chat_arithmetic
+from trainer_core.testing.failpoints import HOLD_AT, held_marker
+
+pytestmark = pytest.mark.integration
+
+HOLD_STEP = 2
+OURS = {"max_seq_length": 96, "logging_steps": 1, "gradient_accumulation_steps": 2}
+
+
+@dataclass
+class Served:
+    settings: Settings
+    url: str
+    gate: Path
+    alice: openai.OpenAI
+    bob: openai.OpenAI
+    keys: dict[str, str]
+
+
+@pytest.fixture(scope="module", params=["embedded", "pg_redis"])
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    home = tmp_path_factory.mktemp("openai")
+    settings = Settings(home=home, queue=f"gradacc-test-{secrets.token_hex(4)}")
+    if request.param == "pg_redis":
+        pg_url, redis_url = request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
+        settings = settings.model_copy(update={"database_url": pg_url, "broker_url": redis_url})
+        settle_unfinished_jobs(settings)
+    env = settings_env(settings)
+    if settings.is_embedded:
+        for name in ("GRADACC_DATABASE_URL", "GRADACC_BROKER_URL"):
+            env.pop(name, None)
+    gate = home / "hold"
+    env |= {"GRADACC_REQUIRE_AUTH": "true", HOLD_AT: f"{HOLD_STEP}:{gate}"}
+    port, log_path = free_port(), home / "serve.log"
+    argv = [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "1"]
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=30) as anonymous:
+            wait_ready(anonymous)
+        with session_scope(settings) as session:
+            keys = {t: create_api_key(session, tenant=t) for t in ("alice", "bob")}
+        clients = {t: openai.OpenAI(base_url=f"{url}/v1", api_key=k, max_retries=0, timeout=60)
+                   for t, k in keys.items()}  # fmt: skip
+        yield Served(settings, url, gate, clients["alice"], clients["bob"], keys)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+        print(log_path.read_text(errors="replace")[-3000:])
+
+
+def chat_jsonl(split: str, rows: int) -> bytes:
+    conversations = chat_arithmetic(split)["messages"][:rows]
+    return "".join(json.dumps({"messages": c}) + "\n" for c in conversations).encode()
+
+
+def wait_status(client: openai.OpenAI, job_id: str, *wanted: str, timeout: float = 300) -> Any:
+    """Poll ``retrieve`` as a script does, until the job is in one of ``wanted``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.fine_tuning.jobs.retrieve(job_id)
+        if job.status in wanted:
+            return job
+        assert job.status not in ("failed", "cancelled"), job
+        time.sleep(0.5)
+    raise AssertionError(f"{job_id} is still {job.status}")
+
+
+def model_weights(served: Served, job_id: str) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {served.keys['alice']}"}
+    archive = httpx.get(f"{served.url}/v1/jobs/{job_id}/artifacts/model", headers=headers,
+                        timeout=60)  # fmt: skip
+    with tarfile.open(fileobj=io.BytesIO(archive.content), mode="r:gz") as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("model.safetensors"))
+        return load(tar.extractfile(member).read())  # type: ignore[union-attr]
+
+
+@pytest.fixture(scope="module")
+def files(served: Served) -> dict[str, str]:
+    alice = served.alice
+    train = alice.files.create(file=("train.jsonl", chat_jsonl("train", 34)), purpose="fine-tune")
+    valid = alice.files.create(
+        file=("valid.jsonl", chat_jsonl("validation", 8)), purpose="fine-tune"
+    )
+    assert (train.purpose, train.status) == ("fine-tune", "processed")
+    return {"train": train.id, "valid": valid.id}
+
+
+@pytest.fixture(scope="module")
+def tuned(served: Served, files: dict[str, str]) -> Any:
+    """The loop a team's script runs: create with "auto", poll until it succeeds."""
+    job = served.alice.fine_tuning.jobs.create(
+        model="builtin:tiny-chat",
+        training_file=files["train"],
+        validation_file=files["valid"],
+        suffix="arith",
+        seed=3,
+        metadata={"case": "main"},
+        hyperparameters={"n_epochs": "auto", "batch_size": 8, "learning_rate_multiplier": "auto"},
+        extra_body={"gradacc": OURS},
+    )
+    assert job.status == "queued" and job.hyperparameters.n_epochs == 3  # 34 rows x 3 >= 100
+    return wait_status(served.alice, job.id, "succeeded")
+
+
+def test_the_whole_loop(served: Served, files: dict[str, str], tuned: Any) -> None:
+    alice = served.alice
+    assert tuned.fine_tuned_model == f"ft:builtin:tiny-chat:alice:arith:{tuned.id}"
+    assert tuned.trained_tokens and tuned.trained_tokens > 0 and tuned.finished_at
+    assert tuned.organization_id == "alice" and tuned.seed == 3
+    events = list(alice.fine_tuning.jobs.list_events(tuned.id, limit=100))
+    metrics = [e for e in events if e.type == "metrics"]
+    steps = [e.data["step"] for e in metrics]  # type: ignore[index]
+    assert steps == sorted(steps, reverse=True) and steps[0] == 15  # newest first; 3 x 5 steps
+    assert set(metrics[0].data) >= {
+        "step",
+        "train_loss",
+        "valid_loss",  # type: ignore[arg-type]
+        "train_mean_token_accuracy",
+        "valid_mean_token_accuracy",
+    }
+    assert events[0].message == "training succeeded" and events[-1].message == "job created"
+    checkpoints = alice.fine_tuning.jobs.checkpoints.list(tuned.id).data
+    assert [c.step_number for c in checkpoints] == [15, 10, 5]  # the last three epochs'
+    assert checkpoints[0].metrics.full_valid_loss is not None
+    assert checkpoints[1].fine_tuned_model_checkpoint == f"{tuned.fine_tuned_model}:ckpt-step-10"
+    (results_id,) = tuned.result_files
+    rows = list(csv.DictReader(io.StringIO(alice.files.content(results_id).text)))
+    assert list(rows[0]) == ["step", "train_loss", "train_accuracy", "valid_loss",
+                             "valid_mean_token_accuracy"]  # fmt: skip
+    assert [int(r["step"]) for r in rows] == sorted(steps) and rows[-1]["valid_loss"]
+    assert alice.files.retrieve(results_id).purpose == "fine-tune-results"
+    assert tuned.fine_tuned_model in [m.id for m in alice.models.list()]
+    assert tuned.fine_tuned_model not in [m.id for m in served.bob.models.list()]
+    # Fine-tune the fine-tuned model again, then one of its checkpoints (cancelled at once).
+    again = alice.fine_tuning.jobs.create(model=tuned.fine_tuned_model, training_file=files["train"],
+                                          hyperparameters={"n_epochs": 1, "batch_size": 8},
+                                          extra_body={"gradacc": OURS})  # fmt: skip
+    assert wait_status(alice, again.id, "succeeded").model == tuned.fine_tuned_model
+    from_checkpoint = alice.fine_tuning.jobs.create(
+        model=checkpoints[1].fine_tuned_model_checkpoint, training_file=files["train"],
+        hyperparameters={"batch_size": 8}, extra_body={"gradacc": OURS})  # fmt: skip
+    assert alice.fine_tuning.jobs.cancel(from_checkpoint.id).status == "cancelled"
+    # Listing: pages and the metadata filter; the same jobs on /v1/jobs.
+    page = alice.fine_tuning.jobs.list(limit=1)
+    assert page.data[0].id == from_checkpoint.id and page.has_more
+    assert [j.id for j in alice.fine_tuning.jobs.list(metadata={"case": "main"})] == [tuned.id]
+
+
+def test_pause_and_resume_end_with_the_twins_weights(served: Served, files: dict[str, str]) -> None:
+    alice = served.alice
+    body: dict[str, Any] = {"model": "builtin:tiny-chat", "training_file": files["train"],
+                            "seed": 5, "hyperparameters": {"n_epochs": 2, "batch_size": 8},
+                            "extra_body": {"gradacc": OURS}}  # fmt: skip
+    served.gate.touch()
+    paused = alice.fine_tuning.jobs.create(**body)
+    wait_until(lambda: held_marker(served.gate).exists(), timeout=180, what="the held job")
+    assert alice.fine_tuning.jobs.pause(paused.id).status == "paused"
+    wait_until(
+        lambda: any(
+            e.message.startswith("paused at step")
+            for e in alice.fine_tuning.jobs.list_events(paused.id)
+        ),
+        timeout=120,
+        what="the pause's checkpoint",
+    )
+    served.gate.unlink()
+    held_marker(served.gate).unlink(missing_ok=True)
+    assert alice.fine_tuning.jobs.retrieve(paused.id).status == "paused"
+    assert alice.fine_tuning.jobs.resume(paused.id).status == "queued"
+    wait_status(alice, paused.id, "succeeded")
+    messages = [e.message for e in alice.fine_tuning.jobs.list_events(paused.id, limit=100)]
+    assert f"paused at step {HOLD_STEP}: checkpoint kept, device released" in messages, messages
+    assert sum(m.startswith("started on") for m in messages) == 2  # resumed on a second run
+    twin = alice.fine_tuning.jobs.create(**body)
+    wait_status(alice, twin.id, "succeeded")
+    mine, theirs = model_weights(served, paused.id), model_weights(served, twin.id)
+    assert mine.keys() == theirs.keys()
+    assert all(mine[k].equal(theirs[k]) for k in mine)
+
+
+def test_errors_raise_the_sdks_classes(served: Served, files: dict[str, str], tuned: Any) -> None:
+    alice, bob = served.alice, served.bob
+    with pytest.raises(openai.BadRequestError) as bad_model:
+        alice.fine_tuning.jobs.create(model="nobody/no model", training_file=files["train"])
+    assert bad_model.value.param == "model"
+    with pytest.raises(openai.BadRequestError) as bad_file:
+        alice.fine_tuning.jobs.create(model="builtin:tiny-chat",
+                                      training_file="file-0123456789abcdef0123")  # fmt: skip
+    assert bad_file.value.param == "training_file"
+    with pytest.raises(openai.NotFoundError) as not_yours:
+        bob.fine_tuning.jobs.retrieve(tuned.id)
+    assert not_yours.value.param == "job_id"
+    with pytest.raises(openai.BadRequestError) as not_your_model:
+        bob.fine_tuning.jobs.create(model=tuned.fine_tuned_model, training_file=files["train"])
+    assert not_your_model.value.param in ("model", "training_file")
+    nobody = openai.OpenAI(base_url=f"{served.url}/v1", api_key="gak_wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as no_key:
+        nobody.fine_tuning.jobs.list()
+    assert no_key.value.param == "Authorization"
