@@ -22,7 +22,7 @@ MB = 1_000_000
 JSON_TYPE = {"content-type": "application/json"}
 
 # Every error body; a validation error adds "errors" (each field at fault).
-SHAPE = {"code", "message", "param"}
+SHAPE = {"code", "message", "param", "type"}
 
 
 def body(**changes: Any) -> bytes:

@@ -18,6 +18,7 @@ UNAVAILABLE = {
         "code": "database_unavailable",
         "message": "the database is unavailable; retry later",
         "param": None,
+        "type": "server_error",
     }
 }
 

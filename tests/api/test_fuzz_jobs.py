@@ -55,7 +55,7 @@ keys = (
 )
 
 # Every error body; a validation error adds "errors" (each field at fault).
-SHAPE = {"code", "message", "param"}
+SHAPE = {"code", "message", "param", "type"}
 
 
 @st.composite

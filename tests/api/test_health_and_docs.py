@@ -83,6 +83,7 @@ def test_an_unusable_database_is_503_in_the_same_error_shape(tmp_path: Path) -> 
             "code": "database_unavailable",
             "message": "the database is unavailable; retry later",
             "param": None,
+            "type": "server_error",
         }
     }
     assert not_ready.status_code == 503

@@ -37,6 +37,7 @@ def test_same_key_other_body_is_409(client: TestClient, db_settings: Settings) -
             "code": "idempotency_conflict",
             "message": "this Idempotency-Key was already used with a different request body",
             "param": "Idempotency-Key",
+            "type": "invalid_request_error",
         }
     }
     # Another key, or none, is another job; a key that is too long is refused by name.

@@ -13,7 +13,7 @@ from gradacc.settings import Settings
 from tests.conftest import TINY
 
 # Every error body; a validation error adds "errors" (each field at fault).
-SHAPE = {"code", "message", "param"}
+SHAPE = {"code", "message", "param", "type"}
 
 
 def count_jobs(settings: Settings) -> int:
@@ -75,6 +75,7 @@ def test_errors_have_one_shape(client: TestClient) -> None:
             "code": "job_not_found",
             "message": "no job with id 'job_nope'",
             "param": "job_id",
+            "type": "invalid_request_error",
         }
     }
     for path in ("/v1/jobs/job_nope/metrics", "/v1/jobs/job_nope/events"):
