@@ -171,7 +171,15 @@ def test_the_whole_loop(served: Served, files: dict[str, str], tuned: Any) -> No
     again = alice.fine_tuning.jobs.create(model=tuned.fine_tuned_model, training_file=files["train"],
                                           hyperparameters={"n_epochs": 1, "batch_size": 8},
                                           extra_body={"gradacc": OURS})  # fmt: skip
-    assert wait_status(alice, again.id, "succeeded").model == tuned.fine_tuned_model
+    again = wait_status(alice, again.id, "succeeded")
+    assert again.model == tuned.fine_tuned_model and again.fine_tuned_model.endswith(again.id)
+    # Delete that second model: gone from the list, from the job, and as a model to train.
+    assert alice.models.delete(again.fine_tuned_model).deleted
+    assert again.fine_tuned_model not in [m.id for m in alice.models.list()]
+    assert alice.fine_tuning.jobs.retrieve(again.id).fine_tuned_model is None
+    with pytest.raises(openai.BadRequestError) as deleted:
+        alice.fine_tuning.jobs.create(model=again.fine_tuned_model, training_file=files["train"])
+    assert deleted.value.param == "model"
     from_checkpoint = alice.fine_tuning.jobs.create(
         model=checkpoints[1].fine_tuned_model_checkpoint, training_file=files["train"],
         hyperparameters={"batch_size": 8}, extra_body={"gradacc": OURS})  # fmt: skip
@@ -223,12 +231,23 @@ def test_errors_raise_the_sdks_classes(served: Served, files: dict[str, str], tu
         alice.fine_tuning.jobs.create(model="builtin:tiny-chat",
                                       training_file="file-0123456789abcdef0123")  # fmt: skip
     assert bad_file.value.param == "training_file"
-    with pytest.raises(openai.NotFoundError) as not_yours:
-        bob.fine_tuning.jobs.retrieve(tuned.id)
-    assert not_yours.value.param == "job_id"
-    with pytest.raises(openai.BadRequestError) as not_your_model:
+    for call in (bob.fine_tuning.jobs.retrieve, bob.fine_tuning.jobs.checkpoints.list,
+                 bob.fine_tuning.jobs.list_events, bob.fine_tuning.jobs.pause):  # fmt: skip
+        with pytest.raises(openai.NotFoundError) as not_yours:
+            call(tuned.id)
+        assert not_yours.value.param == "job_id"
+    with pytest.raises(openai.NotFoundError) as not_your_model:
+        bob.models.retrieve(tuned.fine_tuned_model)
+    assert not_your_model.value.param == "model"
+    with pytest.raises(openai.NotFoundError):
+        bob.files.retrieve(tuned.result_files[0])
+    with pytest.raises(openai.BadRequestError) as not_your_file:
         bob.fine_tuning.jobs.create(model=tuned.fine_tuned_model, training_file=files["train"])
-    assert not_your_model.value.param in ("model", "training_file")
+    assert not_your_file.value.param == "training_file"  # checked first: it is alice's
+    bobs = bob.files.create(file=("b.jsonl", chat_jsonl("train", 20)), purpose="fine-tune")
+    with pytest.raises(openai.BadRequestError) as not_your_base:
+        bob.fine_tuning.jobs.create(model=tuned.fine_tuned_model, training_file=bobs.id)
+    assert not_your_base.value.param == "model"
     nobody = openai.OpenAI(base_url=f"{served.url}/v1", api_key="gak_wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError) as no_key:
         nobody.fine_tuning.jobs.list()
