@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from trainer_core.spec.callbacks import TrainingCallback
 from trainer_core.spec.job import JobSpec
-from trainer_core.spec.outputs import SUMMARY_FILE
+from trainer_core.spec.outputs import STEPS_FILE, SUMMARY_FILE
 
 EXIT_BAD_SPEC = 2
 EXIT_JOB_ERROR = 3
@@ -31,11 +31,32 @@ def _say(line: str) -> None:
     tqdm.write(line, file=sys.stderr)
 
 
+class StepsFile:
+    """``steps.jsonl``: the step records, one JSON line each. A resumed run logs the steps after
+    its checkpoint again: the lines from that step on are replaced, never doubled."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.last = max((json.loads(line)["step"] for line in self._lines()), default=0)
+
+    def _lines(self) -> list[str]:
+        return self.path.read_text().splitlines() if self.path.exists() else []
+
+    def append(self, record: dict[str, Any]) -> None:
+        if record["step"] <= self.last:
+            kept = [line for line in self._lines() if json.loads(line)["step"] < record["step"]]
+            self.path.write_text("".join(line + "\n" for line in kept))
+        with self.path.open("a") as out:
+            out.write(json.dumps(record) + "\n")
+        self.last = record["step"]
+
+
 class PrintEpochs(TrainingCallback):
-    def __init__(self, *, progress_lines: bool) -> None:
+    def __init__(self, *, progress_lines: bool, steps_file: Path | None = None) -> None:
         self.progress_lines = progress_lines
         self.last_line = time.monotonic()
         self.latest: dict[str, Any] = {}
+        self.steps = StepsFile(steps_file) if steps_file is not None else None
 
     def on_start(self, info: dict[str, Any]) -> None:
         _say(
@@ -45,6 +66,8 @@ class PrintEpochs(TrainingCallback):
 
     def on_step_metrics(self, record: dict[str, Any]) -> None:
         self.latest = record
+        if self.steps is not None:
+            self.steps.append(record)
 
     def on_progress(self, progress: dict[str, Any]) -> None:
         if not self.progress_lines or time.monotonic() - self.last_line < PROGRESS_EVERY_S:
@@ -104,8 +127,11 @@ def run_command(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     terminal = sys.stderr.isatty()
     try:
-        result = train(spec, args.output_dir, callback=PrintEpochs(progress_lines=not terminal),
-                       resume=not args.no_resume, progress_bar=terminal)  # fmt: skip
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+        steps = args.output_dir / STEPS_FILE
+        callback = PrintEpochs(progress_lines=not terminal, steps_file=steps)
+        result = train(spec, args.output_dir, callback=callback, resume=not args.no_resume,
+                       progress_bar=terminal)  # fmt: skip
     except JobError as exc:
         print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
         return EXIT_JOB_ERROR

@@ -66,6 +66,7 @@ def collate(
         "attention_mask": mask,
         "labels": target,
         "n_items": n_items,
+        "n_tokens": int(mask.sum()),  # real tokens; input_ids.numel() - n_tokens is padding
         "n_window_items": batch.n_window_items,
         "last_in_window": batch.last_in_window,
     }

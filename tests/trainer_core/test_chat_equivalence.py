@@ -82,6 +82,21 @@ def test_every_shape_of_one_effective_batch_trains_alike(
             assert mine["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-4)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_grouping_each_window_by_length_changes_no_update(trained: Trained, backend: str) -> None:
+    """group_by_length (on by default for causal-LM, so in every shape above) reorders rows
+    inside each window only: (4, 4) without it trains as (16, 1) with it."""
+    reference, metrics, spec = trained("messages", backend, 16, 1)
+    assert spec.groups_by_length
+    bound = tolerance(initial_weights(spec), reference)
+    weights, other, _ = trained("messages", backend, 4, 4, group_by_length=False)
+    gap = max_abs_diff(weights, reference)
+    print(f"messages {backend} (4,4) ungrouped vs (16,1) grouped: {gap:.2e} (bound {bound:.2e})")
+    assert gap <= bound, gap
+    for mine, theirs in zip(other, metrics, strict=True):
+        assert mine["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-4)
+
+
 @pytest.mark.parametrize("fmt", ["messages", "prompt-completion"])
 def test_the_backends_agree(trained: Trained, fmt: str) -> None:
     reference, metrics, spec = trained(fmt, "pytorch", 4, 4)

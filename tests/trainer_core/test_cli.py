@@ -44,6 +44,13 @@ def test_run_writes_metrics_summary_and_model(tmp_path: Path) -> None:
     assert summary["status"] == "completed"
     assert (tmp_path / "out" / "model" / "model.safetensors").is_file()
     assert json.loads(done.stdout)["epoch"] == 2
+    steps = [
+        json.loads(line) for line in (tmp_path / "out" / "steps.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in steps] == sorted({r["step"] for r in steps}) and steps[-1][
+        "step"
+    ] == 10
+    assert all(0 <= r["padding_fraction"] < 1 for r in steps)
 
     # The same spec into the finished directory: said so, nothing trained or rewritten.
     metrics_before = (tmp_path / "out" / "metrics.jsonl").read_text()
@@ -85,3 +92,18 @@ def test_missing_dataset_file_is_a_job_error(tmp_path: Path) -> None:
     done = _cli("run", str(tmp_path / "spec.json"), "--output-dir", str(tmp_path / "out"))
     assert done.returncode == 3
     assert "invalid_dataset" in done.stderr and "does not exist" in done.stderr
+
+
+def test_a_resumed_run_replaces_its_step_lines(tmp_path: Path) -> None:
+    """The steps after the checkpoint come again on resume: replaced, never doubled."""
+    path = tmp_path / "steps.jsonl"
+    first = cli.StepsFile(path)
+    for step in (1, 2, 3, 4):
+        first.append({"step": step, "train_loss": float(step)})
+    resumed = cli.StepsFile(path)  # the checkpoint was at step 2
+    for step in (3, 4, 5):
+        resumed.append({"step": step, "train_loss": 10.0 + step})
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["step"], r["train_loss"]) for r in lines] == [
+        (1, 1.0), (2, 2.0), (3, 13.0), (4, 14.0), (5, 15.0),
+    ]  # fmt: skip

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate
 from trainer_core.data.load import TokenizedSplit
 from trainer_core.data.plan import EpochIndex, epoch_permutation
-from trainer_core.data.tokenized import IntColumn
+from trainer_core.data.tokenized import IntColumn, row_lengths
 from trainer_core.distributed import SINGLE, World, shard
 
 PlanKey = tuple[int, int]  # (epoch, micro-batch index in the epoch's full plan)
@@ -41,8 +41,11 @@ class EpochPlan(Dataset[dict[str, Any]]):
         seed: int,
         pad_id: int,
         world: World = SINGLE,
+        group_by_length: bool = False,
     ) -> None:
         self.split = split
+        # Row lengths, for ordering each window's rows longest first (data.plan).
+        self._lengths = row_lengths(split.input_ids) if group_by_length else None
         self.world = world
         # The plan's micro-batches are global: b rows for each of the W ranks (distributed.py).
         self.batch_size = batch_size * world.size
@@ -77,7 +80,9 @@ class EpochPlan(Dataset[dict[str, Any]]):
     def full_plan(self, epoch: int) -> EpochIndex:
         if self._full is None or self._full[0] != epoch:
             order = epoch_permutation(len(self.split), self.seed, epoch)
-            self._full = (epoch, EpochIndex(order, self._items, self.batch_size, self.accumulation))
+            index = EpochIndex(order, self._items, self.batch_size, self.accumulation,
+                               self._lengths)  # fmt: skip
+            self._full = (epoch, index)
         return self._full[1]
 
     def __len__(self) -> int:

@@ -4,7 +4,9 @@ An epoch is a seeded permutation of the training rows (a function of (seed, epoc
 b or K), cut into micro-batches of ``b`` rows, grouped into windows of ``K`` micro-batches (the
 last window of an epoch may hold fewer). So (b, K) and (b·K, 1) see the same windows:
 ceil(ceil(n/b)/K) == ceil(n/(b·K)), and window j holds rows [j·b·K, (j+1)·b·K) of the permutation.
-Each micro-batch carries its window's item count N_W (``trainer_core.accumulation``).
+Each micro-batch carries its window's item count N_W (``trainer_core.accumulation``). With
+``group_by_length`` each window's rows are ordered longest first before the window is cut into
+micro-batches: the same rows per window, less padding.
 
 ``EpochIndex`` keeps the permutation (8 bytes a row) and the item count of each window as numpy
 arrays, and makes micro-batch i when it is asked for: a list of ``MicroBatch`` objects would cost
@@ -38,13 +40,29 @@ def epoch_permutation(n_rows: int, seed: int, epoch: int) -> np.ndarray:
     return torch.randperm(n_rows, generator=generator).numpy()
 
 
+def group_windows_by_length(order: np.ndarray, lengths: np.ndarray, window_rows: int) -> np.ndarray:
+    """Each window's rows, longest first (ties in permutation order); the windows themselves and
+    their rows stay as they were. A window's gradient is the sum over its rows divided by N_W,
+    whatever micro-batches its rows are cut into, so this changes no update: it only puts rows
+    of similar length in one micro-batch, which pads less (``group_by_length``)."""
+    window_of = np.arange(len(order)) // window_rows
+    return order[np.lexsort((-lengths[order], window_of))]
+
+
 class EpochIndex(Sequence[MicroBatch]):
     def __init__(
-        self, order: np.ndarray, items: np.ndarray, batch_size: int, accumulation: int
+        self,
+        order: np.ndarray,
+        items: np.ndarray,
+        batch_size: int,
+        accumulation: int,
+        lengths: np.ndarray | None = None,
     ) -> None:
+        window_rows = batch_size * accumulation
+        if lengths is not None:
+            order = group_windows_by_length(order, lengths, window_rows)
         self.order, self.batch_size, self.accumulation = order, batch_size, accumulation
         self.n_micro = micro_batches_per_epoch(len(order), batch_size)
-        window_rows = batch_size * accumulation
         starts = np.arange(0, len(order), window_rows)
         ordered = items[order].astype(np.int64)
         self.window_items = np.add.reduceat(ordered, starts) if len(order) else ordered

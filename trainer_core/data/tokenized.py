@@ -90,6 +90,19 @@ class ArrowRows(Sequence[np.ndarray]):
 
     __hash__ = None  # type: ignore[assignment]
 
+    def lengths(self) -> np.ndarray:
+        """Every row's token count, from the offsets alone (no row is read)."""
+        if not self._offsets:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([np.diff(o) for o in self._offsets]).astype(np.int64)
+
+
+def row_lengths(rows: Sequence[Any]) -> np.ndarray:
+    """Token counts of ``rows`` (an ``ArrowRows`` reads them from its offsets)."""
+    if isinstance(rows, ArrowRows):
+        return rows.lengths()
+    return np.asarray([len(row) for row in rows], dtype=np.int64)
+
 
 def tokenizer_for(tokenizer_json: str, max_length: int) -> Tokenizer:
     """The Rust tokenizer of this JSON definition, truncating at ``max_length`` (one per process

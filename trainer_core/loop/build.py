@@ -120,8 +120,9 @@ def build_context(
     b, k = choice.size, choice.accumulation
     world = inputs.world
     plan = EpochPlan(
-        data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=inputs.pad_id, world=world
-    )
+        data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=inputs.pad_id,
+        world=world, group_by_length=spec.groups_by_length,
+    )  # fmt: skip
     cuda = inputs.device.type == "cuda"
     loader = EpochLoader(plan, num_workers=inputs.loader_workers, pin_memory=cuda)
     steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b * world.size, k)

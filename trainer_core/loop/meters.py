@@ -29,6 +29,8 @@ class Window:
     items: int
     samples: int
     hits: torch.Tensor | None = None
+    tokens: int = 0  # real tokens of its micro-batches
+    slots: int = 0  # their padded size (rows x the longest row)
 
 
 class LossMeter:
@@ -49,6 +51,9 @@ class LossMeter:
         self._window_sum += step.summed  # stays on the device: no host sync, no graph (detached)
         self._window_items += int(batch["n_items"])
         self._window_samples += batch_rows(batch)
+        if "n_tokens" in batch and batch_rows(batch):  # not a rank's all-ignored padding row
+            self._window_tokens += int(batch["n_tokens"])
+            self._window_slots += int(batch["input_ids"].numel())
         if step.hits is not None:
             self._window_hits = (
                 step.hits if self._window_hits is None else self._window_hits + step.hits
@@ -58,7 +63,7 @@ class LossMeter:
         """The optimizer stepped: the window's sums join the epoch's, and are returned for its
         step record."""
         window = Window(self._window_sum, self._window_items, self._window_samples,
-                        self._window_hits)  # fmt: skip
+                        self._window_hits, self._window_tokens, self._window_slots)  # fmt: skip
         self.loss_sum += self._window_sum
         self.loss_items += self._window_items
         self.samples += self._window_samples
@@ -69,6 +74,7 @@ class LossMeter:
         """The window is abandoned (it will be retried from its start)."""
         self._window_sum = torch.zeros((), device=self.device)
         self._window_items = self._window_samples = 0
+        self._window_tokens = self._window_slots = 0
         self._window_hits = None
 
     def start_clock(self) -> None:
@@ -91,10 +97,13 @@ class StepMeter:
     def __init__(self, every: int) -> None:
         self.every = every
         self.samples = 0
+        self.tokens = self.slots = 0  # for the padding fraction
         self.since = self.started_at = time.perf_counter()
 
     def add(self, window: Window) -> None:
         self.samples += window.samples
+        self.tokens += window.tokens
+        self.slots += window.slots
 
     def due(self, global_step: int) -> bool:
         return global_step % self.every == 0
@@ -117,5 +126,8 @@ class StepMeter:
         }
         if hits is not None:
             record["train_mean_token_accuracy"] = hits / max(items, 1)
+        if self.slots:
+            record["padding_fraction"] = round(1 - self.tokens / self.slots, 4)
         self.samples, self.since = 0, now
+        self.tokens = self.slots = 0
         return record

@@ -183,11 +183,13 @@ class TrainingRun:
         ctx = self.ctx
         # Every rank's share of the window (one small all-reduce, at logging steps only); a
         # single process sums only its own. .item(): a host sync, here only.
-        sums = [window.loss_sum.item(), float(window.items), float(self.steps.samples)]
+        steps = self.steps
+        sums = [window.loss_sum.item(), float(window.items), float(steps.samples),
+                float(steps.tokens), float(steps.slots)]  # fmt: skip
         if window.hits is not None:
             sums.append(float(window.hits.item()))
-        loss_sum, items, samples, *hits = sum_over_ranks(sums, self.world)
-        self.steps.samples = int(samples)
+        loss_sum, items, samples, tokens, slots, *hits = sum_over_ranks(sums, self.world)
+        steps.samples, steps.tokens, steps.slots = int(samples), int(tokens), int(slots)
         micro_per_epoch = ctx.micro_batches_per_epoch()
         record: dict[str, Any] = {
             "step": self.global_step,

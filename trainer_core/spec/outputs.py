@@ -7,6 +7,8 @@ them and the service that serves them (``api.artifacts``) or reads them back (th
       checkpoint/         the latest checkpoint; older kept ones are checkpoint-<step>/
         gradacc_state.json  our position in the run, written last: marks the folder complete
       metrics.jsonl       one record per finished epoch
+      steps.jsonl         one record per logging step (the core's CLI; the service keeps them in
+                          its database)
       summary.json        the run's summary, once it ended
       tensorboard/        event files, with report_to: ["tensorboard"]
       train.log           the training process's log (the service's worker writes it)
@@ -20,6 +22,7 @@ ADAPTER_DIR = "adapter"
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_STATE = "gradacc_state.json"
 METRICS_FILE = "metrics.jsonl"
+STEPS_FILE = "steps.jsonl"
 SUMMARY_FILE = "summary.json"
 TENSORBOARD_DIR = "tensorboard"
 TRAIN_LOG = "train.log"

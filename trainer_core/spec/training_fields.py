@@ -88,6 +88,20 @@ class TrainingFields(SpecBase):
         description="Recompute activations in the backward pass: less memory, more time",
         examples=[True],
     )
+    group_by_length: bool | None = Field(
+        default=None,
+        description="Order each optimizer window's rows longest first before cutting it into "
+        "micro-batches: less padding, the same updates (a window's gradient does not depend on "
+        "how its rows are split). Only within a window, unlike the Trainer's option. Default: "
+        "on for causal-lm (rows of mixed lengths), off for classification",
+        examples=[True],
+    )
+
+    @property
+    def groups_by_length(self) -> bool:
+        if self.group_by_length is not None:
+            return self.group_by_length
+        return getattr(self, "task", None) == "causal-lm"
     optim: Optimizer = Field(
         default="adamw_torch",
         description="adamw_torch, adamw_torch_fused, sgd or adafactor (TrainingArguments names)",
