@@ -102,6 +102,7 @@ class TrainingFields(SpecBase):
         if self.group_by_length is not None:
             return self.group_by_length
         return getattr(self, "task", None) == "causal-lm"
+
     optim: Optimizer = Field(
         default="adamw_torch",
         description="adamw_torch, adamw_torch_fused, sgd or adafactor (TrainingArguments names)",
