@@ -10,6 +10,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from trainer_core.spec.outputs import DATA_CACHE_DIR
+
 
 class Settings(BaseSettings):
     """Embedded defaults (SQLite + a filesystem broker under ``home``) unless URLs are given."""
@@ -116,7 +118,7 @@ class Settings(BaseSettings):
 
     @property
     def data_cache_dir(self) -> Path:
-        return self.home / "cache" / "data"
+        return self.home / DATA_CACHE_DIR  # the core's CLI uses the same one
 
     @property
     def broker_dir(self) -> Path:

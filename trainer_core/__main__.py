@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from pydantic import ValidationError
 
 from trainer_core.spec.callbacks import TrainingCallback
 from trainer_core.spec.job import JobSpec
-from trainer_core.spec.outputs import STEPS_FILE, SUMMARY_FILE
+from trainer_core.spec.outputs import DATA_CACHE_DIR, STEPS_FILE, SUMMARY_FILE
 
 EXIT_BAD_SPEC = 2
 EXIT_JOB_ERROR = 3
@@ -119,6 +120,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     import torch  # imports below pull in torch: after validation
 
+    from trainer_core.data.cache import DataCache
     from trainer_core.distributed import launched_world, leave
     from trainer_core.spec.errors import JobError
     from trainer_core.train import train
@@ -130,8 +132,9 @@ def run_command(args: argparse.Namespace) -> int:
         args.output_dir.mkdir(parents=True, exist_ok=True)
         steps = args.output_dir / STEPS_FILE
         callback = PrintEpochs(progress_lines=not terminal, steps_file=steps)
+        cache = None if args.no_cache else DataCache(args.cache_dir or default_cache_dir())
         result = train(spec, args.output_dir, callback=callback, resume=not args.no_resume,
-                       progress_bar=terminal)  # fmt: skip
+                       progress_bar=terminal, data_cache=cache)  # fmt: skip
     except JobError as exc:
         print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
         return EXIT_JOB_ERROR
@@ -144,6 +147,12 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_cache_dir() -> Path:
+    """The service's tokenized-data cache: a rerun, a resume or a job on the same data skips
+    tokenizing, whichever of the two made the entry."""
+    return Path(os.environ.get("GRADACC_HOME") or "var") / DATA_CACHE_DIR
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer_core")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -152,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--output-dir", type=Path, required=True)
     run.add_argument("--no-resume", action="store_true", help="ignore a checkpoint in output-dir")
     run.add_argument("--threads", type=int, default=0, help="torch threads (default: all cores)")
+    run.add_argument("--cache-dir", type=Path, default=None,
+                     help=f"tokenized-data cache (default: $GRADACC_HOME/{DATA_CACHE_DIR}, the "
+                     "service's; GRADACC_HOME defaults to var)")  # fmt: skip
+    run.add_argument("--no-cache", action="store_true", help="tokenize into a temporary folder")
     args = parser.parse_args(argv)
     return run_command(args)
 

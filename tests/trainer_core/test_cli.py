@@ -15,12 +15,15 @@ import trainer_core.__main__ as cli
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI with its data cache under ``home`` (default: a folder beside the spec)."""
+    if home is None:
+        home = Path(args[1]).parent / "home" if len(args) > 1 else Path("/nonexistent")
     return subprocess.run(
         [sys.executable, "-m", "trainer_core", *args],
         capture_output=True,
         text=True,
-        env=ENV,
+        env=ENV | {"GRADACC_HOME": str(home)},
         timeout=300,
         check=False,
     )
@@ -58,6 +61,15 @@ def test_run_writes_metrics_summary_and_model(tmp_path: Path) -> None:
     assert again.returncode == 0 and "already holds a completed run" in again.stderr
     assert "--no-resume" in again.stderr and again.stdout == ""
     assert (tmp_path / "out" / "metrics.jsonl").read_text() == metrics_before
+
+    # Another output folder, same data: the tokenized entry of the first run is opened, not
+    # built again (the same files, untouched), from the cache the service's workers use.
+    (entry,) = (tmp_path / "home" / "cache" / "data").iterdir()
+    built = {p.name: p.stat().st_ino for p in entry.iterdir()}
+    third = _cli("run", str(tmp_path / "spec.json"), "--output-dir", str(tmp_path / "other"))
+    assert third.returncode == 0, third.stderr
+    assert [p.name for p in (tmp_path / "home" / "cache" / "data").iterdir()] == [entry.name]
+    assert {p.name: p.stat().st_ino for p in entry.iterdir()} == built
 
 
 def test_progress_lines_without_a_terminal(

@@ -17,6 +17,8 @@ them and the service that serves them (``api.artifacts``) or reads them back (th
 
 from __future__ import annotations
 
+# Under GRADACC_HOME: the tokenized-data cache the service's workers and the core's CLI share.
+DATA_CACHE_DIR = "cache/data"
 MODEL_DIR = "model"
 ADAPTER_DIR = "adapter"
 CHECKPOINT_DIR = "checkpoint"
