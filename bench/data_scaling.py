@@ -5,7 +5,9 @@ calls ``train()`` on a generated CSV (tiny-bert, ``max_seq_length`` 128, rows of
 b 8, K 4) with a ``DataCache`` and stops at the first optimizer step. Printed per run: seconds from
 ``train()`` to the first step, rows/s of that (cold: tokenization dominates), growth of the peak
 RSS over the RSS before ``train()``, and the anonymous (non-file-backed) RSS growth at the first
-step. Memory-mapped Arrow pages count in RSS as file-backed pages the kernel can drop; the
+step, and the ceiling: the fast tokenizer's own batch rate on the same rows (one process) times
+the processes the core gives tokenizing, with the cold rate's share of it. Memory-mapped Arrow
+pages count in RSS as file-backed pages the kernel can drop; the
 ``datasets.map`` worker processes are not counted here. Torch runs one thread (see ``child``).
 
     .venv/bin/python bench/data_scaling.py --rows 25000,100000,400000,1600000
@@ -95,6 +97,27 @@ def child(csv: Path, cache_dir: Path) -> None:
     }))  # fmt: skip
 
 
+def tokenizer_ceiling(csv: Path, rows: int) -> tuple[float, int]:
+    """The fast tokenizer's own batch rate on these rows (one process, no Arrow, no datasets),
+    and the processes the core gives tokenizing at this size: their product is the ceiling."""
+    import csv as csv_module
+
+    from trainer_core.builtin.models import builtin_tokenizer
+    from trainer_core.data.tokenized import ROWS_PER_PROCESS
+
+    with csv.open() as source:
+        texts = [row["text"] for row in csv_module.DictReader(source)]
+    backend = builtin_tokenizer("builtin:tiny-bert").backend_tokenizer
+    backend.no_padding()
+    backend.enable_truncation(128)
+    started = time.perf_counter()
+    for start in range(0, len(texts), 2000):  # the core's map batch size
+        backend.encode_batch_fast(texts[start : start + 2000])
+    rate = len(texts) / (time.perf_counter() - started)
+    cores = len(os.sched_getaffinity(0))
+    return rate, max(1, min(cores, rows // ROWS_PER_PROCESS))
+
+
 def measure(csv: Path, cache_dir: Path) -> dict[str, float]:
     # datasets keeps its own copy of a loaded CSV: in the scratch folder, gone with it
     env = {**os.environ, "HF_DATASETS_CACHE": str(cache_dir.parent / "hf-datasets")}
@@ -118,19 +141,24 @@ def main() -> int:
         child(*args.child)
         return 0
     mb = 1024 * 1024
-    print("| rows | run | to first step | rows/s | peak RSS growth | anon RSS growth |")
-    print("|---|---|---|---|---|---|")
+    print("| rows | run | to first step | rows/s | peak RSS growth | anon RSS growth | "
+          "tokenizer alone x processes | cold / ceiling |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="gradacc-bench-") as scratch:
         for rows in [int(r) for r in args.rows.split(",")]:
             csv, cache = Path(scratch) / f"{rows}.csv", Path(scratch) / "cache"
             generate_csv(csv, rows)
             shutil.rmtree(cache, ignore_errors=True)
             shutil.rmtree(Path(scratch) / "hf-datasets", ignore_errors=True)
+            rate, processes = tokenizer_ceiling(csv, rows)
+            ceiling = rate * processes
             for run in ("cold", "cached"):
                 r = measure(csv, cache)
-                print(f"| {rows:,} | {run} | {r['seconds']:.1f} s | {rows / r['seconds']:,.0f} | "
-                      f"{r['peak_growth'] / mb:+,.0f} MB | {r['anon_growth'] / mb:+,.0f} MB |",
-                      flush=True)  # fmt: skip
+                speed = rows / r["seconds"]
+                versus = f"{speed / ceiling:.2f}" if run == "cold" else ""
+                print(f"| {rows:,} | {run} | {r['seconds']:.1f} s | {speed:,.0f} | "
+                      f"{r['peak_growth'] / mb:+,.0f} MB | {r['anon_growth'] / mb:+,.0f} MB | "
+                      f"{rate:,.0f} x {processes} | {versus} |", flush=True)  # fmt: skip
             csv.unlink()
     return 0
 
