@@ -39,7 +39,6 @@ from trainer_core.checkpoint.format import (
 )
 from trainer_core.spec.outputs import CHECKPOINT_STATE
 
-
 WRITER_NICE = 19  # the writer thread's scheduling niceness (Linux: a thread has its own)
 
 
