@@ -13,6 +13,7 @@ the Trainer read); older ones are renamed ``checkpoint-<global step>/`` and prun
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -47,10 +48,8 @@ def yield_to_training() -> None:
     training threads run first and the write fills the gaps. On a 2-core CPU box the write shared
     the cores with the next epoch and cost it ~4 % (bench/real_size.py). Where a thread's
     priority cannot be set (another OS, a sandbox), the write simply runs as before."""
-    try:
+    with contextlib.suppress(AttributeError, OSError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICE)
-    except (AttributeError, OSError):
-        pass
 
 
 class Staging:
