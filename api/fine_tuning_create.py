@@ -106,6 +106,7 @@ def create(
 def _training_rows(session: Session, body: FineTuningJobCreate, *, tenant: str) -> int:
     """The training file's rows (for the "auto" rules); 400 naming the field for a file that is
     not there, not the tenant's, or not a dataset."""
+    rows = 0
     for field in ("training_file", "validation_file"):
         file_id = getattr(body, field)
         if file_id is None:
@@ -117,7 +118,9 @@ def _training_rows(session: Session, body: FineTuningJobCreate, *, tenant: str) 
         if file.purpose not in TRAINING_FILE_PURPOSES:
             message = f"{file_id} was uploaded as {file.purpose}; upload it with purpose fine-tune"
             raise InvalidRequest(message, param=field)
-    return int(get_file(session, file_id=body.training_file, tenant=tenant).details["rows"])
+        if field == "training_file":
+            rows = int(file.details["rows"])
+    return rows
 
 
 def _job_create(body: FineTuningJobCreate, resolved: dict[str, Any]) -> JobCreate:
@@ -144,16 +147,18 @@ def _job_create(body: FineTuningJobCreate, resolved: dict[str, Any]) -> JobCreat
         spec["learning_rate"] = base_rate * resolved["learning_rate_multiplier"]
     else:
         spec["learning_rate"] = base_rate  # the spec's own check names it
-    if "per_device_train_batch_size" not in ours:
-        accumulation = ours.get("gradient_accumulation_steps") or 1
-        if isinstance(accumulation, int) and accumulation >= 1 and batch % accumulation:
+    # The micro-batch follows from batch_size and K, unless given (then K follows). A K that is
+    # no integer is left to the spec's own check, which names it.
+    accumulation = ours.get("gradient_accumulation_steps") or 1
+    usable = isinstance(accumulation, int) and accumulation >= 1
+    if "per_device_train_batch_size" not in ours and usable:
+        if batch % accumulation:
             raise InvalidRequest(
                 f"batch_size {batch} is not a multiple of gradient_accumulation_steps "
                 f"{accumulation}",
                 param="gradacc.gradient_accumulation_steps",
             )
-        if isinstance(accumulation, int) and accumulation >= 1:
-            spec["per_device_train_batch_size"] = batch // accumulation
+        spec["per_device_train_batch_size"] = batch // accumulation
     try:
         return JobCreate.model_validate(spec)
     except ValidationError as exc:

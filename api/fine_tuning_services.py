@@ -4,11 +4,13 @@ its kept checkpoints, and the list with ``metadata[k]=v`` filters. No HTTP in he
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from api.job_services import get_job
 from api.openai_schemas import (
     FineTuningCheckpoint,
     FineTuningEvent,
@@ -19,9 +21,10 @@ from api.openai_schemas import (
 from gradacc import fine_tuned
 from gradacc.errors import InvalidRequest, JobNotFound
 from gradacc.job_view import unix
-from gradacc.jobs import METRICS_EVENT, is_job_id
+from gradacc.jobs import METRICS_EVENT
 from gradacc.models import FINE_TUNING_API, Job, JobEvent, JobStatus
 from gradacc.settings import Settings
+from trainer_core.spec.outputs import CHECKPOINT_STATE
 
 WARN_KINDS = frozenset({"warning", "killed", "stopped", "enqueue_failed", "throttled", "requeued"})
 EVENT_PREFIX = "ftevent-"
@@ -30,15 +33,15 @@ CHECKPOINT_PREFIX = "ftckpt-"
 
 def get_fine_tuning_job(session: Session, *, job_id: str, tenant: str) -> Job:
     """A job created through /v1/fine_tuning/jobs; any other (or another tenant's) is 404."""
-    job = session.get(Job, job_id) if is_job_id(job_id) else None
-    if job is None or job.tenant != tenant or job.api != FINE_TUNING_API:
+    job = get_job(session, job_id=job_id, tenant=tenant)
+    if job.api != FINE_TUNING_API:
         raise JobNotFound(job_id)
     return job
 
 
 def to_openai(job: Job) -> FineTuningJob:
     ft = job.fine_tuning or {}
-    done = job.status == JobStatus.SUCCEEDED and not ft.get("model_deleted")
+    done = job.status == JobStatus.SUCCEEDED and not fine_tuned.model_deleted(job)
     error = None
     if job.error_code is not None:
         error = JobError(code=job.error_code, message=job.error_message or "")
@@ -133,15 +136,13 @@ def list_checkpoints(
     """The kept checkpoints, newest first; ``after`` is a checkpoint id from an earlier page."""
     found = fine_tuned.kept_checkpoints(settings.jobs_dir / job.id)
     if after is not None:
-        step = _number(after.rsplit("-", 1)[-1], "", "after") if after.count("-") >= 2 else -1
-        if not after.startswith(f"{CHECKPOINT_PREFIX}{job.id}-") or step < 0:
-            raise InvalidRequest(f"not a checkpoint id of this job: {after!r}", param="after")
+        step = _number(after, f"{CHECKPOINT_PREFIX}{job.id}-", "after")
         found = [item for item in found if item[0] < step]
     page = [_checkpoint(job, step, folder, state) for step, folder, state in found[:limit]]
     return page, len(found) > limit
 
 
-def _checkpoint(job: Job, step: int, folder: Any, state: dict[str, Any]) -> FineTuningCheckpoint:
+def _checkpoint(job: Job, step: int, folder: Path, state: dict[str, Any]) -> FineTuningCheckpoint:
     epochs = state.get("metrics") or [{}]
     last = epochs[-1]
     metrics = {
@@ -156,7 +157,7 @@ def _checkpoint(job: Job, step: int, folder: Any, state: dict[str, Any]) -> Fine
     }
     return FineTuningCheckpoint(
         id=f"{CHECKPOINT_PREFIX}{job.id}-{step}",
-        created_at=int((folder / "gradacc_state.json").stat().st_mtime),
+        created_at=int((folder / CHECKPOINT_STATE).stat().st_mtime),
         fine_tuning_job_id=job.id,
         fine_tuned_model_checkpoint=fine_tuned.checkpoint_name(job, step),
         step_number=step,

@@ -30,7 +30,7 @@ def _live(session: Session, *, tenant: str) -> list[Job]:
         Job.tenant == tenant, Job.api == FINE_TUNING_API, Job.status == JobStatus.SUCCEEDED
     )
     jobs = session.scalars(query.order_by(Job.id.desc()))
-    return [job for job in jobs if not (job.fine_tuning or {}).get("model_deleted")]
+    return [job for job in jobs if not fine_tuned.model_deleted(job)]
 
 
 def list_models(session: Session, *, tenant: str) -> list[ModelObject]:
@@ -41,15 +41,11 @@ def list_models(session: Session, *, tenant: str) -> list[ModelObject]:
 
 
 def _fine_tuned_job(session: Session, *, model: str, tenant: str) -> Job:
-    name = fine_tuned.parse(model)
-    job = fine_tuned.find_job(session, name, tenant=tenant) if name and name.step is None else None
-    if (
-        job is None
-        or job.status != JobStatus.SUCCEEDED
-        or (job.fine_tuning or {}).get("model_deleted")
-    ):
+    """A succeeded job's final model (a checkpoint's name is not a listed model)."""
+    found = fine_tuned.find(session, model, tenant=tenant)
+    if found is None or found[0].step is not None or found[1].status != JobStatus.SUCCEEDED:
         raise ModelNotFound(model)
-    return job
+    return found[1]
 
 
 def get_model(session: Session, *, model: str, tenant: str) -> ModelObject:

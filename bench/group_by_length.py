@@ -24,21 +24,9 @@ from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from trainer_core.builtin.chat_corpus import chat_arithmetic
-from trainer_core.spec.callbacks import TrainingCallback
 from trainer_core.spec.job import JobSpec
+from trainer_core.testing.recorder import Recorder
 from trainer_core.train import train
-
-
-class Steps(TrainingCallback):
-    def __init__(self) -> None:
-        self.steps: list[dict[str, Any]] = []
-        self.epochs: list[dict[str, Any]] = []
-
-    def on_step_metrics(self, record: dict[str, Any]) -> None:
-        self.steps.append(record)
-
-    def on_epoch_end(self, record: dict[str, Any]) -> None:
-        self.epochs.append(record)
 
 
 def mixed_lengths(path: Path, rows: int) -> Path:
@@ -60,7 +48,7 @@ def once(data: Path, out: Path, group: bool, args: argparse.Namespace) -> dict[s
          "num_train_epochs": 1, "max_seq_length": 256, "logging_steps": 1,
          "save_strategy": "no", "group_by_length": group, "max_eval_samples": 8}
     )  # fmt: skip
-    steps = Steps()
+    steps = Recorder()
     train(spec, out, callback=steps)
     epoch = steps.epochs[-1]
     padding = statistics.fmean(r["padding_fraction"] for r in steps.steps)

@@ -97,13 +97,28 @@ def find_job(session: Session, name: FineTunedName, *, tenant: str) -> Job | Non
     return job if name.base == job.spec.get("model") else None
 
 
+def model_deleted(job: Job) -> bool:
+    """Its model was deleted through /v1/models (the job and its records stay)."""
+    return bool((job.fine_tuning or {}).get("model_deleted"))
+
+
+def find(session: Session, value: str, *, tenant: str) -> tuple[FineTunedName, Job] | None:
+    """The name's parts and the tenant's job behind it, unless it names no such job or that
+    job's model was deleted."""
+    name = parse(value)
+    job = find_job(session, name, tenant=tenant) if name is not None else None
+    if name is None or job is None or model_deleted(job):
+        return None
+    return name, job
+
+
 def check_model(session: Session, settings: Settings, *, value: str, tenant: str) -> None:
     """At POST: a fine-tuned model named as ``model`` exists, is the tenant's, is finished and
     not deleted, and (a checkpoint) is still kept. 4xx naming ``model`` otherwise."""
-    name = parse(value)
-    job = find_job(session, name, tenant=tenant) if name is not None else None
-    if name is None or job is None or (job.fine_tuning or {}).get("model_deleted"):
+    found = find(session, value, tenant=tenant)
+    if found is None:
         raise InvalidRequest(f"the model {value!r} does not exist", param="model")
+    name, job = found
     if name.step is None and job.status != JobStatus.SUCCEEDED:
         raise InvalidRequest(
             f"{value} is not trained yet: its job is {job.status}; use one of its checkpoints "
@@ -161,8 +176,8 @@ def _checkpoint_view(job_dir: Path, checkpoint: Path, final: Path, step: int) ->
 
 def local_model(session: Session, settings: Settings, *, value: str, tenant: str) -> Path:
     """In the training child: the folder a fine-tuned model's name stands for."""
-    name = parse(value)
-    job = find_job(session, name, tenant=tenant) if name is not None else None
-    if name is None or job is None or (job.fine_tuning or {}).get("model_deleted"):
+    found = find(session, value, tenant=tenant)
+    if found is None:
         raise ModelUnavailable(f"model: {value} no longer exists", param="model")
+    name, job = found
     return model_folder(settings, job, name.step)

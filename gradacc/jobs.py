@@ -277,9 +277,12 @@ def record_epoch_metrics(session: Session, *, job_id: str, record: dict[str, Any
     )
 
 
-def record_step_metrics(session: Session, *, job_id: str, records: list[dict[str, Any]]) -> None:
+def record_step_metrics(
+    session: Session, *, job_id: str, records: list[dict[str, Any]], metrics_events: bool = False
+) -> None:
     """Insert step records, or replace them: a run resumed from a checkpoint logs its steps
-    after the checkpoint again, and (job, step) is unique."""
+    after the checkpoint again, and (job, step) is unique. ``metrics_events``: a fine-tuning
+    job's, which the fine-tuning API also lists as events."""
     if not records:
         return
     lock_job_stream(session, job_id=job_id)
@@ -296,8 +299,8 @@ def record_step_metrics(session: Session, *, job_id: str, records: list[dict[str
             index_elements=["job_id", "step"], set_={"record": stmt.excluded.record}
         )
     )
-    if session.scalar(select(Job.api).where(Job.id == job_id)) is not None:
-        for record in records:  # a fine-tuning job's metrics events (as OpenAI lists them)
+    if metrics_events:
+        for record in records:
             _metrics_event(session, job_id=job_id, record=record)
 
 

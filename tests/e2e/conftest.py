@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from api.main import create_app
+from gradacc.auth import create_api_key
 from gradacc.db import session_scope
 from gradacc.models import Job
 from gradacc.settings import Settings
@@ -185,3 +186,40 @@ def served_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``gradacc serve --workers 1`` on the embedded defaults, over real HTTP: its base URL."""
     with embedded_serve(tmp_path_factory.mktemp("served")) as (url, _):
         yield url
+
+
+@contextmanager
+def serve_with_keys(
+    request: pytest.FixtureRequest, home: Path, env: dict[str, str]
+) -> Iterator[tuple[Settings, str, dict[str, str]]]:
+    """``gradacc serve --workers 1`` with API keys on, under ``home``, on the stack the fixture's
+    param names ("embedded", or "pg_redis": PostgreSQL and Redis), with ``env`` added: (its
+    settings, its base URL, a key for tenants alice and bob). Stopped as a person would
+    (SIGTERM); the tail of its log is printed."""
+
+    settings = Settings(home=home, queue=unique_queue())
+    if request.param == "pg_redis":
+        pg_url, redis_url = request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
+        settings = settings.model_copy(update={"database_url": pg_url, "broker_url": redis_url})
+        settle_unfinished_jobs(settings)
+    full_env = settings_env(settings)
+    if settings.is_embedded:
+        for name in ("GRADACC_DATABASE_URL", "GRADACC_BROKER_URL"):
+            full_env.pop(name, None)
+    full_env |= {"GRADACC_REQUIRE_AUTH": "true", **env}
+    port, log_path = free_port(), home / "serve.log"
+    argv = [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "1"]
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(argv, cwd=ROOT, env=full_env, stdout=log,
+                                  stderr=subprocess.STDOUT)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=30) as anonymous:
+            wait_ready(anonymous)
+        with session_scope(settings) as session:
+            keys = {t: create_api_key(session, tenant=t) for t in ("alice", "bob")}
+        yield settings, url, keys
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+        print(log_path.read_text(errors="replace")[-3000:])

@@ -9,9 +9,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import secrets
-import subprocess
-import sys
 import tarfile
 import time
 from collections.abc import Iterator
@@ -24,12 +21,9 @@ import openai
 import pytest
 from safetensors.torch import load
 
-from gradacc.auth import create_api_key
-from gradacc.db import session_scope
 from gradacc.settings import Settings
-from tests.conftest import ROOT
-from tests.e2e.conftest import settings_env, settle_unfinished_jobs
-from tests.support import free_port, wait_ready, wait_until
+from tests.e2e.conftest import serve_with_keys
+from tests.support import wait_until
 from trainer_core.builtin.chat_corpus import chat_arithmetic
 from trainer_core.testing.failpoints import HOLD_AT, held_marker
 
@@ -54,34 +48,11 @@ def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("openai")
-    settings = Settings(home=home, queue=f"gradacc-test-{secrets.token_hex(4)}")
-    if request.param == "pg_redis":
-        pg_url, redis_url = request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
-        settings = settings.model_copy(update={"database_url": pg_url, "broker_url": redis_url})
-        settle_unfinished_jobs(settings)
-    env = settings_env(settings)
-    if settings.is_embedded:
-        for name in ("GRADACC_DATABASE_URL", "GRADACC_BROKER_URL"):
-            env.pop(name, None)
     gate = home / "hold"
-    env |= {"GRADACC_REQUIRE_AUTH": "true", HOLD_AT: f"{HOLD_STEP}:{gate}"}
-    port, log_path = free_port(), home / "serve.log"
-    argv = [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "1"]
-    with log_path.open("wb") as log:
-        server = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        with httpx.Client(base_url=url, timeout=30) as anonymous:
-            wait_ready(anonymous)
-        with session_scope(settings) as session:
-            keys = {t: create_api_key(session, tenant=t) for t in ("alice", "bob")}
+    with serve_with_keys(request, home, {HOLD_AT: f"{HOLD_STEP}:{gate}"}) as (settings, url, keys):
         clients = {t: openai.OpenAI(base_url=f"{url}/v1", api_key=k, max_retries=0, timeout=60)
                    for t, k in keys.items()}  # fmt: skip
         yield Served(settings, url, gate, clients["alice"], clients["bob"], keys)
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-        print(log_path.read_text(errors="replace")[-3000:])
 
 
 def chat_jsonl(split: str, rows: int) -> bytes:

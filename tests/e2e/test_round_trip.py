@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import secrets
-import subprocess
-import sys
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,13 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from gradacc.auth import create_api_key
-from gradacc.db import session_scope
 from gradacc.settings import Settings
-from tests.conftest import ROOT
 from tests.e2e.archives import attacks, tar_gz_of
-from tests.e2e.conftest import settings_env, settle_unfinished_jobs
-from tests.support import free_port, wait_final, wait_ready, wait_until
+from tests.e2e.conftest import serve_with_keys
+from tests.support import wait_final, wait_until
 from tests.trainer_core.helpers import prompt_completion_file
 from trainer_core.builtin.chat_corpus import chat_arithmetic
 
@@ -54,50 +48,17 @@ class Served:
 def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
-    home = tmp_path_factory.mktemp("home")
-    settings = Settings(home=home, queue=f"gradacc-test-{secrets.token_hex(4)}")
-    if request.param == "pg_redis":
-        pg_url, redis_url = request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
-        settings = settings.model_copy(update={"database_url": pg_url, "broker_url": redis_url})
-        settle_unfinished_jobs(settings)
-    env = settings_env(settings)
-    if settings.is_embedded:
-        for name in ("GRADACC_DATABASE_URL", "GRADACC_BROKER_URL"):
-            env.pop(name, None)
-    env |= {
-        "GRADACC_REQUIRE_AUTH": "true",
+    limits = {
         "GRADACC_MAX_UPLOAD_BYTES": str(MAX_UPLOAD),
         "GRADACC_MAX_MODEL_UNPACKED_BYTES": str(MAX_UNPACKED),
     }
-    port = free_port()
-    log_path = home / "serve.log"
-    with log_path.open("wb") as log:
-        argv = [
-            sys.executable,
-            "-m",
-            "commands.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ]
-        server = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        with httpx.Client(base_url=base, timeout=30) as anonymous:
-            wait_ready(anonymous)
-        with session_scope(settings) as session:
-            keys = {t: create_api_key(session, tenant=t) for t in ("alice", "bob")}
-        with (
-            httpx.Client(base_url=base, timeout=60, headers=_auth(keys["alice"])) as alice,
-            httpx.Client(base_url=base, timeout=60, headers=_auth(keys["bob"])) as bob,
-        ):
-            yield Served(settings, alice, bob)
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-        print(log_path.read_text(errors="replace")[-3000:])
+    home = tmp_path_factory.mktemp("home")
+    with (
+        serve_with_keys(request, home, limits) as (settings, base, keys),
+        httpx.Client(base_url=base, timeout=60, headers=_auth(keys["alice"])) as alice,
+        httpx.Client(base_url=base, timeout=60, headers=_auth(keys["bob"])) as bob,
+    ):
+        yield Served(settings, alice, bob)
 
 
 def _auth(key: str) -> dict[str, str]:

@@ -12,21 +12,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from trainer_core.distributed import launched_world, leave, observe_ddp
-from trainer_core.spec.callbacks import TrainingCallback
 from trainer_core.spec.job import JobSpec
 from trainer_core.testing.comm_counter import CommCounter
+from trainer_core.testing.recorder import Recorder
 from trainer_core.train import train
-
-
-class StepRecords(TrainingCallback):
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def on_step_metrics(self, record: dict[str, Any]) -> None:
-        self.records.append(record)
 
 
 def main(jobs_file: str) -> int:
@@ -35,12 +26,12 @@ def main(jobs_file: str) -> int:
     world = launched_world()
     for job in json.loads(Path(jobs_file).read_text()):
         counter.reset()
-        steps = StepRecords()
+        steps = Recorder()
         spec = JobSpec.model_validate(job["spec"])
         result = train(spec, Path(job["out"]), resume=True, callback=steps)
         if world.is_main:
             report = {**counter.counts(), "status": result.status, "metrics": result.metrics,
-                      "steps": steps.records}  # fmt: skip
+                      "steps": steps.steps}  # fmt: skip
             (Path(job["out"]) / "comm.json").write_text(json.dumps(report))
     leave(world)
     return 0

@@ -16,7 +16,6 @@ import psutil
 import pytest
 
 from tests.support import Hold
-from tests.trainer_core.dist_runner import StepRecords
 from tests.trainer_core.helpers import (
     CAUSAL,
     CHAT,
@@ -32,6 +31,7 @@ from tests.trainer_core.helpers import (
 from trainer_core.distributed import World, shard
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.job import JobSpec
+from trainer_core.testing.recorder import Recorder
 from trainer_core.train import train
 
 TASKS = {"classification": CLASSIFICATION, "causal-lm": CAUSAL, "chat": CHAT}
@@ -87,9 +87,9 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Any:
             spec = make_spec(TASKS[task], per_device_train_batch_size=b,
                              gradient_accumulation_steps=k, logging_steps=1)  # fmt: skip
             out = tmp_path_factory.mktemp(f"single-{task}-{b}x{k}")
-            steps = StepRecords()
+            steps = Recorder()
             metrics = run(spec, out, callback=steps).metrics
-            cache[(task, b, k)] = (final_weights(out), metrics, steps.records)
+            cache[(task, b, k)] = (final_weights(out), metrics, steps.steps)
         return cache[(task, b, k)]
 
     return get

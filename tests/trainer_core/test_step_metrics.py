@@ -4,29 +4,16 @@ the default interval; evaluation every ``eval_steps``."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.trainer_core.helpers import CLASSIFICATION, make_spec, run
-from trainer_core.spec.callbacks import TrainingCallback
 from trainer_core.spec.job import JobSpec
+from trainer_core.testing.recorder import Recorder
 
 
-class Steps(TrainingCallback):
-    def __init__(self) -> None:
-        self.steps: list[dict[str, Any]] = []
-        self.epochs: list[dict[str, Any]] = []
-
-    def on_step_metrics(self, record: dict[str, Any]) -> None:
-        self.steps.append(record)
-
-    def on_epoch_end(self, record: dict[str, Any]) -> None:
-        self.epochs.append(record)
-
-
-def steps_of(spec: JobSpec, out: Path) -> Steps:
-    recorder = Steps()
+def steps_of(spec: JobSpec, out: Path) -> Recorder:
+    recorder = Recorder()
     run(spec, out, callback=recorder)
     return recorder
 

@@ -1,2 +1,3 @@
 """Test-only helpers the core carries: failpoints that make rare moments happen on demand
-(``failpoints``), and a counter of DDP's gradient all-reduces (``comm_counter``)."""
+(``failpoints``), a counter of DDP's gradient all-reduces (``comm_counter``), and a callback
+that keeps a run's step and epoch records (``recorder``)."""

@@ -245,7 +245,8 @@ def _apply(session: Session, job_id: str, entry: Entry) -> None:
         return
     if entry["kind"] == "steps":
         records = entry["records"]
-        record_step_metrics(session, job_id=job_id, records=records)
+        record_step_metrics(session, job_id=job_id, records=records,
+                            metrics_events=job.api is not None)  # fmt: skip
         job.live_progress = {k: records[-1].get(k) for k in LIVE_KEYS}
         return
     record = entry["record"]
