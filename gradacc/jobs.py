@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, insert, select, text, update
+from sqlalchemy import ColumnElement, delete, func, insert, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -300,6 +300,12 @@ def record_step_metrics(
         )
     )
     if metrics_events:
+        # Replaced like the records themselves: a resume's steps are never listed twice.
+        steps = [row["step"] for row in rows]
+        again = (JobEvent.job_id == job_id) & (JobEvent.kind == METRICS_EVENT)
+        session.execute(
+            delete(JobEvent).where(again, JobEvent.data["step"].as_integer().in_(steps))
+        )
         for record in records:
             _metrics_event(session, job_id=job_id, record=record)
 

@@ -112,3 +112,24 @@ def test_a_finished_job_is_held_until_its_worker_lets_go(db_settings: Settings) 
         session.commit()
         session.refresh(job)
         assert not held_by_worker(job, stale_after_s=60)
+
+
+def test_a_resumed_runs_step_records_replace_their_metrics_events(db_settings: Settings) -> None:
+    """A resume logs the steps after its checkpoint again: the fine-tuning API's metrics events
+    of those steps are replaced, as the step records are, never listed twice."""
+    from gradacc.jobs import METRICS_EVENT, record_step_metrics
+
+    job_id = make_job(db_settings)
+    first = [{"step": s, "train_loss": 1.0 / s} for s in (1, 2, 3, 4)]
+    again = [{"step": s, "train_loss": 2.0 / s} for s in (3, 4, 5)]
+    with session_scope(db_settings) as session:
+        for records in (first, again):
+            record_step_metrics(session, job_id=job_id, records=records, metrics_events=True)
+            session.commit()
+        query = select(JobEvent.data).where(
+            JobEvent.job_id == job_id, JobEvent.kind == METRICS_EVENT
+        )
+        events = [data for data in session.scalars(query.order_by(JobEvent.id))]
+    assert [(e["step"], e["train_loss"]) for e in events] == [
+        (1, 1.0), (2, 0.5), (3, 2 / 3), (4, 0.5), (5, 0.4),
+    ]  # fmt: skip
