@@ -20,7 +20,10 @@ import httpx
 import openai
 import pytest
 from safetensors.torch import load
+from sqlalchemy import select
 
+from gradacc.db import session_scope
+from gradacc.models import Job
 from gradacc.settings import Settings
 from tests.e2e.conftest import serve_with_keys
 from tests.support import wait_until
@@ -70,6 +73,15 @@ def wait_status(client: openai.OpenAI, job_id: str, *wanted: str, timeout: float
         assert job.status not in ("failed", "cancelled"), job
         time.sleep(0.5)
     raise AssertionError(f"{job_id} is still {job.status}")
+
+
+def held_here(served: Served, job_id: str) -> bool:
+    """``job_id``'s training process is parked at the gate (the marker holds its pid: a marker
+    left by an earlier held job does not count)."""
+    marker = held_marker(served.gate)
+    with session_scope(served.settings) as session:
+        pid = session.scalar(select(Job.pid).where(Job.id == job_id))
+    return pid is not None and marker.exists() and marker.read_text() == str(pid)
 
 
 def model_weights(served: Served, job_id: str) -> dict[str, Any]:
@@ -151,10 +163,12 @@ def test_the_whole_loop(served: Served, files: dict[str, str], tuned: Any) -> No
     with pytest.raises(openai.BadRequestError) as deleted:
         alice.fine_tuning.jobs.create(model=again.fine_tuned_model, training_file=files["train"])
     assert deleted.value.param == "model"
+    served.gate.touch()  # held at step 2 at most: the cancel finds it unfinished, however fast
     from_checkpoint = alice.fine_tuning.jobs.create(
         model=checkpoints[1].fine_tuned_model_checkpoint, training_file=files["train"],
         hyperparameters={"batch_size": 8}, extra_body={"gradacc": OURS})  # fmt: skip
     assert alice.fine_tuning.jobs.cancel(from_checkpoint.id).status == "cancelled"
+    served.gate.unlink()
     # Listing: pages and the metadata filter; the same jobs on /v1/jobs.
     page = alice.fine_tuning.jobs.list(limit=1)
     assert page.data[0].id == from_checkpoint.id and page.has_more
@@ -168,7 +182,7 @@ def test_pause_and_resume_end_with_the_twins_weights(served: Served, files: dict
                             "extra_body": {"gradacc": OURS}}  # fmt: skip
     served.gate.touch()
     paused = alice.fine_tuning.jobs.create(**body)
-    wait_until(lambda: held_marker(served.gate).exists(), timeout=180, what="the held job")
+    wait_until(lambda: held_here(served, paused.id), timeout=180, what="the held job")
     assert alice.fine_tuning.jobs.pause(paused.id).status == "paused"
     wait_until(
         lambda: any(
