@@ -30,7 +30,17 @@ SPEC = {"model": "builtin:tiny-gpt2", "dataset": "builtin:tiny-stories", "task":
         "learning_rate": 5e-3, "seed": 1}  # fmt: skip
 
 
-def hand_loop(spec_file: Path, out: Path) -> None:
+def hand_loop(spec_file: Path, out: Path, clock: dict[str, float] | None = None) -> None:
+    """The hand-written job; ``clock`` (bench/fixed_cost.py) gets its phases' wall times."""
+    clock = {} if clock is None else clock
+    mark = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        clock[phase] = clock.get(phase, 0.0) + now - mark
+        mark = now
+
     sys.path.insert(0, str(HERE.parent))
     import torch
     from torch.utils.data import DataLoader
@@ -44,6 +54,7 @@ def hand_loop(spec_file: Path, out: Path) -> None:
     tokenizer = load_tokenizer(spec)
     torch.manual_seed(spec.seed)
     model = load_model(spec, tokenizer, None)
+    lap("model and plan")
 
     def rows(split: str, n: int | None) -> list[dict[str, list[int]]]:
         texts = BUILDERS[spec.dataset](split)["text"][:n]
@@ -54,7 +65,9 @@ def hand_loop(spec_file: Path, out: Path) -> None:
     b, k = spec.per_device_train_batch_size, spec.gradient_accumulation_steps
     train = DataLoader(rows("train", spec.max_train_samples), b, shuffle=True, collate_fn=collator)  # type: ignore[arg-type]
     evaluation = DataLoader(rows("validation", spec.max_eval_samples), 32, collate_fn=collator)  # type: ignore[arg-type]
+    lap("data")
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate)
+    lap("model and plan")
     for _epoch in range(spec.num_train_epochs):
         model.train()
         for i, batch in enumerate(train):
@@ -63,11 +76,15 @@ def hand_loop(spec_file: Path, out: Path) -> None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), spec.max_grad_norm)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+        lap("train steps")
         model.eval()
         with torch.inference_mode():
             losses = [float(model(**batch).loss) for batch in evaluation]
+        lap("evaluation")
         (out / "metrics.jsonl").open("a").write(json.dumps({"eval_loss": sum(losses)}) + "\n")
+        lap("the rest")
     model.save_pretrained(out / "model")
+    lap("final save")
 
 
 def _timed(cmd: list[str]) -> float:

@@ -5,7 +5,8 @@ calls ``train()`` on a generated CSV (tiny-bert, ``max_seq_length`` 128, rows of
 b 8, K 4) with a ``DataCache`` and stops at the first optimizer step. Printed per run: seconds from
 ``train()`` to the first step, rows/s of that (cold: tokenization dominates), growth of the peak
 RSS over the RSS before ``train()``, and the anonymous (non-file-backed) RSS growth at the first
-step, and the ceiling: the fast tokenizer's own batch rate on the same rows (one process) times
+step, where the cold seconds go (reading and splitting the file, the label pass, the tokenizing
+map, the model), and the ceiling: the fast tokenizer's own batch rate on the same rows (one process) times
 the processes the core gives tokenizing, with the cold rate's share of it. Memory-mapped Arrow
 pages count in RSS as file-backed pages the kernel can drop; the
 ``datasets.map`` worker processes are not counted here. Torch runs one thread (see ``child``).
@@ -63,6 +64,8 @@ def child(csv: Path, cache_dir: Path) -> None:
     # steps ~9x slower (measured), which would drown what this measures.
     torch.set_num_threads(1)
 
+    import trainer_core.data.load as load
+    import trainer_core.train as core
     from trainer_core.data.cache import DataCache
     from trainer_core.spec.callbacks import StopRequest, TrainingCallback
     from trainer_core.spec.job import JobSpec
@@ -79,6 +82,11 @@ def child(csv: Path, cache_dir: Path) -> None:
     spec = JobSpec(model="builtin:tiny-bert", dataset=str(csv), per_device_train_batch_size=8,
                    gradient_accumulation_steps=4, num_train_epochs=1, max_seq_length=128)  # fmt: skip
     first = FirstStep()
+    phases: dict[str, float] = {}
+    for owner, name, phase in ((load, "_train_and_eval", "read and split"),
+                               (load, "_label_names", "labels"), (load, "tokenize_to", "tokenize"),
+                               (core, "build_context", "model and plan")):  # fmt: skip
+        _timed(owner, name, phase, phases)
 
     def stop() -> StopRequest | None:
         return "cancel" if first.seen else None
@@ -94,7 +102,22 @@ def child(csv: Path, cache_dir: Path) -> None:
         "peak_growth": seen["VmHWM"] - before["VmRSS"],
         "anon_growth": seen["RssAnon"] - before["RssAnon"],
         "file_rss": seen["RssFile"] - before["RssFile"],
+        "phases": phases,
     }))  # fmt: skip
+
+
+def _timed(owner: Any, name: str, phase: str, clock: dict[str, float]) -> None:
+    """Replace ``owner.name`` with a wrapper adding its wall time to ``clock[phase]``."""
+    inner = getattr(owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            clock[phase] = clock.get(phase, 0.0) + time.perf_counter() - began
+
+    setattr(owner, name, wrapper)
 
 
 def tokenizer_ceiling(csv: Path, rows: int) -> tuple[float, int]:
@@ -118,7 +141,7 @@ def tokenizer_ceiling(csv: Path, rows: int) -> tuple[float, int]:
     return rate, max(1, min(cores, rows // ROWS_PER_PROCESS))
 
 
-def measure(csv: Path, cache_dir: Path) -> dict[str, float]:
+def measure(csv: Path, cache_dir: Path) -> dict[str, Any]:
     # datasets keeps its own copy of a loaded CSV: in the scratch folder, gone with it
     env = {**os.environ, "HF_DATASETS_CACHE": str(cache_dir.parent / "hf-datasets")}
     done = subprocess.run(
@@ -128,7 +151,7 @@ def measure(csv: Path, cache_dir: Path) -> dict[str, float]:
         check=True,
         env=env,
     )
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -159,6 +182,9 @@ def main() -> int:
                 print(f"| {rows:,} | {run} | {r['seconds']:.1f} s | {speed:,.0f} | "
                       f"{r['peak_growth'] / mb:+,.0f} MB | {r['anon_growth'] / mb:+,.0f} MB | "
                       f"{rate:,.0f} x {processes} | {versus} |", flush=True)  # fmt: skip
+                if run == "cold":
+                    where = ", ".join(f"{k} {v:.1f} s" for k, v in r["phases"].items())
+                    print(f"|  | (cold, where: {where}) | | | | | | |", flush=True)
             csv.unlink()
     return 0
 

@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,8 +108,9 @@ def core(spec: JobSpec) -> float:
     return float(result.metrics[-1]["samples_per_second"])
 
 
-def hand(spec: JobSpec) -> float:
-    """A user's exact loop: the core's own tokenized rows and epoch order, Σ losses / N_W."""
+def hand(spec: JobSpec, on_step: Callable[[int], None] | None = None) -> float:
+    """A user's exact loop: the core's own tokenized rows and epoch order, Σ losses / N_W;
+    ``on_step`` is called with the global step after each optimizer step."""
     from trainer_core.data.loader import EpochPlan
     from trainer_core.model.load import load_model
 
@@ -120,7 +122,7 @@ def hand(spec: JobSpec) -> float:
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate)
     causal = spec.task == "causal-lm"
     model.train()
-    seconds = 0.0
+    seconds, step = 0.0, 0
     for epoch in range(EPOCHS):
         plan.set_epoch(epoch)
         started = time.perf_counter()
@@ -134,8 +136,31 @@ def hand(spec: JobSpec) -> float:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), spec.max_grad_norm)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+                step += 1
+                if on_step is not None:
+                    on_step(step)
         seconds = time.perf_counter() - started  # the last epoch's
     return ROWS / seconds
+
+
+def table(models: list[str], backends: list[str], repeats: int) -> None:
+    """Print the markdown table: one row per model and backend (core, twin, ratio)."""
+    print(f"# epoch-{EPOCHS} samples/s, {ROWS} rows of {SEQ} tokens, b={B} K={K}, median of "
+          f"{repeats}, CPU {torch.get_num_threads()} threads")  # fmt: skip
+    print("| model | backend | core | hand exact loop | ratio |")
+    print("|---|---|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in models:
+            folder, data, task = build(kind, Path(tmp))
+            for backend in backends:
+                spec = spec_of(folder, data, task, backend)
+                ours, theirs = [], []
+                for _ in range(repeats):
+                    ours.append(core(spec))
+                    theirs.append(hand(spec))
+                mine, twin = statistics.median(ours), statistics.median(theirs)
+                print(f"| {kind} | {backend} | {mine:.1f} | {twin:.1f} | {mine / twin:.3f} |",
+                      flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -144,22 +169,7 @@ def main() -> None:
     parser.add_argument("--backends", default="pytorch,accelerate,trainer")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    print(f"# epoch-{EPOCHS} samples/s, {ROWS} rows of {SEQ} tokens, b={B} K={K}, median of "
-          f"{args.repeats}, CPU {torch.get_num_threads()} threads")  # fmt: skip
-    print("| model | backend | core | hand exact loop | ratio |")
-    print("|---|---|---:|---:|---:|")
-    with tempfile.TemporaryDirectory() as tmp:
-        for kind in args.models.split(","):
-            folder, data, task = build(kind, Path(tmp))
-            for backend in args.backends.split(","):
-                spec = spec_of(folder, data, task, backend)
-                ours, theirs = [], []
-                for _ in range(args.repeats):
-                    ours.append(core(spec))
-                    theirs.append(hand(spec))
-                mine, twin = statistics.median(ours), statistics.median(theirs)
-                print(f"| {kind} | {backend} | {mine:.1f} | {twin:.1f} | {mine / twin:.3f} |",
-                      flush=True)  # fmt: skip
+    table(args.models.split(","), args.backends.split(","), args.repeats)
 
 
 if __name__ == "__main__":

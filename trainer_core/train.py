@@ -34,6 +34,7 @@ import transformers
 from transformers.utils import logging as hf_logging
 
 from trainer_core.backends import get_backend
+from trainer_core.checkpoint.format import best_checkpoint, load_weights
 from trainer_core.data.cache import DataCache
 from trainer_core.distributed import barrier
 from trainer_core.loop.build import Inputs, MicroBatchChoice, build_context, load_inputs
@@ -162,9 +163,15 @@ def _finish(
             "transformers": transformers.__version__,
         },
     }
+    if status == "completed":
+        summary |= run.selection.summary(run.stop_reason)
     if not ctx.world.is_main:
         return summary  # rank 0 writes the run's files
     if status == "completed":
+        best = run.selection.state.best_step
+        if run.selection.load_best and best is not None:
+            load_weights(best_checkpoint(ctx.checkpoint_dir, best), ctx.model)
+            summary["model_step"] = best  # the weights in model/: the best checkpoint's
         summary |= _save_model(ctx)
     (ctx.output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     return summary

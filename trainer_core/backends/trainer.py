@@ -91,11 +91,15 @@ class _RunHooks(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         self.run.after_optimizer_step(self.trainer.last_grad_norm if self.trainer else None)
+        if self.run.selection.should_stop:
+            control.should_training_stop = True  # early stopping: the run's decision, not ours
 
     def on_epoch_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         self.run.end_epoch()
+        if self.run.selection.should_stop:
+            control.should_training_stop = True
 
 
 class TrainerLoop:

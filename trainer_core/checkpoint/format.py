@@ -77,6 +77,14 @@ def step_of(folder: Path) -> int:
         return -1
 
 
+def best_checkpoint(latest: Path, step: int) -> Path:
+    """The kept checkpoint of ``step``: ``latest`` (``checkpoint/``) or ``checkpoint-<step>/``."""
+    folder = latest if step_of(latest) == step else latest.with_name(f"{latest.name}-{step}")
+    if step_of(folder) != step:
+        raise FileNotFoundError(f"the checkpoint of step {step} is not kept in {latest.parent}")
+    return folder
+
+
 def load_weights(path: Path, model: PreTrainedModel) -> None:
     """Load model weights; a key the snapshot dropped must be tied to a loaded tensor (GPT-2's
     lm_head is its embedding). A LoRA model's checkpoint holds its whole state dict too, under

@@ -53,6 +53,7 @@ class RunState:
     metrics: list[dict[str, Any]] = field(default_factory=list)  # the finished epochs' records
     loss_sum: float = 0.0  # the partial epoch's loss meter, summed over every rank
     loss_items: int = 0
+    selection: dict[str, Any] | None = None  # best metric, its step, the patience counter
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -22,11 +22,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import save_file
-from transformers import PreTrainedModel, TrainerState
+from transformers import PreTrainedModel
 
 from trainer_core.checkpoint.format import (
     CONFIG,
@@ -39,6 +39,9 @@ from trainer_core.checkpoint.format import (
     step_of,
 )
 from trainer_core.spec.outputs import CHECKPOINT_STATE
+
+if TYPE_CHECKING:
+    from transformers import TrainerState
 
 WRITER_NICE = 19  # the writer thread's scheduling niceness (Linux: a thread has its own)
 
@@ -132,8 +135,9 @@ def write_files(folder: Path, snap: Snapshot) -> None:
     (folder / CHECKPOINT_STATE).write_text(json.dumps(snap.state))  # last: marks it complete
 
 
-def install(path: Path, snap: Snapshot, keep: int) -> None:
-    """Write ``snap`` beside ``path`` and swap it in by rename; keep ``keep`` checkpoints."""
+def install(path: Path, snap: Snapshot, keep: int, keep_step: int | None = None) -> None:
+    """Write ``snap`` beside ``path`` and swap it in by rename; keep ``keep`` checkpoints, and
+    ``keep_step``'s (the best) beyond them."""
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)  # what a killed write left behind
     tmp.mkdir(parents=True)
@@ -143,13 +147,14 @@ def install(path: Path, snap: Snapshot, keep: int) -> None:
         path.rename(old)  # a crash from here on: recover_interrupted_swap restores ``old``
     tmp.rename(path)
     if old.exists():
-        if keep > 1:
+        if keep > 1 or (keep_step is not None and step_of(old) == keep_step):
             old.rename(path.with_name(f"{path.name}-{step_of(old)}"))
         else:
             shutil.rmtree(old, ignore_errors=True)
     older = sorted(path.parent.glob(f"{path.name}-*"), key=step_of, reverse=True)
     for stale in older[max(keep - 1, 0) :]:
-        shutil.rmtree(stale, ignore_errors=True)
+        if keep_step is None or step_of(stale) != keep_step:
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 class CheckpointWriter:
@@ -166,22 +171,27 @@ class CheckpointWriter:
         self._staging = Staging()
         self.stalls: list[float] = []  # seconds the training thread was blocked, per save
 
-    def save(self, info: dict[str, Any], **parts: Any) -> list[dict[str, Any]]:
-        """Start writing; returns the infos of saves that completed meanwhile."""
+    def save(
+        self, info: dict[str, Any], *, keep_step: int | None = None, **parts: Any
+    ) -> list[dict[str, Any]]:
+        """Start writing; returns the infos of saves that completed meanwhile. ``keep_step``'s
+        checkpoint is kept beyond ``keep``."""
         started = time.perf_counter()
         # One write in flight (checkpoints land in order), and the staging buffers are free.
         done = self.collect(block=True)
         snap = snapshot(staging=self._staging, **parts)
         self._pending = info
-        self._thread = threading.Thread(target=self._write, args=(snap,), name="checkpoint")
+        self._thread = threading.Thread(
+            target=self._write, args=(snap, keep_step), name="checkpoint"
+        )
         self._thread.start()
         self.stalls.append(time.perf_counter() - started)
         return done
 
-    def _write(self, snap: Snapshot) -> None:
+    def _write(self, snap: Snapshot, keep_step: int | None) -> None:
         yield_to_training()
         try:
-            install(self.path, snap, self.keep)
+            install(self.path, snap, self.keep, keep_step)
         except BaseException as exc:  # handed to the training thread when it collects
             self._error = exc
 

@@ -16,12 +16,14 @@ import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
-import datasets
 import numpy as np
 import pyarrow as pa
 from tokenizers import Tokenizer
+
+if TYPE_CHECKING:
+    import datasets
 
 LAYOUT = "layout.json"
 ROWS_PER_PROCESS = 20_000  # below this a second process costs more than it saves
@@ -55,12 +57,31 @@ class IntColumn(Sequence[int]):
     __hash__ = None  # type: ignore[assignment]
 
 
+def numpy_of(array: pa.Array) -> np.ndarray:
+    """A zero-copy numpy view of an integer Arrow array without nulls. pyarrow's own
+    ``to_numpy`` imports pandas on first use (0.2 s of every job's start)."""
+    if not pa.types.is_integer(array.type) or array.null_count:
+        raise ValueError(f"expected integers without nulls, got {array.type}")
+    kind = "int" if pa.types.is_signed_integer(array.type) else "uint"
+    dtype = np.dtype(f"{kind}{array.type.bit_width}")
+    data = array.buffers()[1]
+    return np.frombuffer(data, dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
+
+
+def column_numpy(column: pa.ChunkedArray) -> np.ndarray:
+    """An integer column's values in one numpy array (a copy only when it has several chunks)."""
+    parts = [numpy_of(chunk) for chunk in column.chunks]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
 class ArrowRows(Sequence[np.ndarray]):
     """Token ids per row from a (possibly chunked) Arrow list column; row i is a numpy view."""
 
     def __init__(self, column: pa.ChunkedArray) -> None:
-        self._offsets = [c.offsets.to_numpy() for c in column.chunks]
-        self._values = [c.values.to_numpy(zero_copy_only=True) for c in column.chunks]
+        self._offsets = [numpy_of(c.offsets) for c in column.chunks]
+        self._values = [numpy_of(c.values) for c in column.chunks]
         self._starts = np.cumsum([0] + [len(c) for c in column.chunks])
 
     def __len__(self) -> int:
@@ -177,6 +198,8 @@ def tokenize_to(
 ) -> tuple[list[str], int]:
     """Tokenize ``ds`` with ``encode`` into Arrow files ``folder/name*.arrow``; returns their
     names in order and how many rows were left (a row with nothing to train is dropped)."""
+    import datasets
+
     datasets.disable_progress_bars()  # a job's log gets its own progress, not one bar per map
     cores = len(os.sched_getaffinity(0))
     num_proc = max(1, min(cores, len(ds) // ROWS_PER_PROCESS))

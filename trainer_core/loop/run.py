@@ -26,6 +26,7 @@ from trainer_core.loop.evaluation import evaluate
 from trainer_core.loop.meters import LossMeter, StepMeter, Window, peak_memory_bytes
 from trainer_core.loop.metrics_file import MetricsFile
 from trainer_core.loop.saving import RunCheckpoints
+from trainer_core.loop.selection import Selection
 from trainer_core.loop.stopping import StopRequests, TrainingPreempted
 from trainer_core.spec.callbacks import StopCheck, TrainingCallback, TrainingCancelled
 from trainer_core.spec.outputs import METRICS_FILE
@@ -84,6 +85,8 @@ class TrainingRun:
         self.window_start = ctx.start_micro_step  # micro-steps of the epoch before this window
         self.evaluating = False
         self.checkpoints = RunCheckpoints(ctx, callback)
+        self.selection = Selection(ctx.spec, resumed.selection if resumed else None)
+        self._last_eval: tuple[int, dict[str, float]] | None = None  # (step, scores)
         # Step records: every logging_steps optimizer steps, by default about 50 an epoch.
         every = ctx.spec.logging_steps or max(1, math.ceil(ctx.steps_per_epoch / 50))
         self.steps = StepMeter(every)
@@ -107,9 +110,19 @@ class TrainingRun:
                 if backend.window_closes(batch):
                     grad_norm = backend.optimizer_step()
                     self.after_optimizer_step(grad_norm)
-                    if self.global_step >= ctx.total_steps:
-                        break  # max_steps reached inside the epoch
+                    if self.global_step >= ctx.total_steps or self.selection.should_stop:
+                        break  # max_steps reached, or early stopping, inside the epoch
             self.end_epoch()
+            if self.selection.should_stop:
+                break
+
+    @property
+    def stop_reason(self) -> str:
+        """Why training ended: "early_stopping", "max_steps" or "epochs"."""
+        if self.selection.should_stop:
+            return "early_stopping"
+        max_steps = self.ctx.spec.max_steps
+        return "max_steps" if max_steps is not None and self.global_step >= max_steps else "epochs"
 
     def begin_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
@@ -162,9 +175,12 @@ class TrainingRun:
             self.checkpoints.report(block=True)  # on disk before the process says "preempted"
             raise TrainingPreempted
         self.checkpoints.report(block=False)
-        # A mid-epoch save; the window that ends the epoch is saved by end_epoch instead.
+        # A mid-epoch save; the window that ends the epoch is saved by end_epoch instead, and so
+        # is the end of an early-stopped run. Selecting the best, every evaluation saves.
         mid_epoch = self.micro_step < self.ctx.micro_batches_per_epoch()
-        if mid_epoch and self.checkpoints.due_after_step(self.global_step):
+        picks = self.selection.load_best and evaluate_now
+        due = picks or self.checkpoints.due_after_step(self.global_step)
+        if mid_epoch and due and not self.selection.should_stop:
             self.save(epoch=self.epoch, micro_step=self.micro_step)
 
     def _keep_holding(self, gate_exists: bool) -> bool:
@@ -219,6 +235,10 @@ class TrainingRun:
             self.stop.preempt_requested = True
 
     def _evaluate(self) -> dict[str, float]:
+        """Evaluate (once per step: an eval step that ends an epoch is not evaluated twice) and
+        let the selection see the scores."""
+        if self._last_eval is not None and self._last_eval[0] == self.global_step:
+            return self._last_eval[1]
         ctx = self.ctx
         self.evaluating = True
         scores = evaluate(
@@ -231,6 +251,9 @@ class TrainingRun:
             world=self.world,
         )
         self.evaluating = False
+        self._last_eval = (self.global_step, scores)
+        if self.selection.active:
+            self.selection.observe(self.global_step, scores)
         return scores
 
     def _check_window(self, *, library_stepped: bool) -> None:
@@ -272,7 +295,8 @@ class TrainingRun:
         if self.world.is_main:
             log.info("epoch %d/%d: %s", record["epoch"], ctx.num_epochs, _brief(record))
         self.callback.on_epoch_end(record)
-        if self.checkpoints.due_at_epoch_end(self.epoch):
+        ends = self.selection.should_stop  # an early stop ends the run: the end always saves
+        if ends or self.selection.load_best or self.checkpoints.due_at_epoch_end(self.epoch):
             self.save(epoch=self.epoch + 1, micro_step=0)
         return record
 
@@ -312,8 +336,9 @@ class TrainingRun:
             metrics=self.metrics,
             loss_sum=loss_sum,
             loss_items=int(loss_items),
+            selection=self.selection.state.to_json(),
         )
-        self.checkpoints.save(state)
+        self.checkpoints.save(state, keep_step=self.selection.state.best_step)
 
     def close(self) -> None:
         """Wait for a checkpoint still being written (it must not be lost at exit)."""

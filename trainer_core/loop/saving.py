@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformers import TrainerState
-
 from trainer_core.checkpoint.policy import SavePolicy
 from trainer_core.checkpoint.resume import RunState
 from trainer_core.checkpoint.writer import CheckpointWriter
@@ -34,11 +32,15 @@ class RunCheckpoints:
         """The end of the run always saves; other epochs' ends as the policy says."""
         return self.policy.at_epoch_end(last_epoch=self.ctx.is_last_epoch(epoch))
 
-    def save(self, state: RunState) -> None:
-        """A checkpoint at a window boundary, at ``state``'s position."""
+    def save(self, state: RunState, *, keep_step: int | None = None) -> None:
+        """A checkpoint at a window boundary, at ``state``'s position; ``keep_step``'s
+        checkpoint (the best) is kept beyond ``save_total_limit``."""
         ctx, world = self.ctx, self.ctx.world
         batch_size = state.micro_batch_size * world.size  # the global micro-batch
         micro_per_epoch = ctx.micro_batches_per_epoch(state.micro_batch_size)
+        # Imported here: transformers.trainer_callback pulls in peft (~0.2 s) at import.
+        from transformers import TrainerState
+
         trainer_state = TrainerState(
             global_step=state.global_step,
             epoch=state.epoch + state.micro_step / micro_per_epoch,
@@ -58,6 +60,7 @@ class RunCheckpoints:
                 scheduler=ctx.scheduler,
                 trainer_state=trainer_state,
                 state=state.to_json(),
+                keep_step=keep_step,
             )
             self._report(done)
         barrier(world)
