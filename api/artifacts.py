@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import tarfile
 import zlib
@@ -32,6 +33,7 @@ from trainer_core.spec.outputs import (
 )
 
 FOLDERS = (MODEL_DIR, ADAPTER_DIR, CHECKPOINT_DIR)  # downloaded as tar.gz (adapter: LoRA's)
+CHECKPOINT_NAME = re.compile(r"checkpoint-(\d{1,12})")  # a kept checkpoint, by its step
 KINDS = {
     MODEL_DIR: "model",
     ADAPTER_DIR: "model",
@@ -64,7 +66,8 @@ def list_artifacts(root: Path) -> list[dict[str, Any]]:
             if not _visible(top) or path.is_symlink() or not path.is_file():
                 continue
             size = path.stat().st_size
-            found.append({"path": relative, "bytes": size, "kind": KINDS.get(top, "other")})
+            kind = "checkpoint" if CHECKPOINT_NAME.fullmatch(top) else KINDS.get(top, "other")
+            found.append({"path": relative, "bytes": size, "kind": kind})
     return found
 
 
@@ -91,10 +94,28 @@ def artifact_path(root: Path, path: str) -> Path:
 
 
 def folder_path(root: Path, name: str) -> Path:
+    """A downloadable folder; ``checkpoint-<step>`` is the kept checkpoint of that step, the
+    latest one (``checkpoint/``) included."""
+    if (found := CHECKPOINT_NAME.fullmatch(name)) is not None:
+        return _kept_checkpoint(root, int(found.group(1)), name)
     folder = root / name
     if name not in FOLDERS or folder.is_symlink() or not folder.is_dir():
         raise ArtifactNotFound(name)
     return folder
+
+
+def _kept_checkpoint(root: Path, step: int, name: str) -> Path:
+    for folder in (root / CHECKPOINT_DIR, root / name):
+        if folder.is_dir() and not folder.is_symlink() and _step_of(folder) == step:
+            return folder
+    raise ArtifactNotFound(name)
+
+
+def _step_of(folder: Path) -> int | None:
+    try:
+        return int(json.loads((folder / CHECKPOINT_STATE).read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # being written, or half-made by a kill
 
 
 class _Gzip:
@@ -163,14 +184,3 @@ def tail(path: Path, lines: int) -> bytes:
             log.seek(position)
             data = log.read(step) + data
     return b"\n".join(data.splitlines()[-lines:]) + (b"\n" if data else b"")
-
-
-def checkpoint_state(root: Path) -> dict[str, Any] | None:
-    """The state the run saved with its latest checkpoint (epoch, step, metrics), if any."""
-    state_file = root / CHECKPOINT_DIR / CHECKPOINT_STATE
-    try:
-        state: dict[str, Any] = json.loads(state_file.read_text())
-        state["created_at"] = int(state_file.stat().st_mtime)
-    except (OSError, ValueError):
-        return None
-    return state

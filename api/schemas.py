@@ -139,9 +139,20 @@ class CheckpointRead(BaseModel):
     created_at: int
     fine_tuning_job_id: str
     fine_tuned_model_checkpoint: str = Field(description="Where to download it (a tar.gz)")
+    model: str = Field(
+        description="Pass as a new job's `model` to continue or branch from this checkpoint"
+    )
     step_number: int
     epoch: int = Field(description="Epochs finished when it was written")
-    metrics: dict[str, Any] = Field(description="The latest epoch's record at that point")
+    metrics: dict[str, Any] = Field(
+        description="The latest epoch's record at that point, with the evaluation made at "
+        "(or last before) its step"
+    )
+    is_best: bool = Field(
+        default=False,
+        description="The best by metric_for_best_model so far (with load_best_model_at_end or "
+        "early_stopping_patience)",
+    )
 
 
 class CheckpointList(BaseModel):

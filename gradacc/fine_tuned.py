@@ -1,7 +1,8 @@
 """Fine-tuned models as sources: ``ft:<base>:<tenant>:<suffix>:<job id>`` (a job's final model)
 and ``…:ckpt-step-<N>`` (one of its kept checkpoints), the names the fine-tuning API gives them.
 
-Either is accepted as ``model`` by both APIs. The base may hold colons itself
+Either is accepted as ``model`` by both APIs, and so are a /v1/jobs job's (its suffix empty; its
+/checkpoints list gives each checkpoint's name), though only fine-tuning jobs are in /v1/models. The base may hold colons itself
 (``builtin:tiny-chat``), so a name is read from the right: the job id last, or the checkpoint
 step and then the job id. The tenant and suffix parts must match the job's, so a name cannot
 reach another tenant's job. The API checks at POST that the model is there; the training child
@@ -87,10 +88,14 @@ def kept_checkpoints(job_dir: Path) -> list[tuple[int, Path, dict[str, Any]]]:
     return sorted(found, key=lambda item: item[0], reverse=True)
 
 
-def find_job(session: Session, name: FineTunedName, *, tenant: str) -> Job | None:
-    """The tenant's fine-tuning job this name points at, if the name's parts match it."""
+def find_job(
+    session: Session, name: FineTunedName, *, tenant: str, any_api: bool = False
+) -> Job | None:
+    """The tenant's fine-tuning job this name points at, if the name's parts match it; with
+    ``any_api``, a /v1/jobs job too (its checkpoints and model train new jobs, but are not
+    listed in /v1/models)."""
     job = session.get(Job, name.job_id)
-    if job is None or job.tenant != tenant or job.api != FINE_TUNING_API:
+    if job is None or job.tenant != tenant or (job.api != FINE_TUNING_API and not any_api):
         return None
     if name.tenant != job.tenant or name.suffix != ((job.fine_tuning or {}).get("suffix") or ""):
         return None
@@ -102,11 +107,13 @@ def model_deleted(job: Job) -> bool:
     return bool((job.fine_tuning or {}).get("model_deleted"))
 
 
-def find(session: Session, value: str, *, tenant: str) -> tuple[FineTunedName, Job] | None:
+def find(
+    session: Session, value: str, *, tenant: str, any_api: bool = False
+) -> tuple[FineTunedName, Job] | None:
     """The name's parts and the tenant's job behind it, unless it names no such job or that
     job's model was deleted."""
     name = parse(value)
-    job = find_job(session, name, tenant=tenant) if name is not None else None
+    job = find_job(session, name, tenant=tenant, any_api=any_api) if name is not None else None
     if name is None or job is None or model_deleted(job):
         return None
     return name, job
@@ -115,7 +122,7 @@ def find(session: Session, value: str, *, tenant: str) -> tuple[FineTunedName, J
 def check_model(session: Session, settings: Settings, *, value: str, tenant: str) -> None:
     """At POST: a fine-tuned model named as ``model`` exists, is the tenant's, is finished and
     not deleted, and (a checkpoint) is still kept. 4xx naming ``model`` otherwise."""
-    found = find(session, value, tenant=tenant)
+    found = find(session, value, tenant=tenant, any_api=True)
     if found is None:
         raise InvalidRequest(f"the model {value!r} does not exist", param="model")
     name, job = found
@@ -176,7 +183,7 @@ def _checkpoint_view(job_dir: Path, checkpoint: Path, final: Path, step: int) ->
 
 def local_model(session: Session, settings: Settings, *, value: str, tenant: str) -> Path:
     """In the training child: the folder a fine-tuned model's name stands for."""
-    found = find(session, value, tenant=tenant)
+    found = find(session, value, tenant=tenant, any_api=True)
     if found is None:
         raise ModelUnavailable(f"model: {value} no longer exists", param="model")
     name, job = found

@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import FileResponse, StreamingResponse
 
-from api import artifacts, job_services
-from api.deps import ReadEngineDep, SettingsDep, TenantDep
-from api.schemas import ArtifactList, CheckpointList, CheckpointRead, ErrorResponse
+from api import artifacts, checkpoint_list, job_services
+from api.deps import ReadEngineDep, ReadSessionDep, SettingsDep, TenantDep
+from api.schemas import ArtifactList, CheckpointList, ErrorResponse
 from trainer_core.spec.outputs import TRAIN_LOG
 
 router = APIRouter(
@@ -38,11 +38,12 @@ async def list_artifacts(
 async def get_artifact(
     job_id: str, path: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
 ) -> Response:
-    """`model` or `checkpoint`: the folder as a tar.gz built while it is sent. Any other path
-    from /artifacts: that file, with Range support."""
+    """`model`, `checkpoint` (the latest) or `checkpoint-<step>` (any kept one): the folder as
+    a tar.gz built while it is sent. Any other path from /artifacts: that file, with Range
+    support."""
     job_services.read_job(engine, job_id=job_id, tenant=tenant)
     root = settings.jobs_dir / job_id
-    if path in artifacts.FOLDERS:
+    if path in artifacts.FOLDERS or artifacts.CHECKPOINT_NAME.fullmatch(path):
         folder = artifacts.folder_path(root, path)
         name = f"{job_id}-{path}"
         headers = {"Content-Disposition": f'attachment; filename="{name}.tar.gz"'}
@@ -53,25 +54,12 @@ async def get_artifact(
 
 @router.get("/{job_id}/checkpoints", response_model=CheckpointList)
 async def list_checkpoints(
-    job_id: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
+    job_id: str, session: ReadSessionDep, settings: SettingsDep, tenant: TenantDep
 ) -> CheckpointList:
-    """The job's latest checkpoint (``checkpoint/``), zero or one entries; older ones kept by
-    ``save_total_limit`` are in /artifacts as ``checkpoint-<step>/``."""
-    job_services.read_job(engine, job_id=job_id, tenant=tenant)
-    state = artifacts.checkpoint_state(settings.jobs_dir / job_id)
-    if state is None:
-        return CheckpointList(data=[])
-    metrics = state.get("metrics") or [{}]
-    checkpoint = CheckpointRead(
-        id=f"ckpt-{job_id}-{state['global_step']}",
-        created_at=state["created_at"],
-        fine_tuning_job_id=job_id,
-        fine_tuned_model_checkpoint=f"/v1/jobs/{job_id}/artifacts/checkpoint",
-        step_number=state["global_step"],
-        epoch=state["epoch"],
-        metrics=metrics[-1],
-    )
-    return CheckpointList(data=[checkpoint], first_id=checkpoint.id, last_id=checkpoint.id)
+    """Every checkpoint the job keeps (the latest ``save_total_limit`` and the best), newest
+    first: step, epoch, metrics, ``is_best``, its download and the ``model`` name to train from."""
+    job = job_services.get_job(session, job_id=job_id, tenant=tenant)
+    return checkpoint_list.list_checkpoints(job, settings.jobs_dir / job_id)
 
 
 @router.get(

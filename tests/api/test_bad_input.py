@@ -56,6 +56,36 @@ CASES: list[tuple[str, bytes, str, int, str | None]] = [
     ("dataset as list", body(dataset=["builtin:sentiment"]), "json", 422, "dataset"),
     ("seed as object", body(seed={"a": 1}), "json", 422, "seed"),
     ("eval_dataset as bool", body(eval_dataset=True), "json", 422, "eval_dataset"),
+    # model selection: the Trainer's rules
+    (
+        "best model, saves not following evaluation",
+        body(load_best_model_at_end=True, save_strategy="steps"),
+        "json",
+        422,
+        "load_best_model_at_end",
+    ),
+    (
+        "best model, save_steps not a multiple",
+        body(
+            load_best_model_at_end=True,
+            eval_strategy="steps",
+            eval_steps=3,
+            save_strategy="steps",
+            save_steps=10,
+        ),
+        "json",
+        422,
+        "load_best_model_at_end",
+    ),
+    ("unknown metric", body(metric_for_best_model="bleu"), "json", 422, "metric_for_best_model"),
+    (
+        "metric of another task",
+        body(metric_for_best_model="perplexity"),
+        "json",
+        422,
+        "metric_for_best_model",
+    ),
+    ("patience 0", body(early_stopping_patience=0), "json", 422, "early_stopping_patience"),
     # missing and unknown fields
     ("missing model", body(model=DROP), "json", 422, "model"),
     ("missing dataset", body(dataset=DROP), "json", 422, "dataset"),

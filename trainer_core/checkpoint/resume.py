@@ -54,6 +54,7 @@ class RunState:
     loss_sum: float = 0.0  # the partial epoch's loss meter, summed over every rank
     loss_items: int = 0
     selection: dict[str, Any] | None = None  # best metric, its step, the patience counter
+    evaluation: dict[str, Any] | None = None  # the last evaluation's step and scores
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -337,6 +337,9 @@ class TrainingRun:
             loss_sum=loss_sum,
             loss_items=int(loss_items),
             selection=self.selection.state.to_json(),
+            evaluation={"step": self._last_eval[0], **self._last_eval[1]}
+            if self._last_eval
+            else None,
         )
         self.checkpoints.save(state, keep_step=self.selection.state.best_step)
 
