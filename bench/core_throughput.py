@@ -183,6 +183,7 @@ def main() -> None:
         "--loader-workers", type=int, default=None, help="the core's (default: its own)"
     )
     parser.add_argument("--real-size", default="", help="models of bench/real_size.py to add")
+    parser.add_argument("--precision", choices=["no", "bf16"], default="no", help="--real-size's")
     args = parser.parse_args()
     if args.threads:
         # One thread is immune to the spin-wait slowdown that 2 threads suffer when anything else
@@ -207,7 +208,8 @@ def main() -> None:
         import real_size
 
         print()
-        real_size.table(args.real_size.split(","), args.backends.split(","), args.repeats)
+        backends = args.backends.split(",")
+        real_size.table(args.real_size.split(","), backends, args.repeats, args.precision)
 
 
 if __name__ == "__main__":

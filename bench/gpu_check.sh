@@ -5,7 +5,8 @@
 #   2. the core's tests that train (equivalence, accumulation, micro-batch, options, LoRA) on CUDA
 #   3. memory vs K with torch.cuda.max_memory_allocated (K = 1, 2, 4, 8, 16 and the b·K batch)
 #   4. samples/s of each backend against its hand-driven twin
-#   5. with 2 GPUs or more: 2 data-parallel processes over NCCL (bench/ddp_comm.py --device cuda)
+#   5. the real-size models of bench/real_size.py in bf16 against the exact hand loop
+#   6. with 2 GPUs or more: 2 data-parallel processes over NCCL (bench/ddp_comm.py --device cuda)
 # Each step has its own time limit and a failed step does not stop the others; the reports land
 # in $OUT (the device tool's folder) or /tmp.
 #
@@ -58,6 +59,8 @@ step 150 gpu_tests.txt "the core's training tests on CUDA" -- \
 step 90 gpu_memory.md "memory vs K (CUDA)" -- $PY bench/memory_vs_k.py --ks 1,2,4,8,16 --batch 8
 step 90 gpu_throughput.md "throughput vs hand-driven twins (CUDA)" -- \
   $PY bench/core_throughput.py --repeats 2
+step 240 gpu_real_size.md "real-size models (gpt2-11m, bert-base) in bf16 vs the exact hand loop" -- \
+  $PY bench/core_throughput.py --task none --real-size gpt2-11m,bert-base --precision bf16 --repeats 2
 GPUS=$(nvidia-smi -L | wc -l)
 if [ "$GPUS" -ge 2 ]; then
   step 150 gpu_ddp.md "two processes over NCCL: all-reduce per window vs every micro-batch" -- \

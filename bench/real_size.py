@@ -93,12 +93,15 @@ def build(kind: str, root: Path) -> tuple[Path, Path, str]:
     return folder, data, task
 
 
-def spec_of(folder: Path, data: Path, task: str, backend: str) -> JobSpec:
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def spec_of(folder: Path, data: Path, task: str, backend: str, precision: str = "no") -> JobSpec:
     return JobSpec.model_validate(
         {"model": str(folder), "dataset": str(data), "task": task, "backend": backend,
          "per_device_train_batch_size": B, "gradient_accumulation_steps": K,
          "num_train_epochs": EPOCHS, "max_seq_length": SEQ, "max_train_samples": ROWS,
-         "max_eval_samples": 16, "learning_rate": 1e-4, "seed": 1}
+         "max_eval_samples": 16, "learning_rate": 1e-4, "seed": 1, "mixed_precision": precision}
     )  # fmt: skip
 
 
@@ -116,7 +119,8 @@ def hand(spec: JobSpec, on_step: Callable[[int], None] | None = None) -> float:
 
     tokenizer = load_tokenizer(spec)
     data = load_job_data(spec, tokenizer)
-    model = load_model(spec, tokenizer, data.label_names)
+    model = load_model(spec, tokenizer, data.label_names).to(DEVICE)  # type: ignore[arg-type]
+    bf16 = spec.mixed_precision == "bf16"
     plan = EpochPlan(data.train, batch_size=B, accumulation=K, seed=spec.seed,
                      pad_id=int(tokenizer.pad_token_id))  # fmt: skip
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate)
@@ -127,11 +131,13 @@ def hand(spec: JobSpec, on_step: Callable[[int], None] | None = None) -> float:
         plan.set_epoch(epoch)
         started = time.perf_counter()
         for i in range(len(plan)):
-            batch = plan[i]
-            logits = model(
-                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-            ).logits
-            (summed_loss(logits, batch["labels"], causal) / batch["n_window_items"]).backward()
+            batch = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in plan[i].items()}
+            with torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = model(
+                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+                ).logits
+                loss = summed_loss(logits, batch["labels"], causal) / batch["n_window_items"]
+            loss.backward()
             if batch["last_in_window"]:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), spec.max_grad_norm)
                 optimizer.step()
@@ -139,21 +145,24 @@ def hand(spec: JobSpec, on_step: Callable[[int], None] | None = None) -> float:
                 step += 1
                 if on_step is not None:
                     on_step(step)
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()
         seconds = time.perf_counter() - started  # the last epoch's
     return ROWS / seconds
 
 
-def table(models: list[str], backends: list[str], repeats: int) -> None:
+def table(models: list[str], backends: list[str], repeats: int, precision: str = "no") -> None:
     """Print the markdown table: one row per model and backend (core, twin, ratio)."""
+    where = torch.cuda.get_device_name() if DEVICE.type == "cuda" else "CPU"
     print(f"# epoch-{EPOCHS} samples/s, {ROWS} rows of {SEQ} tokens, b={B} K={K}, median of "
-          f"{repeats}, CPU {torch.get_num_threads()} threads")  # fmt: skip
+          f"{repeats}, {where}, {torch.get_num_threads()} threads, precision {precision}")  # fmt: skip
     print("| model | backend | core | hand exact loop | ratio |")
     print("|---|---|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for kind in models:
             folder, data, task = build(kind, Path(tmp))
             for backend in backends:
-                spec = spec_of(folder, data, task, backend)
+                spec = spec_of(folder, data, task, backend, precision)
                 ours, theirs = [], []
                 for _ in range(repeats):
                     ours.append(core(spec))
@@ -168,8 +177,9 @@ def main() -> None:
     parser.add_argument("--models", default="gpt2-11m,bert-base")
     parser.add_argument("--backends", default="pytorch,accelerate,trainer")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--precision", choices=["no", "bf16"], default="no")
     args = parser.parse_args()
-    table(args.models.split(","), args.backends.split(","), args.repeats)
+    table(args.models.split(","), args.backends.split(","), args.repeats, args.precision)
 
 
 if __name__ == "__main__":
