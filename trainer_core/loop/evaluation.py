@@ -34,8 +34,10 @@ def evaluate(
     device: torch.device,
     num_classes: int | None,
     world: World = SINGLE,
+    predicted_out: list[int] | None = None,
 ) -> dict[str, float]:
-    """Over the whole eval set; with W ranks each takes a contiguous W-th and they combine."""
+    """Over the whole eval set; with W ranks each takes a contiguous W-th and they combine.
+    ``predicted_out`` receives a classifier's predicted class per eval row."""
     was_training = model.training
     model.eval()
     causal = split.labels is None
@@ -71,6 +73,8 @@ def evaluate(
     assert split.labels is not None and num_classes is not None
     # Shards are contiguous and gathered in rank order: the predictions line up with the labels.
     predicted = gather_lists(torch.cat(predictions).tolist() if predictions else [], world)
+    if predicted_out is not None:
+        predicted_out.extend(predicted)
     accuracy = sum(p == y for p, y in zip(predicted, split.labels, strict=True)) / len(split)
     return {
         "eval_loss": eval_loss,

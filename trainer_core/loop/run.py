@@ -25,11 +25,12 @@ from trainer_core.loop.context import RunContext
 from trainer_core.loop.evaluation import evaluate
 from trainer_core.loop.meters import LossMeter, StepMeter, Window, peak_memory_bytes
 from trainer_core.loop.metrics_file import MetricsFile
+from trainer_core.loop.reports import EvaluationReports, SampleBudget, evaluation_report
 from trainer_core.loop.saving import RunCheckpoints
 from trainer_core.loop.selection import Selection
 from trainer_core.loop.stopping import StopRequests, TrainingPreempted
 from trainer_core.spec.callbacks import StopCheck, TrainingCallback, TrainingCancelled
-from trainer_core.spec.outputs import METRICS_FILE
+from trainer_core.spec.outputs import EVALUATIONS_FILE, METRICS_FILE
 from trainer_core.testing.failpoints import hold_at_step
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,10 @@ class TrainingRun:
         self.window_start = ctx.start_micro_step  # micro-steps of the epoch before this window
         self.evaluating = False
         self.checkpoints = RunCheckpoints(ctx, callback)
+        self.sample_budget = SampleBudget()
+        self.reports = EvaluationReports(
+            ctx.output_dir / EVALUATIONS_FILE, enabled=ctx.world.is_main
+        )
         self.selection = Selection(ctx.spec, resumed.selection if resumed else None)
         self._last_eval: tuple[int, dict[str, float]] | None = None  # (step, scores)
         # Step records: every logging_steps optimizer steps, by default about 50 an epoch.
@@ -234,13 +239,14 @@ class TrainingRun:
         if request == "preempt":
             self.stop.preempt_requested = True
 
-    def _evaluate(self) -> dict[str, float]:
+    def _evaluate(self, *, at_epoch_end: bool = False) -> dict[str, float]:
         """Evaluate (once per step: an eval step that ends an epoch is not evaluated twice) and
         let the selection see the scores."""
         if self._last_eval is not None and self._last_eval[0] == self.global_step:
             return self._last_eval[1]
         ctx = self.ctx
         self.evaluating = True
+        predicted: list[int] = []
         scores = evaluate(
             ctx.model,
             ctx.data.eval,
@@ -249,11 +255,19 @@ class TrainingRun:
             device=ctx.device,
             num_classes=len(ctx.data.label_names) if ctx.data.label_names else None,
             world=self.world,
+            predicted_out=predicted,
         )
-        self.evaluating = False
         self._last_eval = (self.global_step, scores)
         if self.selection.active:
             self.selection.observe(self.global_step, scores)
+        if self.world.is_main:
+            last = at_epoch_end and ctx.is_last_epoch(self.epoch)
+            final = last or self.selection.should_stop or self.global_step >= ctx.total_steps
+            epoch = round(self.epoch + self.micro_step / ctx.micro_batches_per_epoch(), 4)
+            record = {"step": self.global_step, "epoch": epoch, "scores": scores}
+            report = evaluation_report(ctx, predicted, self.sample_budget, final=final)
+            self.reports.append(record | report)
+        self.evaluating = False
         return scores
 
     def _check_window(self, *, library_stepped: bool) -> None:
@@ -280,7 +294,7 @@ class TrainingRun:
             [meter.loss_sum.item(), meter.loss_items, meter.samples], self.world
         )
         record: dict[str, Any] = {"epoch": self.epoch + 1, "train_loss": loss_sum / max(items, 1)}
-        record |= self._evaluate()
+        record |= self._evaluate(at_epoch_end=True)
         record |= {
             "learning_rate": self.learning_rate(),
             "optimizer_steps": self.global_step,

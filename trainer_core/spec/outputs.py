@@ -25,6 +25,7 @@ CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_STATE = "gradacc_state.json"
 METRICS_FILE = "metrics.jsonl"
 STEPS_FILE = "steps.jsonl"
+EVALUATIONS_FILE = "evaluations.jsonl"  # each evaluation's report and samples
 SUMMARY_FILE = "summary.json"
 TENSORBOARD_DIR = "tensorboard"
 TRAIN_LOG = "train.log"

@@ -107,6 +107,17 @@ class RunFields(SpecBase):
         "improvement (with early_stopping_patience)",
         examples=[0.0],
     )
+    eval_sample_count: int = Field(
+        default=4,
+        ge=0,
+        le=32,
+        description="At each evaluation: a causal LM continues this many eval prompts "
+        "greedily; classification keeps this many misclassified rows (0: none)",
+        examples=[4],
+    )
+    eval_sample_max_new_tokens: int = Field(
+        default=64, ge=1, le=512, description="New tokens per generated sample", examples=[64]
+    )
     report_to: list[Literal["tensorboard"]] = Field(
         default_factory=list,
         max_length=1,
