@@ -25,6 +25,7 @@ from trainer_core.spec.outputs import (
     ADAPTER_DIR,
     CHECKPOINT_DIR,
     CHECKPOINT_STATE,
+    EVALUATIONS_FILE,
     METRICS_FILE,
     MODEL_DIR,
     SUMMARY_FILE,
@@ -184,3 +185,19 @@ def tail(path: Path, lines: int) -> bytes:
             log.seek(position)
             data = log.read(step) + data
     return b"\n".join(data.splitlines()[-lines:]) + (b"\n" if data else b"")
+
+
+def evaluations(root: Path) -> list[dict[str, Any]]:
+    """The run's evaluation reports (``evaluations.jsonl``), newest first; a line being written
+    (not yet whole) is left out."""
+    try:
+        lines = (root / EVALUATIONS_FILE).read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in reversed(lines):
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return found

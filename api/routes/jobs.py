@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 
 from api import job_services
-from api.artifacts import outputs
+from api.artifacts import evaluations, outputs
 from api.deps import (
     CeleryDep,
     ReadEngineDep,
@@ -142,21 +142,30 @@ async def get_job(
 @router.get(
     "/{job_id}/metrics",
     response_model=MetricsList,
-    summary="A job's metrics, per epoch or per logging step",
+    summary="A job's metrics, per epoch, per logging step or per evaluation",
     description="granularity=epoch (default): one record per finished epoch, in order. "
     "granularity=step: one record every logging_steps optimizer steps, in pages "
-    "(after=the last page's last_step).",
+    "(after=the last page's last_step). granularity=evaluation: each evaluation's report, "
+    "newest first (up to limit): its step, epoch and scores, and for a classifier per-class "
+    "precision, recall, F1 and support, the confusion matrix and misclassified rows, for a "
+    "causal LM greedy samples (prompt, reference, output; null when the time budget skipped "
+    "them).",
 )
 async def list_metrics(
     job_id: str,
     engine: ReadEngineDep,
+    settings: SettingsDep,
     tenant: TenantDep,
-    granularity: Literal["epoch", "step"] = "epoch",
+    granularity: Literal["epoch", "step", "evaluation"] = "epoch",
     after: Annotated[int, Query(ge=0, le=2**31 - 1, description="step pages: a step")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000, description="step pages: records")] = 1000,
 ) -> Response:
     if granularity == "epoch":
         page = MetricsList(data=job_services.list_metrics(engine, job_id=job_id, tenant=tenant))
+    elif granularity == "evaluation":
+        job_services.read_job(engine, job_id=job_id, tenant=tenant)
+        reports = evaluations(settings.jobs_dir / job_id)
+        page = MetricsList(data=reports[:limit], has_more=len(reports) > limit)
     else:
         records, has_more = job_services.list_step_metrics(
             engine, job_id=job_id, tenant=tenant, after=after, limit=limit

@@ -101,3 +101,15 @@ def test_a_checkpoint_trains_a_new_job(
     assert train(spec, db_settings.home / "branch").status == "completed"
     gone = client.post("/v1/jobs", json={**body, "model": best["model"].replace(f"-{step}", "-3")})
     assert gone.status_code == 422 and gone.json()["error"]["param"] == "model"
+
+
+def test_evaluation_reports_are_served_with_the_metrics(client: TestClient, job_id: str) -> None:
+    reply = client.get(f"/v1/jobs/{job_id}/metrics", params={"granularity": "evaluation"})
+    reports = reply.json()["data"]
+    assert [r["step"] for r in reports] == [10, 8, 6, 4, 2]  # newest first, one per evaluation
+    for report in reports:
+        matrix = report["classification"]["confusion_matrix"]
+        assert sum(map(sum, matrix)) == 32  # max_eval_samples
+        assert set(report["classification"]["per_class"]) == {"0", "1"}
+    limited = client.get(f"/v1/jobs/{job_id}/metrics?granularity=evaluation&limit=2").json()
+    assert [r["step"] for r in limited["data"]] == [10, 8] and limited["has_more"]
