@@ -34,7 +34,7 @@ def test_queued_jobs_show_their_position_best_first(client: TestClient) -> None:
     high = client.post("/v1/jobs", json={**TINY, "priority": 10}).json()
     assert (low["priority"], plain["priority"], high["priority"]) == (-5, 0, 10)
     assert "priority" not in high["spec"]  # the service's field, not the core's
-    assert [job["queue_position"] for job in (low, plain, high)] == [1, 2, 1]  # at their POST
+    assert [job["queue_position"] for job in (low, plain, high)] == [1, 1, 1]  # each the best
     shown = {j["id"]: j["queue_position"] for j in client.get("/v1/jobs").json()["data"]}
     assert shown == {high["id"]: 1, plain["id"]: 2, low["id"]: 3}
     assert client.get(f"/v1/jobs/{low['id']}").json()["queue_position"] == 3
