@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from api.dataset_checks import check_labels
 from api.file_services import content_path
-from api.schemas import WEBHOOK_FIELDS, JobCreate
+from api.schemas import SERVICE_FIELDS, JobCreate
 from gradacc.capacity import check_devices
 from gradacc.errors import (
     IdempotencyConflict,
@@ -49,7 +49,7 @@ from gradacc.models import (
 )
 from gradacc.queue import enqueue_job
 from gradacc.settings import Settings
-from gradacc.spec_limits import check_spec_allowed
+from gradacc.spec_limits import check_priority, check_spec_allowed
 from gradacc.webhooks import check_webhook_url
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.sources import classify_source
@@ -72,12 +72,13 @@ def create_job(
     A failed enqueue leaves the job for the reconciler. ``fine_tuning``: a job created through
     /v1/fine_tuning/jobs, with its OpenAI fields."""
     check_spec_allowed(spec, settings)
+    check_priority(spec.priority, settings)
     check_devices(spec, celery, settings)
     if spec.webhook_url is not None:
         check_webhook_url(spec.webhook_url, settings)
     body = spec.model_dump(mode="json")
     request_hash = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-    payload = {k: v for k, v in body.items() if k not in WEBHOOK_FIELDS}  # the core's spec
+    payload = {k: v for k, v in body.items() if k not in SERVICE_FIELDS}  # the core's spec
     if idempotency_key is not None:
         earlier = _job_with_key(session, tenant=tenant, key=idempotency_key)
         if earlier is not None:
@@ -96,6 +97,8 @@ def create_job(
         status=JobStatus.QUEUED,
         spec=payload,
         effective_batch_size=spec.effective_batch_size,
+        priority=spec.priority,
+        num_processes=spec.num_processes,
         micro_batch_size=None if spec.auto_micro_batch else spec.per_device_train_batch_size,
         gradient_accumulation_steps=spec.gradient_accumulation_steps,
         dataset_format=dataset_format,
@@ -189,7 +192,7 @@ def get_job(session: Session, *, job_id: str, tenant: str) -> Job:
 # The poll endpoints read plain rows through statements built once: on the ORM path, building a
 # select and loading a ``Job`` cost more than the query itself (docs/benchmarks.md).
 _POLL_JOB = select(
-    Job.id, Job.status, Job.spec, Job.effective_batch_size, Job.micro_batch_size,
+    Job.id, Job.status, Job.spec, Job.effective_batch_size, Job.priority, Job.micro_batch_size,
     Job.gradient_accumulation_steps, Job.dataset_format, Job.created_at, Job.started_at,
     Job.finished_at, Job.attempts, Job.epoch, Job.step, Job.total_steps, Job.latest_metrics,
     Job.error_code, Job.error_message, Job.summary, Job.live_progress, Job.webhook_url,

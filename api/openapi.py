@@ -71,6 +71,7 @@ def _state_spec_rules(spec: dict[str, Any], settings: Settings) -> None:
         for option in props[name]["anyOf"]:
             if option.get("type") == "integer":
                 option["maximum"] = settings.max_samples
+    props["priority"]["maximum"] = settings.max_priority
     props["model"] |= _source(list(BUILTIN_MODELS), MODEL_HUB_PATTERN)
     props["dataset"] |= _source(list(BUILTIN_DATASETS), DATASET_HUB_PATTERN)
     props["eval_dataset"] |= _source(list(BUILTIN_DATASETS), DATASET_HUB_PATTERN, nullable=True)

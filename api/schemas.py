@@ -9,17 +9,28 @@ from pydantic import BaseModel, Field
 
 from gradacc.job_view import JobRead, Progress, public_summary, unix
 from gradacc.models import File, FilePurpose, JobEvent, Worker
+from gradacc.settings import PRIORITY_BOUND
 from trainer_core.spec.job import JobSpec
 
 __all__ = ["JobCreate", "JobRead", "Progress", "public_summary", "unix"]
 
-WEBHOOK_FIELDS = frozenset({"webhook_url", "webhook_on_epoch"})
+# The service's fields of a POST, stored apart from the core's spec.
+SERVICE_FIELDS = frozenset({"webhook_url", "webhook_on_epoch", "priority"})
 
 
 class JobCreate(JobSpec):
     """The body of POST /v1/jobs: the training core's spec itself, defined once, plus where to
-    report (the service's business, not the core's: stored apart from the spec)."""
+    report and how soon to run (the service's business, not the core's: stored apart from the
+    spec)."""
 
+    priority: int = Field(
+        default=0,
+        ge=-PRIORITY_BOUND,
+        le=PRIORITY_BOUND,
+        description="Higher starts first; at most GRADACC_MAX_PRIORITY (the schema's maximum). "
+        "Among equal priorities, tenants take turns (docs/scheduling.md)",
+        examples=[0],
+    )
     webhook_url: str | None = Field(
         default=None,
         description="POSTed the job object, signed (Gradacc-Signature), on every final status",

@@ -4,12 +4,15 @@ one model for all three (so a webhook sent by a worker reads like the API's answ
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 from sqlalchemy import Row
 
 from gradacc.models import Job, JobStatus
+
+if TYPE_CHECKING:
+    from gradacc.queue_view import QueueSpot
 
 
 def unix(moment: datetime | None) -> int | None:
@@ -55,6 +58,15 @@ class JobRead(BaseModel):
     status: JobStatus
     spec: dict[str, Any]
     effective_batch_size: int
+    priority: int = Field(default=0, description="Higher starts first")
+    queue_position: int | None = Field(
+        default=None, description="Queued: 1 = the next job to start; null when not queued"
+    )
+    estimated_start: int | None = Field(
+        default=None,
+        description="Queued: when it may start, Unix seconds, from recent run times (null when "
+        "no duration can be estimated yet)",
+    )
     micro_batch_size: int | None = Field(
         description="Micro-batch rows in force (null until an 'auto' job has chosen it)"
     )
@@ -83,8 +95,14 @@ class JobRead(BaseModel):
     webhook_url: str | None = None
 
     @classmethod
-    def of(cls, job: Job | Row[Any], outputs: dict[str, int] | None = None) -> JobRead:
-        """From a ``Job``, or a row with its columns (``services.read_job``)."""
+    def of(
+        cls,
+        job: Job | Row[Any],
+        outputs: dict[str, int] | None = None,
+        spot: QueueSpot | None = None,
+    ) -> JobRead:
+        """From a ``Job``, or a row with its columns (``services.read_job``); ``spot``: where a
+        queued job stands (``gradacc.queue_view``)."""
         error = None
         if job.error_code is not None:
             error = JobErrorInfo(code=job.error_code, message=job.error_message or "")
@@ -93,6 +111,9 @@ class JobRead(BaseModel):
             status=job.status,
             spec=job.spec,
             effective_batch_size=job.effective_batch_size,
+            priority=job.priority,
+            queue_position=None if spot is None else spot.position,
+            estimated_start=None if spot is None else unix(spot.estimated_start),
             micro_batch_size=job.micro_batch_size,
             gradient_accumulation_steps=job.gradient_accumulation_steps,
             dataset_format=job.dataset_format,

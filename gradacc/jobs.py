@@ -135,9 +135,9 @@ def failed_attempts() -> ColumnElement[int]:
 def claim_job(
     session: Session, *, job_id: str, worker: str, stale_before: datetime, max_attempts: int
 ) -> bool:
-    """Take a queued job, or a running one whose worker stopped beating. Commits.
-
-    This is what makes the task idempotent: of two deliveries of one job, one claims it.
+    """Take this very job: queued, or running with a worker that stopped beating (a take-over).
+    Commits. Of two deliveries of one job, one claims it. A message for a queued job claims the
+    best queued job instead (``gradacc.scheduling.claim_next``); this is the take-over's path.
     """
     now = utcnow()
     fresh = (Job.status == S.QUEUED) | (
@@ -154,6 +154,7 @@ def claim_job(
             heartbeat_at=now,
             started_at=now,
             updated_at=now,
+            preempted_by=None,  # asked of a worker that died: the next pass decides again
         )
     )
     claimed = session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
@@ -166,26 +167,6 @@ def lock_tenant(session: Session, *, tenant: str) -> None:
     queued or running jobs and then adding one is exact. (SQLite serialises writers anyway.)"""
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": tenant})
-
-
-def throttle_if_busy(session: Session, *, job_id: str, max_running: int) -> bool:
-    """True when ``job_id`` is queued and its tenant already runs ``max_running`` jobs. It then
-    stays queued with ``enqueued_at`` cleared, so the reconciler sends it again on its next pass.
-    Holds the tenant lock until the caller commits (``claim_job`` does). Does not commit."""
-    row = session.execute(select(Job.tenant, Job.status).where(Job.id == job_id)).one_or_none()
-    if row is None or row.status != S.QUEUED:
-        return False  # gone, final, or a stale running job being taken over (already counted)
-    lock_tenant(session, tenant=row.tenant)
-    count = select(func.count()).where(Job.tenant == row.tenant, Job.status == S.RUNNING)
-    running = session.scalar(count) or 0
-    if running < max_running:
-        return False
-    session.execute(update(Job).where(Job.id == job_id).values(enqueued_at=None))
-    seen = select(JobEvent.id).where(JobEvent.job_id == job_id, JobEvent.kind == "throttled")
-    if session.scalar(seen.limit(1)) is None:
-        message = f"waiting: tenant runs {running} jobs (limit {max_running})"
-        add_event(session, job_id=job_id, kind="throttled", message=message)
-    return True
 
 
 def release_job(session: Session, *, job_id: str, worker: str) -> None:

@@ -24,6 +24,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -93,6 +94,16 @@ class Job(Base):
         ),
         Index("ix_jobs_status_id", "status", "id"),
         Index("ix_jobs_tenant_id", "tenant", "id"),
+        # The claim's candidates (gradacc.scheduling): only queued rows, so the index stays as
+        # small as the queue however long the history grows.
+        Index(
+            "ix_jobs_queued_priority_tenant_id",
+            "priority",
+            "tenant",
+            "id",
+            postgresql_where=text("status = 'queued'"),
+            sqlite_where=text("status = 'queued'"),
+        ),
         # Two POSTs with one key race to this constraint; the loser returns the winner's job.
         UniqueConstraint("tenant", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),
     )
@@ -107,6 +118,13 @@ class Job(Base):
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     effective_batch_size: Mapped[int] = mapped_column(Integer)
+    # Higher starts first (docs/scheduling.md). num_processes is the spec's, in a column so that
+    # the claim compares it with a worker's devices and sums the devices a tenant has in use.
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    num_processes: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # The queued job of higher priority that preempts this running one: its worker checkpoints
+    # it and queues it again (gradacc.preemption).
+    preempted_by: Mapped[str | None] = mapped_column(String(32))
     # In force now: the spec's, chosen by the machine ("auto"), or halved after running out of
     # memory; micro-batch x K x num_processes is always effective_batch_size.
     micro_batch_size: Mapped[int | None] = mapped_column(Integer)
@@ -243,9 +261,21 @@ class Worker(Base):
     hostname: Mapped[str] = mapped_column(String(255))
     pid: Mapped[int] = mapped_column(Integer)
     devices: Mapped[list[str]] = mapped_column(JSON)
+    # GRADACC_DEVICES: the most num_processes it takes (its gloo processes on a CPU worker).
+    num_devices: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     current_job: Mapped[str | None] = mapped_column(String(32))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class TenantTurn(Base):
+    """When a tenant last had a job started: of tenants with as few devices in use, the next job
+    goes to the one whose turn came longest ago (``gradacc.scheduling``)."""
+
+    __tablename__ = "tenant_turns"
+
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    last_started_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class FilePurpose(StrEnum):

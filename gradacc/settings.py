@@ -12,6 +12,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trainer_core.spec.outputs import DATA_CACHE_DIR
 
+# A job's priority lies in [-PRIORITY_BOUND, PRIORITY_BOUND] (the schema's bounds); what a
+# tenant may ask above 0 is ``Settings.max_priority``.
+PRIORITY_BOUND = 1000
+
 
 class Settings(BaseSettings):
     """Embedded defaults (SQLite + a filesystem broker under ``home``) unless URLs are given."""
@@ -83,6 +87,12 @@ class Settings(BaseSettings):
     api_key_cache_s: float = Field(default=5.0, ge=0)
     max_queued_per_tenant: int = Field(default=1000, ge=1)
     max_running_per_tenant: int = Field(default=8, ge=1)
+    # The highest ``priority`` a job may ask for (above: 422). Lower than 0 is always allowed:
+    # it only lets the tenant's own job wait behind others (docs/scheduling.md).
+    max_priority: int = Field(default=10, ge=0, le=PRIORITY_BOUND)
+    # A queued job that no free worker can take stops the lowest-priority running job of lower
+    # priority (a checkpoint, then queued again); checked on each reconciler pass.
+    preempt: bool = False
     # The job stream's one reader per API process polls the database this often: the delay of
     # a stream message is at most about this plus the training process's own write interval.
     stream_poll_interval_s: float = Field(default=0.25, gt=0)

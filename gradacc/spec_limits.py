@@ -61,3 +61,13 @@ def check_spec_allowed(spec: JobSpec, settings: Settings) -> None:
         value = getattr(spec, field)
         if value is not None and classify_source(value) == "local":
             check_path_allowed(value, roots=roots, param=field)
+
+
+def check_priority(priority: int, settings: Settings) -> None:
+    """Above ``max_priority`` is refused (``priority``). Below 0 is any tenant's right: it only
+    lets its own job wait behind others (the schema bounds it at -PRIORITY_BOUND)."""
+    if priority > settings.max_priority:
+        raise InvalidRequest(
+            f"at most {settings.max_priority} (GRADACC_MAX_PRIORITY); the default is 0",
+            param="priority",
+        )

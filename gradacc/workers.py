@@ -14,7 +14,9 @@ from sqlalchemy.orm import Session
 from gradacc.models import Worker, utcnow
 
 
-def register_worker(session: Session, *, name: str, pid: int, devices: list[str]) -> None:
+def register_worker(
+    session: Session, *, name: str, pid: int, devices: list[str], num_devices: int = 1
+) -> None:
     """Insert or refresh this worker's row (a restarted pid may reuse a name). Commits."""
     session.execute(delete(Worker).where(Worker.name == name))
     now = utcnow()
@@ -24,6 +26,7 @@ def register_worker(session: Session, *, name: str, pid: int, devices: list[str]
             hostname=socket.gethostname(),
             pid=pid,
             devices=devices,
+            num_devices=num_devices,
             current_job=None,
             started_at=now,
             heartbeat_at=now,

@@ -114,7 +114,7 @@ def db_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
         return settings
     pg_url: str = request.getfixturevalue("pg_url")
     with get_engine(pg_url).begin() as connection:
-        connection.execute(text("TRUNCATE jobs, files CASCADE"))
+        connection.execute(text("TRUNCATE jobs, files, tenant_turns, workers CASCADE"))
     return Settings(home=tmp_path / "home", database_url=pg_url)
 
 

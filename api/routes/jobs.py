@@ -18,6 +18,7 @@ from api.deps import (
     SettingsDep,
     TenantDep,
 )
+from api.queue_services import spot_of, spots_of
 from api.schemas import (
     ErrorResponse,
     EventList,
@@ -96,7 +97,8 @@ def create_job(
         settings=settings,
     )
     response.status_code = 201 if created else 200
-    return JobRead.of(job, outputs(settings.jobs_dir / job.id))
+    spot = spots_of(session, jobs=[job], settings=settings).get(job.id)
+    return JobRead.of(job, outputs(settings.jobs_dir / job.id), spot)
 
 
 @router.get(
@@ -119,7 +121,8 @@ async def list_jobs(
         session, tenant=tenant, status=status, limit=limit, after=after
     )
     last_id = jobs[-1].id if jobs else None
-    data = [JobRead.of(j, outputs(settings.jobs_dir / j.id)) for j in jobs]
+    spots = spots_of(session, jobs=jobs, settings=settings)
+    data = [JobRead.of(j, outputs(settings.jobs_dir / j.id), spots.get(j.id)) for j in jobs]
     return JobList(data=data, has_more=has_more, last_id=last_id)
 
 
@@ -128,14 +131,16 @@ async def list_jobs(
     response_model=JobRead,
     summary="Read a job",
     description="Status, progress, the latest epoch's metrics, the error if any, the outputs on "
-    "disk and, once finished, the run's summary.",
+    "disk and, once finished, the run's summary. Queued: its queue_position and "
+    "estimated_start.",
 )
 async def get_job(
     job_id: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
 ) -> Response:
     # The poll endpoint: serialised once by pydantic, skipping FastAPI's second validation pass.
     row = job_services.read_job(engine, job_id=job_id, tenant=tenant)
-    job = JobRead.of(row, outputs(settings.jobs_dir / row.id))
+    spot = spot_of(engine, job_id=row.id, status=row.status, settings=settings)
+    job = JobRead.of(row, outputs(settings.jobs_dir / row.id), spot)
     return Response(job.model_dump_json(), media_type="application/json")
 
 

@@ -23,10 +23,14 @@ async function api(path, options = {}) {
   return body;
 }
 
-function age(unix) {
-  const s = Math.max(0, Math.floor(Date.now() / 1000 - unix));
+function span(seconds) {
+  const s = Math.max(0, Math.floor(seconds));
   return s >= 86400 ? `${Math.floor(s / 86400)}d` : s >= 3600 ? `${Math.floor(s / 3600)}h`
     : s >= 60 ? `${Math.floor(s / 60)}m` : `${s}s`;
+}
+
+function age(unix) {
+  return span(Date.now() / 1000 - unix);
 }
 
 function progressText(job) {
@@ -37,13 +41,21 @@ function progressText(job) {
   return text;
 }
 
+// "#2 · in 3m": the queue position (1 = next) and, when a duration can be estimated, the start.
+function queueText(job) {
+  if (job.queue_position == null) return "";
+  let text = `#${job.queue_position}`;
+  if (job.estimated_start != null) text += ` · in ${span(job.estimated_start - Date.now() / 1000)}`;
+  return text;
+}
+
 async function refreshList() {
   try {
     const page = await api("/v1/jobs?limit=50");
     const rows = page.data.map((job) => {
       const tr = document.createElement("tr");
       const cells = [job.id, job.status, job.spec.backend, job.spec.gradient_accumulation_steps,
-        job.effective_batch_size, progressText(job), age(job.created_at)];
+        job.effective_batch_size, progressText(job), job.priority, queueText(job), age(job.created_at)];
       for (const value of cells) {
         const td = document.createElement("td");
         td.textContent = String(value);

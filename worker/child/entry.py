@@ -119,7 +119,10 @@ def _record_failure(settings: Settings, job_id: str, *, code: str, message: str)
 def _record_result(settings: Settings, job_id: str, result: TrainResult) -> int:
     with session_scope(settings) as session:
         if result.status == "preempted":
-            add_event(session, job_id=job_id, kind="preempted", message="checkpoint kept")
+            job = session.get(Job, job_id)
+            by = job.preempted_by if job is not None else None  # a job of higher priority
+            message = f"preempted by {by}: checkpoint kept" if by else "checkpoint kept"
+            add_event(session, job_id=job_id, kind="preempted", message=message)
             session.commit()
             return exit_codes.PREEMPTED
         target = JobStatus.SUCCEEDED if result.status == "completed" else JobStatus.CANCELLED

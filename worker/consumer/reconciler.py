@@ -1,8 +1,9 @@
-"""Find jobs the broker lost and enqueue them again; fail jobs that keep losing their worker.
+"""Find jobs the broker lost and enqueue them again; fail jobs that keep losing their worker;
+ask for a preemption by priority when one is due (``gradacc.preemption``).
 
 The database is the source of truth. A job is "lost" when it stayed queued long after its last
 enqueue, or when it is running but its worker stopped beating. Enqueueing twice is harmless:
-``claim_job`` lets exactly one delivery run a job.
+a message claims at most one job, and one job is claimed once (``gradacc.scheduling``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy.orm import Session
 from gradacc.db import session_scope
 from gradacc.jobs import add_event, fail_job, failed_attempts
 from gradacc.models import Job, JobStatus, utcnow
+from gradacc.preemption import preempt_for_waiting
 from gradacc.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -70,14 +72,26 @@ def _fail_hopeless(session: Session, *, job_id: str, attempts: int) -> bool:
     )
 
 
+def preempt_pass(settings: Settings) -> None:
+    """With ``preempt`` on: let a waiting job of higher priority stop a running one."""
+    if not settings.preempt:
+        return
+    with session_scope(settings) as session:
+        asked = preempt_for_waiting(session, settings=settings)
+    if asked is not None:
+        log.warning("reconciler: job %s preempts job %s", asked.preemptor, asked.victim)
+
+
 def start_reconciler_thread(
     settings: Settings, *, enqueue: Callable[[str], None], stop: threading.Event
 ) -> threading.Thread:
-    """Reconcile now and then every ``reconcile_interval_s`` until ``stop`` is set."""
+    """Reconcile now and then every ``reconcile_interval_s`` until ``stop`` is set; each pass
+    first asks for a preemption if one is due (``preempt_pass``)."""
 
     def loop() -> None:
         while True:
             try:
+                preempt_pass(settings)
                 report = reconcile_jobs(settings, enqueue=enqueue)
                 if report.requeued or report.failed:
                     log.warning("reconciler: requeued %s failed %s", report.requeued, report.failed)

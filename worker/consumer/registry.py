@@ -25,7 +25,13 @@ def devices() -> list[str]:
 
 def register(settings: Settings) -> None:
     with session_scope(settings) as session:
-        register_worker(session, name=worker_name(), pid=os.getpid(), devices=devices())
+        register_worker(
+            session,
+            name=worker_name(),
+            pid=os.getpid(),
+            devices=devices(),
+            num_devices=settings.devices,
+        )
 
 
 def unregister(settings: Settings) -> None:

@@ -22,6 +22,7 @@ from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.fine_tuned import kept_checkpoints
 from gradacc.jobs import add_event, fail_job, release_job, update_running_job
 from gradacc.models import Job, JobStatus, utcnow
+from gradacc.preemption import requeue_preempted
 from gradacc.settings import Settings
 from trainer_core.spec.outputs import TRAIN_LOG
 from worker import exit_codes
@@ -71,7 +72,7 @@ def _watch(settings: Settings, job_id: str, child: TrainingProcess) -> str | Non
             preempt_sent = True
         beat = time.monotonic() >= next_beat
         try:
-            status, owner = _read_status(settings, job_id, beat=beat)
+            status, owner, preempted_by = _read_status(settings, job_id, beat=beat)
         except DATABASE_ERRORS:
             # The database blipped: the child keeps training (its writes wait for the database);
             # keep watching. If it stays away past stale_after_s, another worker may take over,
@@ -84,8 +85,10 @@ def _watch(settings: Settings, job_id: str, child: TrainingProcess) -> str | Non
             # The child wrote its own outcome and is on its way out: let it finish cleanly.
             _await_exit(child, grace_s=FINISH_GRACE_S)
             return None
-        if status == JobStatus.PAUSED and owner == me:
-            # Paused: it checkpoints at the next window boundary and exits as preempted.
+        paused = status == JobStatus.PAUSED
+        if (paused or (status == JobStatus.RUNNING and preempted_by)) and owner == me:
+            # Paused, or preempted by a job of higher priority (gradacc.preemption): it
+            # checkpoints at the next window boundary and exits as preempted.
             if not preempt_sent:
                 child.send_signal(signal.SIGUSR1)
                 preempt_sent = True
@@ -103,14 +106,17 @@ def _await_exit(child: TrainingProcess, *, grace_s: float) -> None:
         terminate_group(child, grace_s=1.0)
 
 
-def _read_status(settings: Settings, job_id: str, *, beat: bool) -> tuple[str | None, str | None]:
+def _read_status(
+    settings: Settings, job_id: str, *, beat: bool
+) -> tuple[str | None, str | None, str | None]:
+    """(status, the worker holding it, the job preempting it)."""
     with session_scope(settings) as session:
         if beat:
             # Paused jobs too: a resume waits until this worker has let go (``held_by_worker``).
             update_running_job(session, job_id=job_id, heartbeat_at=utcnow())
             session.commit()
         job = session.get(Job, job_id)
-        return (None, None) if job is None else (job.status, job.worker)
+        return (None, None, None) if job is None else (job.status, job.worker, job.preempted_by)
 
 
 def terminate_group(child: TrainingProcess, *, grace_s: float) -> None:
@@ -149,9 +155,13 @@ def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | 
 
 
 def _preempted(settings: Settings, job_id: str) -> str:
-    """Running: the worker is stopping; the job, still "running", is handed on. Paused: it
-    waits, with its checkpoint, for a resume."""
+    """Preempted by priority: queued again ("requeued"; the caller sends it a message). Running:
+    the worker is stopping; the job, still "running", is handed on. Paused: it waits, with its
+    checkpoint, for a resume."""
     with session_scope(settings) as session:
+        if requeue_preempted(session, job_id=job_id, worker=worker_name()) is not None:
+            session.commit()
+            return "requeued"
         job = session.get(Job, job_id)
         if job is None or job.status != JobStatus.PAUSED:
             return "preempted"

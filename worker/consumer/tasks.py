@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -19,14 +18,15 @@ from pydantic import ValidationError
 
 from gradacc.db import get_sessionmaker, session_scope
 from gradacc.errors import InvalidRequest
-from gradacc.jobs import add_event, claim_job, fail_job, release_job, throttle_if_busy
-from gradacc.models import Job, utcnow
+from gradacc.jobs import add_event, fail_job, release_job
+from gradacc.models import Job
 from gradacc.queue import RUN_JOB_TASK, create_celery_app, enqueue_job
 from gradacc.settings import Settings, get_settings
 from gradacc.spec_limits import check_spec_allowed
 from gradacc.webhook_sender import WebhookSender
 from trainer_core.spec.job import JobSpec
 from worker.consumer import launcher, registry
+from worker.consumer.claiming import leave_for_others, take_for_message
 from worker.consumer.reconciler import start_reconciler_thread
 from worker.consumer.supervisor import (
     release_preempted,
@@ -40,37 +40,41 @@ log = logging.getLogger(__name__)
 
 @shared_task(name=RUN_JOB_TASK, ignore_result=True)
 def run_job(job_id: str) -> None:
-    """Train job ``job_id`` unless another delivery already did (or is doing) it. Logs the job's
-    outcome under the job id; returns nothing, so Celery's own line reads "succeeded: None"
-    (the task did its work) instead of "succeeded: 'failed'" for a failed job."""
-    log.info("job %s: %s", job_id, handle_job(job_id))
+    """A message naming job ``job_id``: start the best queued job (this one, or another one
+    before it; ``worker.consumer.claiming``) unless none may start. Logs what happened; returns
+    nothing, so Celery's own line reads "succeeded: None" (the task did its work) instead of
+    "succeeded: 'failed'" for a failed job."""
+    log.info("message for job %s: %s", job_id, handle_job(job_id))
 
 
 def handle_job(job_id: str) -> str:
-    """Claim and supervise; returns what happened: "skipped" when the job was not ours to run,
-    "throttled", or the job's outcome ("succeeded", "failed", "preempted"...)."""
+    """Claim and supervise; returns what happened: "skipped" when there was nothing to start,
+    "throttled", or the started job's outcome ("succeeded", "failed", "preempted"...)."""
     settings = get_settings()
     worker = worker_name()
+    app = current_app._get_current_object()
     if shutdown_requested.is_set():
         # A stopping worker can still be handed a message (the one it just re-sent, even): leave
-        # the job to the others. Its row says it needs sending, so a reconciler will re-send it.
+        # the job to the others; the reconciler sends it again.
         log.info("job %s left for another worker: this one is stopping", job_id)
+        leave_for_others(settings, named=job_id)
         return "skipped"
-    with session_scope(settings) as session:
-        if throttle_if_busy(session, job_id=job_id, max_running=settings.max_running_per_tenant):
-            session.commit()
+
+    def send(named: str) -> None:
+        enqueue_job(app, settings, named, _processes_of(settings, named))
+
+    taken = take_for_message(settings, named=job_id, worker=worker, send=send)
+    if taken.job_id is None:
+        if taken.note == "throttled":
             log.info("job %s waits: its tenant is at its running-job limit", job_id)
             return "throttled"
-        claimed = claim_job(
-            session,
-            job_id=job_id,
-            worker=worker,
-            stale_before=utcnow() - timedelta(seconds=settings.stale_after_s),
-            max_attempts=settings.max_attempts,
-        )
-        if not claimed:
-            log.info("job %s is not claimable (done, running elsewhere or cancelled)", job_id)
-            return "skipped"
+        log.info("no job to start for the message of %s", job_id)
+        return "skipped"
+    return _run(settings, app, taken.job_id, worker)
+
+
+def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:
+    with session_scope(settings) as session:
         job = session.get(Job, job_id)
         assert job is not None  # just claimed
         refusal = _refusal(job, settings)
@@ -93,9 +97,14 @@ def handle_job(job_id: str) -> str:
         registry.mark_job(settings, None)
     stopping = outcome == "preempted" and shutdown_requested.is_set()
     if stopping and release_preempted(settings, job_id=job_id):
-        app = current_app._get_current_object()
         enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
         outcome = "released"
+    elif outcome == "requeued":  # preempted by a job of higher priority: queued again
+        try:
+            enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
+        except Exception as exc:  # the broker is down: the reconciler sends it later
+            log.warning("job %s: its message could not be sent (%s)", job_id, exc)
+            leave_for_others(settings, named=job_id)
     log.info("job %s %s", job_id, outcome)
     return outcome
 

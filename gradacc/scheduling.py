@@ -1,0 +1,221 @@
+"""Which queued job a free worker starts next: the database decides, in one transaction.
+
+The order (docs/scheduling.md):
+
+1. higher ``priority`` first;
+2. among equal priority, the tenant with the fewest devices in use (its running jobs'
+   ``num_processes``);
+3. then the tenant whose last turn came longest ago (``tenant_turns``; never started: first);
+4. then that tenant's oldest job (ids sort by creation time).
+
+Candidates are queued jobs that fit the worker (``num_processes`` <= its devices) of tenants
+under ``max_running_per_tenant``. A Celery message names a job, but the worker that gets it
+claims the best candidate instead (``claim_next``), so the order cannot depend on the order in
+which the broker hands out messages; ``settle_message`` keeps every queued job's message
+accounted for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import ScalarSelect, Select, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, aliased
+
+from gradacc.jobs import add_event, lock_tenant
+from gradacc.models import Job, JobEvent, JobStatus, TenantTurn, utcnow
+from gradacc.queue import job_queue
+from gradacc.settings import Settings
+
+MAX_TRIES = 32  # tenants found at their limit only after the claim (a concurrent claim won)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A job this worker now holds, and whether a message of its own was in flight then."""
+
+    job_id: str
+    tenant: str
+    num_processes: int
+    had_message: bool
+
+
+def usage_by_tenant() -> Any:
+    """Per tenant with running jobs: ``in_use`` (devices) and ``runs`` (jobs). A subquery."""
+    running = aliased(Job, name="running_job")
+    return (
+        select(
+            running.tenant.label("tenant"),
+            func.sum(running.num_processes).label("in_use"),
+            func.count().label("runs"),
+        )
+        .where(running.status == JobStatus.RUNNING)
+        .group_by(running.tenant)
+        .subquery("tenant_usage")
+    )
+
+
+def candidates(
+    *, devices: int, max_running: int, skip_tenants: frozenset[str] = frozenset()
+) -> Select[Any]:
+    """Eligible queued jobs, best first: (id, priority, num_processes)."""
+    job = aliased(Job, name="candidate")
+    query: Select[Any] = _ordered(
+        job, devices=devices, max_running=max_running, skip_tenants=skip_tenants
+    )
+    return query
+
+
+def _ordered(job: Any, *, devices: int, max_running: int, skip_tenants: frozenset[str]) -> Any:
+    usage = usage_by_tenant()
+    query = (
+        select(job.id, job.priority, job.num_processes)
+        .outerjoin(usage, usage.c.tenant == job.tenant)
+        .outerjoin(TenantTurn, TenantTurn.tenant == job.tenant)
+        .where(
+            job.status == JobStatus.QUEUED,
+            job.num_processes <= devices,
+            func.coalesce(usage.c.runs, 0) < max_running,
+        )
+        .order_by(
+            job.priority.desc(),
+            func.coalesce(usage.c.in_use, 0),
+            TenantTurn.last_started_at.asc().nulls_first(),
+            job.id,
+        )
+    )
+    if skip_tenants:
+        query = query.where(job.tenant.not_in(sorted(skip_tenants)))
+    return query
+
+
+def _best(*, devices: int, max_running: int, skip_tenants: frozenset[str]) -> ScalarSelect[Any]:
+    """The best candidate's id, row-locked (PostgreSQL: another worker's claim skips it and takes
+    the next one, never waits; SQLite has one writer at a time and ignores the lock)."""
+    job = aliased(Job, name="candidate")
+    query = _ordered(job, devices=devices, max_running=max_running, skip_tenants=skip_tenants)
+    query = query.with_only_columns(job.id).limit(1).with_for_update(of=job, skip_locked=True)
+    return query.scalar_subquery()  # type: ignore[no-any-return]
+
+
+def claim_next(session: Session, *, worker: str, settings: Settings) -> Claimed | None:
+    """Claim the best eligible queued job for a worker with ``settings.devices``; None when
+    there is none. Commits.
+
+    One UPDATE takes the job (``WHERE id = (best candidate)``), so two workers never claim one
+    job. The tenant's running limit is then counted again under the tenant's lock: a claim that
+    raced another for the same tenant's last slot is rolled back and that tenant skipped.
+    """
+    skip: frozenset[str] = frozenset()
+    for _ in range(MAX_TRIES):
+        now = utcnow()
+        best = _best(
+            devices=settings.devices,
+            max_running=settings.max_running_per_tenant,
+            skip_tenants=skip,
+        )
+        stmt = (
+            update(Job)
+            .where(Job.id == best, Job.status == JobStatus.QUEUED)
+            .values(
+                status=str(JobStatus.RUNNING),
+                attempts=Job.attempts + 1,
+                worker=worker,
+                released_at=None,
+                heartbeat_at=now,
+                started_at=now,
+                updated_at=now,
+                preempted_by=None,
+            )
+            .returning(Job.id, Job.tenant, Job.num_processes, Job.enqueued_at)
+            .execution_options(synchronize_session=False)
+        )
+        row = session.execute(stmt).one_or_none()
+        if row is None:
+            session.commit()
+            return None
+        if _runs(session, tenant=row.tenant) > settings.max_running_per_tenant:
+            session.rollback()
+            skip = skip | {row.tenant}
+            continue
+        _record_turn(session, tenant=row.tenant, at=now)
+        session.commit()
+        return Claimed(row.id, row.tenant, row.num_processes, row.enqueued_at is not None)
+    session.rollback()
+    return None
+
+
+def _runs(session: Session, *, tenant: str) -> int:
+    """The tenant's running jobs, counted under its lock (``lock_tenant``), this claim's too."""
+    lock_tenant(session, tenant=tenant)
+    count = select(func.count()).where(Job.tenant == tenant, Job.status == JobStatus.RUNNING)
+    return int(session.scalar(count) or 0)
+
+
+def _record_turn(session: Session, *, tenant: str, at: datetime) -> None:
+    module: Any = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    stmt = module.insert(TenantTurn).values(tenant=tenant, last_started_at=at)
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["tenant"], set_={"last_started_at": stmt.excluded.last_started_at}
+        )
+    )
+
+
+Settled = Literal["settled", "inherited", "resend", "waiting"]
+
+
+def settle_message(
+    session: Session, *, named: str, claimed: Claimed | None, settings: Settings
+) -> Settled:
+    """Keep the job that a consumed message named accounted for: every queued job has a message
+    in its queue, or ``enqueued_at`` NULL (then the reconciler sends one). Commits.
+
+    - "settled": it was claimed, or is no longer queued.
+    - "inherited": another job was claimed whose own message is still in flight in the same
+      queue; that message now stands for the named job (any message claims the best job).
+    - "resend": the claimed job had no message, or came from another queue (a worker with more
+      devices took a smaller job): the caller must send the named job a new message now.
+    - "waiting": nothing was claimed, as its tenant is at its running limit; it waits with
+      ``enqueued_at`` cleared, and the reconciler's next pass sends it again.
+    """
+    row = session.execute(
+        select(Job.status, Job.tenant, Job.num_processes).where(Job.id == named)
+    ).one_or_none()
+    if row is None or row.status != JobStatus.QUEUED or (claimed and claimed.job_id == named):
+        return "settled"
+    if claimed is None:
+        _throttled(session, job_id=named, tenant=row.tenant, settings=settings)
+        session.commit()
+        return "waiting"
+    same_queue = job_queue(settings, claimed.num_processes) == job_queue(
+        settings, row.num_processes
+    )
+    if claimed.had_message and same_queue:
+        return "inherited"
+    queued = (Job.id == named) & (Job.status == JobStatus.QUEUED)
+    session.execute(update(Job).where(queued).values(enqueued_at=utcnow()))
+    session.commit()
+    return "resend"
+
+
+def forget_message(session: Session, *, job_id: str) -> None:
+    """The named job's message was consumed and nothing was done for it (a worker stopping):
+    a queued job then waits with ``enqueued_at`` cleared, for the reconciler. Commits."""
+    queued = (Job.id == job_id) & (Job.status == JobStatus.QUEUED)
+    session.execute(update(Job).where(queued).values(enqueued_at=None))
+    session.commit()
+
+
+def _throttled(session: Session, *, job_id: str, tenant: str, settings: Settings) -> None:
+    queued = (Job.id == job_id) & (Job.status == JobStatus.QUEUED)
+    session.execute(update(Job).where(queued).values(enqueued_at=None))
+    seen = select(JobEvent.id).where(JobEvent.job_id == job_id, JobEvent.kind == "throttled")
+    if session.scalar(seen.limit(1)) is None:
+        running = select(func.count()).where(Job.tenant == tenant, Job.status == JobStatus.RUNNING)
+        limit = settings.max_running_per_tenant
+        message = f"waiting: tenant runs {session.scalar(running)} jobs (limit {limit})"
+        add_event(session, job_id=job_id, kind="throttled", message=message)
