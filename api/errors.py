@@ -30,7 +30,10 @@ from gradacc.errors import (
     ModelNotFound,
     NotAllowed,
     NotReady,
+    NotTrained,
     NoWorkers,
+    PredictionFailed,
+    PredictionTimeout,
     TooManyJobs,
     Unauthorized,
 )
@@ -54,6 +57,9 @@ STATUS_OF: dict[type[DomainError], int] = {
     TooManyJobs: 429,
     NotReady: 503,
     NoWorkers: 503,
+    NotTrained: 409,
+    PredictionFailed: 500,
+    PredictionTimeout: 504,
 }
 _LOCATIONS = {"body", "query", "path", "header"}
 _HTTP_CODES = {

@@ -28,6 +28,7 @@ from api.routes import (
     jobs,
     models,
     ops,
+    predict,
     webhook_secret,
     workers,
 )
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(jobs.router, prefix="/v1")
     app.include_router(webhook_secret.router, prefix="/v1")
     app.include_router(artifacts.router, prefix="/v1")
+    app.include_router(predict.router, prefix="/v1")
     app.include_router(files.router, prefix="/v1")
     app.include_router(workers.router, prefix="/v1")
     app.include_router(fine_tuning.router, prefix="/v1")

@@ -134,3 +134,22 @@ class NotAllowed(DomainError):
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+
+class NotTrained(DomainError):
+    """A job whose model cannot answer yet: it has not succeeded (a checkpoint can, if named)."""
+
+    code = "job_not_succeeded"
+    param = "job_id"
+
+
+class PredictionFailed(DomainError):
+    """The worker's predict server could not answer (the model would not load or run)."""
+
+    code = "prediction_failed"
+
+
+class PredictionTimeout(DomainError):
+    """No worker answered within ``GRADACC_PREDICT_TIMEOUT_S``."""
+
+    code = "prediction_timeout"

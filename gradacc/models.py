@@ -306,3 +306,32 @@ class File(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     details: Mapped[dict[str, Any]] = mapped_column(JSON, doc="what validation found")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class PredictionStatus(StrEnum):
+    PENDING = "pending"  # waiting for a worker's predict server
+    RUNNING = "running"  # one has taken it
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Prediction(Base):
+    """One POST /v1/jobs/{id}/predict: the API writes the request and waits; a worker's predict
+    server (``worker.predict``) takes it, answers, and the API returns the answer. The table is the
+    queue both stacks share (no broker round trip, no result backend)."""
+
+    __tablename__ = "predictions"
+    __table_args__ = (Index("ix_predictions_status_id", "status", "id"),)
+
+    # "pred_" + 12 hex digits of milliseconds + 8 random: taken oldest first.
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id", ondelete="CASCADE"))
+    tenant: Mapped[str] = mapped_column(String(64))
+    step: Mapped[int | None] = mapped_column(Integer, doc="a checkpoint's step; null: model/")
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default=PredictionStatus.PENDING)
+    response: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    worker: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    answered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -93,6 +93,13 @@ class Settings(BaseSettings):
     # A queued job that no free worker can take stops the lowest-priority running job of lower
     # priority (a checkpoint, then queued again); checked on each reconciler pass.
     preempt: bool = False
+    # POST /v1/jobs/{id}/predict: a worker's predict server keeps this many loaded models (least
+    # recently used out first); an answer that takes longer than the timeout is a 504. Both
+    # sides poll the predictions table this often.
+    predict_cache_models: int = Field(default=2, ge=1, le=64)
+    predict_timeout_s: float = Field(default=60.0, gt=0)
+    predict_poll_interval_s: float = Field(default=0.02, gt=0)
+    predict_server: bool = Field(default=True, description="Workers start a predict server")
     # The job stream's one reader per API process polls the database this often: the delay of
     # a stream message is at most about this plus the training process's own write interval.
     stream_poll_interval_s: float = Field(default=0.25, gt=0)

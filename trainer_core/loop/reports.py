@@ -146,7 +146,8 @@ class SampleBudget:
     far, plus what the last generation took, stays within ``share`` of the run's time."""
 
     def __init__(self, share: float = 0.03) -> None:
-        self.share, self.spent, self.last = share, 0.0, None
+        self.share, self.spent = share, 0.0
+        self.last: float | None = None
         self.started = time.perf_counter()
 
     def allows(self, final: bool) -> bool:

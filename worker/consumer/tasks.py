@@ -25,7 +25,7 @@ from gradacc.settings import Settings, get_settings
 from gradacc.spec_limits import check_spec_allowed
 from gradacc.webhook_sender import WebhookSender
 from trainer_core.spec.job import JobSpec
-from worker.consumer import launcher, registry
+from worker.consumer import launcher, predict_process, registry
 from worker.consumer.claiming import leave_for_others, take_for_message
 from worker.consumer.reconciler import start_reconciler_thread
 from worker.consumer.supervisor import (
@@ -164,9 +164,15 @@ def _register(sender: Any = None, **_: Any) -> None:
     log.info("worker %s ready", worker_name())
 
 
+@worker_ready.connect
+def _start_predict_server(sender: Any = None, **_: Any) -> None:
+    predict_process.start(get_settings())
+
+
 @worker_shutdown.connect
 def _stop_reconciler(sender: Any = None, **_: Any) -> None:
     _stopping.set()
+    predict_process.stop()
     registry.unregister(get_settings())
 
 

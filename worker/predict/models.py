@@ -1,0 +1,88 @@
+"""Loading a job's model (a bounded LRU) and answering with it the way ``transformers.pipeline``
+does: softmax over a classifier's logits per input; a causal LM's greedy (or sampled, with
+``temperature``) continuation of a prompt or a chat, decoded without special tokens."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+
+@dataclass
+class Loaded:
+    model: Any
+    tokenizer: Any
+    device: torch.device
+
+
+class ModelCache:
+    """At most ``capacity`` models loaded; the least recently used one goes first."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._loaded: OrderedDict[tuple[str, bool, str], Loaded] = OrderedDict()
+        self.loads = 0  # how many times a model was read from disk (for tests and the bench)
+
+    def get(self, folder: Path, *, causal: bool, device: torch.device) -> Loaded:
+        key = (str(folder), causal, str(device))
+        if key in self._loaded:
+            self._loaded.move_to_end(key)
+            return self._loaded[key]
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        kind: Any = AutoModelForCausalLM if causal else AutoModelForSequenceClassification
+        model = kind.from_pretrained(folder).to(device).eval()
+        self.loads += 1
+        self._loaded[key] = Loaded(model, tokenizer, device)
+        while len(self._loaded) > self.capacity:
+            self._loaded.popitem(last=False)
+        return self._loaded[key]
+
+
+@torch.inference_mode()
+def classify(loaded: Loaded, inputs: list[str], max_length: int) -> dict[str, Any]:
+    """One input at a time, as the pipeline runs them (no padding between inputs)."""
+    names = loaded.model.config.id2label
+    data = []
+    for text in inputs:
+        encoded = loaded.tokenizer(text, truncation=True, max_length=max_length,
+                                   return_tensors="pt").to(loaded.device)  # fmt: skip
+        probs = loaded.model(**encoded).logits[0].float().softmax(-1).cpu()
+        best = int(probs.argmax())
+        scores = {names[i]: float(p) for i, p in enumerate(probs)}
+        data.append({"label": names[best], "score": float(probs[best]), "scores": scores})
+    return {"object": "list", "data": data}
+
+
+@torch.inference_mode()
+def generate(loaded: Loaded, request: dict[str, Any]) -> dict[str, Any]:
+    tokenizer, model = loaded.tokenizer, loaded.model
+    messages = request.get("messages")
+    if messages is not None:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        encoded = tokenizer(text, add_special_tokens=False, return_tensors="pt")
+    else:
+        encoded = tokenizer(request["prompt"], return_tensors="pt")
+    ids = encoded["input_ids"].to(loaded.device)
+    temperature = float(request.get("temperature", 0.0))
+    torch.manual_seed(int(request.get("seed", 0)))
+    sampling: dict[str, Any] = {"do_sample": False}
+    if temperature > 0:
+        sampling = {"do_sample": True, "temperature": temperature}
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=encoded["attention_mask"].to(loaded.device),
+        max_new_tokens=int(request.get("max_new_tokens", 64)),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **sampling,
+    )
+    reply = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    answer: dict[str, Any] = {"text": reply}
+    if messages is not None:
+        answer["message"] = {"role": "assistant", "content": reply}
+    return answer

@@ -1,0 +1,97 @@
+"""The predict server's loop: take the oldest pending request, load (or reuse) its model, answer.
+On the worker's GPU when the worker holds no job, else on the CPU, so a prediction never takes
+memory from a training job."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gradacc import fine_tuned
+from gradacc.db import DATABASE_ERRORS, session_scope
+from gradacc.models import Job, Worker
+from gradacc.predictions import answer_prediction, take_prediction
+from gradacc.settings import Settings
+from worker.predict.models import ModelCache, classify, generate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    request: dict[str, Any]
+    folder: Path
+    causal: bool
+    max_length: int
+
+
+def _take(settings: Settings, worker: str) -> tuple[Task | None, str | None]:
+    """The next request, and the error to answer it with at once when its model is gone."""
+    with session_scope(settings) as session:
+        taken = take_prediction(session, worker=worker)
+        if taken is None:
+            return None, None
+        job = session.get(Job, taken.job_id)
+        try:
+            if job is None:
+                raise fine_tuned.ModelUnavailable(f"job {taken.job_id} no longer exists")
+            folder = fine_tuned.model_folder(settings, job, taken.step)
+        except fine_tuned.ModelUnavailable as exc:
+            answer_prediction(session, prediction_id=taken.id, error=exc.message)
+            session.commit()
+            return None, exc.message
+        spec = job.spec
+        task = Task(taken.id, dict(taken.request), folder, spec.get("task") == "causal-lm",
+                    int(spec.get("max_seq_length", 128)))  # fmt: skip
+        session.commit()
+        return task, None
+
+
+def _device(settings: Settings, worker: str) -> torch.device:
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    with session_scope(settings) as session:
+        row = session.get(Worker, worker)
+        busy = row is not None and row.current_job is not None
+    return torch.device("cpu" if busy else "cuda")
+
+
+def answer(cache: ModelCache, task: Task, device: torch.device) -> dict[str, Any]:
+    loaded = cache.get(task.folder, causal=task.causal, device=device)
+    if task.causal:
+        return generate(loaded, task.request)
+    return classify(loaded, task.request["inputs"], task.max_length)
+
+
+def serve(settings: Settings, worker: str, stop: threading.Event) -> None:
+    cache = ModelCache(settings.predict_cache_models)
+    parent = os.getppid()
+    log.info("predict server of %s ready (up to %d models)", worker, cache.capacity)
+    while not stop.is_set() and os.getppid() == parent:  # the worker went: so does this
+        try:
+            task, _ = _take(settings, worker)
+        except DATABASE_ERRORS:
+            stop.wait(1.0)
+            continue
+        if task is None:
+            stop.wait(settings.predict_poll_interval_s)
+            continue
+        response, error = None, None
+        try:
+            response = answer(cache, task, _device(settings, worker))
+        except Exception as exc:  # the request's answer, not the server's end
+            log.exception("prediction %s failed", task.id)
+            error = f"{type(exc).__name__}: {exc}"
+        try:
+            with session_scope(settings) as session:
+                answer_prediction(session, prediction_id=task.id, response=response, error=error)
+                session.commit()
+        except DATABASE_ERRORS:
+            log.warning("could not record prediction %s's answer", task.id)
