@@ -105,6 +105,8 @@ def create_job(
         enqueued_at=utcnow(),
         webhook_url=spec.webhook_url,
         webhook_on_epoch=spec.webhook_on_epoch,
+        name=spec.name,
+        job_metadata=spec.metadata,
         api=None if fine_tuning is None else FINE_TUNING_API,
         fine_tuning=fine_tuning,
     )
@@ -195,7 +197,8 @@ _POLL_JOB = select(
     Job.id, Job.status, Job.spec, Job.effective_batch_size, Job.priority, Job.micro_batch_size,
     Job.gradient_accumulation_steps, Job.dataset_format, Job.created_at, Job.started_at,
     Job.finished_at, Job.attempts, Job.epoch, Job.step, Job.total_steps, Job.latest_metrics,
-    Job.error_code, Job.error_message, Job.summary, Job.live_progress, Job.webhook_url,
+    Job.error_code, Job.error_message, Job.summary, Job.live_progress, Job.webhook_url, Job.name,
+    Job.job_metadata.label("job_metadata"),
 ).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))  # fmt: skip
 JOB_COLUMNS = _POLL_JOB.selected_columns  # what JobRead.of needs of a row
 _POLL_METRICS = (
@@ -218,10 +221,22 @@ def read_job(engine: Engine, *, job_id: str, tenant: str) -> Row[Any]:
 
 
 def list_jobs(
-    session: Session, *, tenant: str, status: JobStatus | None, limit: int, after: str | None
+    session: Session,
+    *,
+    tenant: str,
+    status: JobStatus | None,
+    limit: int,
+    after: str | None,
+    name: str | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> tuple[list[Job], bool]:
-    """Newest first; keyset pagination on the time-ordered id. Returns (page, has_more)."""
+    """Newest first; keyset pagination on the time-ordered id. Returns (page, has_more). With
+    ``name`` or ``metadata`` pairs, only the jobs that have them."""
     query = select(Job).where(Job.tenant == tenant).order_by(Job.id.desc()).limit(limit + 1)
+    if name is not None:
+        query = query.where(Job.name == name)
+    for key, value in (metadata or {}).items():
+        query = query.where(Job.job_metadata[key].as_string() == value)
     if status is not None:
         query = query.where(Job.status == status)
     if after is not None:

@@ -3,9 +3,9 @@ object itself (``JobRead``) in ``gradacc.job_view``, as webhooks send it from an
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 
 from gradacc.job_view import JobRead, Progress, public_summary, unix
 from gradacc.models import File, FilePurpose, JobEvent, Worker
@@ -15,7 +15,9 @@ from trainer_core.spec.job import JobSpec
 __all__ = ["JobCreate", "JobRead", "Progress", "public_summary", "unix"]
 
 # The service's fields of a POST, stored apart from the core's spec.
-SERVICE_FIELDS = frozenset({"webhook_url", "webhook_on_epoch", "priority"})
+SERVICE_FIELDS = frozenset({"webhook_url", "webhook_on_epoch", "priority", "name", "metadata"})
+MetadataKey = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+MetadataValue = Annotated[str, StringConstraints(max_length=512)]
 
 
 class JobCreate(JobSpec):
@@ -38,6 +40,19 @@ class JobCreate(JobSpec):
     )
     webhook_on_epoch: bool = Field(
         default=False, description="Also after each epoch", examples=[False]
+    )
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="Yours, shown in the list",
+        examples=["bert-lr-sweep-3"],
+    )
+    metadata: dict[MetadataKey, MetadataValue] | None = Field(
+        default=None,
+        max_length=16,
+        description="Up to 16 string pairs; the list filters on them (metadata[key]=value)",
+        examples=[{"sweep": "lr", "owner": "ana"}],
     )
 
 

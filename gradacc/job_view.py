@@ -93,6 +93,8 @@ class JobRead(BaseModel):
         "versions",
     )
     webhook_url: str | None = None
+    name: str | None = None
+    metadata: dict[str, str] | None = None
 
     @classmethod
     def of(
@@ -127,6 +129,8 @@ class JobRead(BaseModel):
             outputs=outputs or {},
             summary=public_summary(job.summary),
             webhook_url=job.webhook_url,
+            name=job.name,
+            metadata=job.job_metadata,
         )
 
 

@@ -153,6 +153,9 @@ class Job(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     # POSTed (signed) on every final status, and after each epoch with webhook_on_epoch.
     webhook_url: Mapped[str | None] = mapped_column(String(2048))
+    # A person's own name and labels for the job (POST /v1/jobs); the list filters on them.
+    name: Mapped[str | None] = mapped_column(String(128))
+    job_metadata: Mapped[dict[str, str] | None] = mapped_column("metadata", JSON)
     webhook_on_epoch: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # "fine_tuning" for a job created through /v1/fine_tuning/jobs (None: /v1/jobs). Its OpenAI
     # fields live in ``fine_tuning``: suffix, metadata, method, hyperparameters, result_files,

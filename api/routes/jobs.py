@@ -18,6 +18,7 @@ from api.deps import (
     SettingsDep,
     TenantDep,
 )
+from api.fine_tuning_services import metadata_filters
 from api.queue_services import spot_of, spots_of
 from api.schemas import (
     ErrorResponse,
@@ -105,9 +106,11 @@ def create_job(
     "",
     response_model=JobList,
     summary="List your jobs",
-    description="Newest first, `limit` at a time; pass `last_id` as `after` for the next page.",
+    description="Newest first, `limit` at a time; pass `last_id` as `after` for the next page. "
+    "`name` and `metadata[key]=value` (repeatable) filter.",
 )
 async def list_jobs(
+    request: Request,
     session: ReadSessionDep,
     settings: SettingsDep,
     tenant: TenantDep,
@@ -116,10 +119,14 @@ async def list_jobs(
     after: Annotated[
         str | None, Query(pattern=JOB_ID_PATTERN, description="A job id (last_id)")
     ] = None,
+    name: Annotated[str | None, Query(max_length=128, description="Jobs of this name")] = None,
 ) -> JobList:
+    """``metadata[key]=value`` (repeatable) keeps the jobs with each pair."""
+    metadata = metadata_filters(list(request.query_params.multi_items()))
     jobs, has_more = job_services.list_jobs(
-        session, tenant=tenant, status=status, limit=limit, after=after
-    )
+        session, tenant=tenant, status=status, limit=limit, after=after, name=name,
+        metadata=metadata,
+    )  # fmt: skip
     last_id = jobs[-1].id if jobs else None
     spots = spots_of(session, jobs=jobs, settings=settings)
     data = [JobRead.of(j, outputs(settings.jobs_dir / j.id), spots.get(j.id)) for j in jobs]

@@ -18,9 +18,21 @@ async function api(path, options = {}) {
   const body = response.headers.get("content-type")?.includes("json") ? await response.json() : null;
   if (!response.ok) {
     const error = body?.error || { message: response.statusText };
-    throw new Error(error.param ? `${error.param}: ${error.message}` : error.message);
+    const failure = new Error(error.param ? `${error.param}: ${error.message}` : error.message);
+    failure.status = response.status;
+    throw failure;
   }
   return body;
+}
+
+// One banner for what stops the page from working (a missing key); cleared by the next success.
+function setBanner(text) {
+  $("banner").textContent = text || "";
+  $("banner").hidden = !text;
+}
+
+function failed(what, error) {
+  setBanner(error.status === 401 ? "an API key is required: enter it above" : `${what}: ${error.message}`);
 }
 
 function span(seconds) {
@@ -37,7 +49,11 @@ function progressText(job) {
   const p = job.progress;
   let text = `epoch ${p.epoch} · step ${p.step}/${p.total_steps ?? "?"}`;
   if (p.train_loss != null) text += ` · loss ${p.train_loss.toFixed(4)}`;
-  if (p.eta_seconds != null && job.status === "running") text += ` · ETA ${Math.round(p.eta_seconds)}s`;
+  // An ETA from the first steps is noise (126 s shown at step 24 of 625): only once 5 % of the
+  // steps are done or the job has run 30 s.
+  const ran = job.started_at ? Date.now() / 1000 - job.started_at : 0;
+  const stable = p.total_steps && (p.step >= 0.05 * p.total_steps || ran >= 30);
+  if (p.eta_seconds != null && job.status === "running" && stable) text += ` · ETA ${span(p.eta_seconds)}`;
   return text;
 }
 
@@ -51,23 +67,33 @@ function queueText(job) {
 
 async function refreshList() {
   try {
-    const page = await api("/v1/jobs?limit=50");
+    const query = new URLSearchParams({ limit: "50" });
+    const filter = $("filter-form");
+    if (filter.name.value.trim()) query.set("name", filter.name.value.trim());
+    const pair = filter.metadata.value.split("=");
+    if (pair.length === 2 && pair[0].trim()) query.set(`metadata[${pair[0].trim()}]`, pair[1].trim());
+    const page = await api(`/v1/jobs?${query}`);
+    setBanner(null);
     const rows = page.data.map((job) => {
       const tr = document.createElement("tr");
-      const cells = [job.id, job.status, job.spec.backend, job.spec.gradient_accumulation_steps,
-        job.effective_batch_size, progressText(job), job.priority, queueText(job), age(job.created_at)];
+      const b = job.micro_batch_size ?? job.spec.per_device_train_batch_size;
+      const k = job.gradient_accumulation_steps ?? job.spec.gradient_accumulation_steps;
+      const cells = [job.name || job.id, job.spec.model, job.spec.dataset, job.spec.backend,
+        `${b}×${k}`, job.status, progressText(job), job.priority, queueText(job), age(job.created_at)];
       for (const value of cells) {
         const td = document.createElement("td");
-        td.textContent = String(value);
+        td.textContent = String(value ?? "");
         tr.appendChild(td);
       }
-      tr.children[1].className = `status-${job.status}`;
+      tr.title = job.id;
+      tr.dataset.id = job.id;
+      tr.children[5].className = `status-${job.status}`;
       tr.onclick = () => { location.hash = `#/jobs/${job.id}`; };
       return tr;
     });
     $("jobs").querySelector("tbody").replaceChildren(...rows);
   } catch (error) {
-    $("submit-error").textContent = `job list: ${error.message}`;
+    failed("job list", error);
   }
 }
 
@@ -75,9 +101,15 @@ async function submitJob(event) {
   event.preventDefault();
   const form = event.target;
   $("submit-error").textContent = "";
-  const spec = { model: form.model.value, dataset: form.dataset.value, backend: form.backend.value };
-  spec.task = spec.model === "builtin:tiny-gpt2" ? "causal-lm" : "sequence-classification";
-  if (spec.task === "causal-lm" && spec.dataset === "builtin:sentiment") spec.dataset = "builtin:tiny-stories";
+  const spec = { model: form.model.value.trim(), dataset: form.dataset.value.trim(), backend: form.backend.value };
+  const generative = ["builtin:tiny-gpt2", "builtin:tiny-chat"].includes(spec.model);
+  spec.task = form.task.value || (generative ? "causal-lm" : "sequence-classification");
+  if (spec.task === "causal-lm" && spec.dataset === "builtin:sentiment") {
+    spec.dataset = spec.model === "builtin:tiny-chat" ? "builtin:chat-arithmetic" : "builtin:tiny-stories";
+  }
+  for (const name of ["eval_dataset", "text_column", "label_column", "name"]) {
+    if (form[name].value.trim()) spec[name] = form[name].value.trim();
+  }
   for (const name of ["gradient_accumulation_steps", "per_device_train_batch_size", "num_train_epochs", "max_train_samples"]) {
     if (form[name].value) spec[name] = parseInt(form[name].value, 10);
   }
@@ -125,7 +157,7 @@ async function readStream(jobId, signal, onMessage) {
 }
 
 function showJob(job) {
-  $("job-title").textContent = `${job.id} · ${job.spec.backend} · K=${job.spec.gradient_accumulation_steps} · effective batch ${job.effective_batch_size}`;
+  $("job-title").textContent = `${job.name ? `${job.name} · ` : ""}${job.id} · ${job.spec.backend} · K=${job.spec.gradient_accumulation_steps} · effective batch ${job.effective_batch_size}`;
   const status = $("job-status");
   status.textContent = `${job.status} · ${progressText(job)}` + (job.error ? ` · ${job.error.code}: ${job.error.message}` : "");
   status.className = `status-${job.status}`;
@@ -135,7 +167,10 @@ function showJob(job) {
 }
 
 function onJobMessage(charts, kind, data) {
-  if (kind === "job") return showJob(data);
+  if (kind === "job") {
+    if (current) current.job = data;
+    return showJob(data);
+  }
   if (kind === "event") {
     const li = document.createElement("li");
     li.textContent = `${new Date(data.created_at * 1000).toLocaleTimeString()} ${data.kind}: ${data.message}`;
@@ -146,6 +181,7 @@ function onJobMessage(charts, kind, data) {
   charts.loss.add(step, { [`${prefix} train_loss`]: data.train_loss });
   charts.eval.add(step, { eval_loss: data.eval_loss });
   charts.quality.add(step, data);
+  if (data.eval_loss != null && current) refreshReports(current.id);
   if (kind === "step") charts.lr.add(step, { learning_rate: data.learning_rate });
 }
 
@@ -154,22 +190,110 @@ async function openJob(jobId) {
   $("list-view").hidden = true;
   $("job-view").hidden = false;
   $("events").replaceChildren();
-  const job = await api(`/v1/jobs/${jobId}`);
+  let job;
+  try {
+    job = await api(`/v1/jobs/${jobId}`);
+  } catch (error) {
+    return failed("job", error);
+  }
+  setBanner(null);
   showJob(job);
   const causal = job.spec.task === "causal-lm";
   $("quality-caption").textContent = causal ? "perplexity" : "accuracy and F1";
+  const waiting = "waiting for the first evaluation";
   const charts = {
-    loss: new LineChart($("chart-loss"), ["step train_loss", "epoch train_loss"]),
-    eval: new LineChart($("chart-eval"), ["eval_loss"]),
-    quality: new LineChart($("chart-quality"), causal ? ["eval_perplexity"] : ["eval_accuracy", "eval_f1"]),
-    lr: new LineChart($("chart-lr"), ["learning_rate"]),
+    loss: new LineChart($("chart-loss"), ["step train_loss", "epoch train_loss"], "waiting for the first step"),
+    eval: new LineChart($("chart-eval"), ["eval_loss"], waiting),
+    quality: new LineChart($("chart-quality"), causal ? ["eval_perplexity"] : ["eval_accuracy", "eval_f1"], waiting),
+    lr: new LineChart($("chart-lr"), ["learning_rate"], "waiting for the first step"),
   };
   const abort = new AbortController();
-  current = { id: jobId, abort, charts };
+  current = { id: jobId, abort, charts, job };
+  $("confusion").replaceChildren();
+  $("confusion-step").textContent = "";
+  $("try-output").replaceChildren();
+  $("confusion").closest("section").hidden = causal;
+  refreshReports(jobId);
   readStream(jobId, abort.signal, (kind, data) => onJobMessage(charts, kind, data))
     .catch((error) => { if (!abort.signal.aborted) $("job-status").textContent += ` (stream: ${error.message})`; })
     .finally(() => refreshLog(jobId));
   refreshLog(jobId);
+}
+
+// The newest evaluation's confusion matrix, and every evaluation's samples, newest first.
+async function refreshReports(jobId) {
+  let reports;
+  try {
+    reports = (await api(`/v1/jobs/${jobId}/metrics?granularity=evaluation&limit=50`)).data;
+  } catch (error) {
+    return;
+  }
+  const classified = reports.find((r) => r.classification);
+  if (classified) drawConfusion(classified);
+  const rows = [];
+  for (const report of reports) {
+    for (const sample of report.samples || []) rows.push([report.step, sample.prompt, sample.reference, sample.output]);
+    for (const wrong of report.misclassified || []) rows.push([report.step, wrong.text, wrong.label, wrong.predicted]);
+  }
+  const head = classified ? ["step", "text", "label", "predicted"] : ["step", "prompt", "reference", "output"];
+  $("samples").querySelector("thead").replaceChildren(row("th", head));
+  $("samples").querySelector("tbody").replaceChildren(...rows.map((cells) => row("td", cells)));
+  $("samples-empty").hidden = rows.length > 0;
+}
+
+function row(tag, cells) {
+  const tr = document.createElement("tr");
+  for (const value of cells) {
+    const cell = document.createElement(tag);
+    cell.textContent = String(value);
+    tr.appendChild(cell);
+  }
+  return tr;
+}
+
+function drawConfusion(report) {
+  const { labels, confusion_matrix: matrix, per_class: perClass } = report.classification;
+  const table = document.createElement("table");
+  table.appendChild(row("th", ["true \\ predicted", ...labels, "recall", "F1", "support"]));
+  const most = Math.max(1, ...matrix.flat());
+  matrix.forEach((counts, i) => {
+    const c = perClass[labels[i]];
+    const tr = row("td", [labels[i], ...counts, c.recall.toFixed(3), c.f1.toFixed(3), c.support]);
+    counts.forEach((count, j) => {
+      const shade = Math.round(255 - 155 * (count / most));
+      tr.children[j + 1].style.background = i === j ? `rgb(${shade},255,${shade})` : `rgb(255,${shade},${shade})`;
+    });
+    table.appendChild(tr);
+  });
+  table.appendChild(row("td", ["precision", ...labels.map((l) => perClass[l].precision.toFixed(3)), "", "", ""]));
+  $("confusion").replaceChildren(table);
+  $("confusion-step").textContent = `(step ${report.step})`;
+}
+
+async function tryIt(event) {
+  event.preventDefault();
+  const text = event.target.text.value;
+  const job = current.job;
+  let body;
+  if (job.spec.task !== "causal-lm") body = { inputs: text.split("\n").filter((line) => line.trim()) };
+  else if (job.dataset_format === "messages") body = { messages: [{ role: "user", content: text }] };
+  else body = { prompt: text };
+  $("try-output").textContent = "…";
+  try {
+    const answer = await api(`/v1/jobs/${job.id}/predict`, {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+    const lines = answer.data
+      ? answer.data.map((d) => `${d.label} (${d.score.toFixed(3)})`)
+      : [answer.text];
+    $("try-output").replaceChildren(...lines.map((line) => {
+      const p = document.createElement("p");
+      p.className = "answer";
+      p.textContent = line;
+      return p;
+    }));
+  } catch (error) {
+    $("try-output").textContent = error.message;
+  }
 }
 
 async function refreshLog(jobId) {
@@ -211,8 +335,11 @@ function route() {
 $("key-form").onsubmit = (event) => {
   event.preventDefault();
   sessionStorage.setItem(KEY, $("api-key").value.trim());
+  setBanner(null);
   route();
 };
+$("filter-form").onsubmit = (event) => { event.preventDefault(); refreshList(); };
+$("try-form").onsubmit = tryIt;
 $("api-key").value = sessionStorage.getItem(KEY) || "";
 $("submit-form").onsubmit = submitJob;
 $("cancel").onclick = () => api(`/v1/jobs/${current.id}/cancel`, { method: "POST" }).catch((e) => alert(e.message));

@@ -3,19 +3,38 @@
 // that a test, or a curious user, can see that it was drawn.
 "use strict";
 
-// Learning rates are small: 3 significant digits, exponent notation below 0.01.
-const tick = (v) => (v === 0 ? "0" : Math.abs(v) < 0.01 ? v.toExponential(1) : String(+v.toPrecision(3)));
+// Tick labels with as many digits as the spacing between ticks needs, so that no two labels of
+// an axis read the same (an eval loss moving within 1.10-1.12 got "1.1, 1.1, 1.1" from a fixed
+// 3 significant digits). Small values (learning rates) in exponent notation.
+function ticks(values) {
+  const finite = values.filter((v) => Number.isFinite(v));
+  if (finite.length < 2) return values.map((v) => String(v));
+  const spacing = Math.min(...finite.slice(1).map((v, i) => Math.abs(v - finite[i])).filter((d) => d > 0));
+  const largest = Math.max(...finite.map(Math.abs));
+  if (largest < 0.01 && largest > 0) {
+    const digits = Math.max(1, Math.ceil(Math.log10(largest / spacing)));
+    return values.map((v) => (v === 0 ? "0" : v.toExponential(Math.min(digits, 6))));
+  }
+  const decimals = Math.max(0, Math.min(8, Math.ceil(-Math.log10(spacing))));
+  return values.map((v) => v.toFixed(decimals));
+}
 
 class LineChart {
-  constructor(el, names) {
+  constructor(el, names, empty = "no points yet") {
     this.el = el;
+    this.el.dataset.empty = empty;
     this.names = names;
     this.rows = new Map(); // step -> values by series
     const series = [{ label: "step" }].concat(names.map((name, i) => ({
       label: name, stroke: ["#2563eb", "#dc2626", "#16a34a"][i % 3], width: 2,
       points: { show: true, size: 4 }, spanGaps: true,
     })));
-    const axes = [{}, { size: 64, values: (u, ticks) => ticks.map(tick) }];
+    // The y labels drawn last are kept in data-y-ticks (uPlot draws on a canvas): a test reads them.
+    const axes = [{}, { size: 72, values: (u, values) => {
+      const labels = ticks(values);
+      this.el.dataset.yTicks = JSON.stringify(labels);
+      return labels;
+    } }];
     this.plot = new uPlot({ width: 440, height: 220, series, axes, scales: { x: { time: false } } },
                           [[]].concat(names.map(() => [])), el);
     this.el.dataset.points = "0";

@@ -1,4 +1,5 @@
-"""Predictions: the requests of POST /v1/jobs/{id}/predict and a worker's answers.
+"""Predictions: the requests of POST /v1/jobs/{id}/predict and a worker's answers; a job's name
+and metadata.
 
 Revision ID: 0011_predictions
 Revises: 0010_scheduling
@@ -37,8 +38,14 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_predictions")),
     )
     op.create_index("ix_predictions_status_id", "predictions", ["status", "id"])
+    with op.batch_alter_table("jobs") as batch:
+        batch.add_column(sa.Column("name", sa.String(length=128), nullable=True))
+        batch.add_column(sa.Column("metadata", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("metadata")
+        batch.drop_column("name")
     op.drop_index("ix_predictions_status_id", table_name="predictions")
     op.drop_table("predictions")
