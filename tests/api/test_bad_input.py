@@ -86,6 +86,18 @@ CASES: list[tuple[str, bytes, str, int, str | None]] = [
         "metric_for_best_model",
     ),
     ("patience 0", body(early_stopping_patience=0), "json", 422, "early_stopping_patience"),
+    (
+        "perplexity without a direction",
+        body(
+            model="builtin:tiny-gpt2",
+            dataset="builtin:tiny-stories",
+            task="causal-lm",
+            metric_for_best_model="eval_perplexity",
+        ),
+        "json",
+        422,
+        "metric_for_best_model",
+    ),
     # missing and unknown fields
     ("missing model", body(model=DROP), "json", 422, "model"),
     ("missing dataset", body(dataset=DROP), "json", 422, "dataset"),

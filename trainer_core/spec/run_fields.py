@@ -22,13 +22,15 @@ EVAL_METRICS = {
     "eval_perplexity": ("causal-lm",),
     "eval_mean_token_accuracy": ("causal-lm",),
 }
-LOWER_IS_BETTER = ("eval_perplexity",)  # besides the losses
+# Lower is better, though the name does not end in "loss": the spec must say greater_is_better.
+LOWER_IS_BETTER = ("eval_perplexity",)
 
 
 def selection_greater_is_better(metric: str, given: bool | None) -> bool:
+    """The Trainer's rule: greater is better unless the metric's name ends in "loss"."""
     if given is not None:
         return given
-    return not (metric.endswith("loss") or metric in LOWER_IS_BETTER)
+    return not metric.endswith("loss")
 
 
 class RunFields(SpecBase):
@@ -78,6 +80,12 @@ class RunFields(SpecBase):
         "must equal eval_strategy (with 'steps', save_steps a multiple of eval_steps)",
         examples=[True],
     )
+    greater_is_better: bool | None = Field(
+        default=None,
+        description="Default: false when the metric's name ends in 'loss', else true (the "
+        "Trainer's rule); eval_perplexity must say it (the rule would keep the worst model)",
+        examples=[False],
+    )
     metric_for_best_model: str | None = Field(
         default=None,
         max_length=64,
@@ -85,12 +93,6 @@ class RunFields(SpecBase):
         "(default), eval_accuracy, eval_f1 (classification), eval_perplexity, "
         "eval_mean_token_accuracy (causal-lm); the 'eval_' prefix may be left out",
         examples=["eval_loss"],
-    )
-    greater_is_better: bool | None = Field(
-        default=None,
-        description="Default: false when the metric's name ends in 'loss' or is perplexity, "
-        "else true (as the Trainer derives it)",
-        examples=[False],
     )
     early_stopping_patience: PositiveInt | None = Field(
         default=None,
@@ -157,6 +159,11 @@ class RunFields(SpecBase):
         task = info.data.get("task")
         if task is not None and task not in EVAL_METRICS[name]:
             raise ValueError(f"{task} gives no {name}")
+        if name in LOWER_IS_BETTER and info.data.get("greater_is_better") is None:
+            raise ValueError(
+                f"{name} needs greater_is_better (false, surely): the Trainer's rule, true for "
+                "any name not ending in 'loss', would keep the worst model"
+            )
         return name
 
     @property
