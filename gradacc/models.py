@@ -94,13 +94,14 @@ class Job(Base):
         ),
         Index("ix_jobs_status_id", "status", "id"),
         Index("ix_jobs_tenant_id", "tenant", "id"),
-        # The claim's candidates (gradacc.scheduling): only queued rows, so the index stays as
-        # small as the queue however long the history grows.
+        # The claim's walk over tenants and their heads (gradacc.schedule_order): only queued
+        # rows, so it stays as small as the queue however long the history grows.
         Index(
-            "ix_jobs_queued_priority_tenant_id",
-            "priority",
+            "ix_jobs_queued_tenant_priority_id",
             "tenant",
+            "priority",
             "id",
+            "num_processes",
             postgresql_where=text("status = 'queued'"),
             sqlite_where=text("status = 'queued'"),
         ),

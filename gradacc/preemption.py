@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, aliased
 
 from gradacc.jobs import add_event
 from gradacc.models import Job, JobStatus, Worker, utcnow
-from gradacc.scheduling import candidates
+from gradacc.schedule_order import candidates
 from gradacc.settings import Settings
 
 HELD = (JobStatus.RUNNING, JobStatus.PAUSED)  # a paused job's worker may still be draining it

@@ -17,17 +17,20 @@ when a duration is needed and no job has succeeded yet.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import statistics
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import func, select
 
 from gradacc.models import Job, JobStatus, TenantTurn, Worker, utcnow
-from gradacc.scheduling import usage_by_tenant
+from gradacc.schedule_order import is_queued, usage_by_tenant
 from gradacc.settings import Settings
 
 RECENT = 20  # succeeded jobs whose run times make D
@@ -65,53 +68,59 @@ def _at(moment: datetime, offset: float) -> datetime | None:
 def replay_order(reader: Reader, *, wanted: set[str], floor: int) -> dict[str, int]:
     """Positions (1 = next) of ``wanted``, all queued with priority >= ``floor``."""
     rows = reader.execute(
-        select(Job.id, Job.tenant, Job.priority, Job.num_processes)
-        .where(Job.status == JobStatus.QUEUED, Job.priority >= floor)
+        select(Job.priority, Job.tenant, Job.id, Job.num_processes)
+        .where(is_queued(Job), Job.priority >= floor)
         .order_by(Job.priority.desc(), Job.id)
     ).all()
     usage = usage_by_tenant()
-    in_use: dict[str, int] = {
-        t: int(n) for t, n in reader.execute(select(usage.c.tenant, usage.c.in_use))
-    }
+    in_use = {t: int(n) for t, n in reader.execute(select(usage.c.tenant, usage.c.in_use))}
     turns: dict[str, Any] = {
         t: (1, at)
         for t, at in reader.execute(select(TenantTurn.tenant, TenantTurn.last_started_at))
     }
     found: dict[str, int] = {}
-    position, picks = 0, 0
-    for level in _levels(rows):
+    replay = _Replay(in_use, turns)
+    for _, level in itertools.groupby(rows, key=itemgetter(0)):
         by_tenant: dict[str, deque[tuple[str, int]]] = {}
-        for row in level:
-            by_tenant.setdefault(row.tenant, deque()).append((row.id, row.num_processes))
-        heap = [
-            (in_use.get(t, 0), turns.get(t, (0, 0)), jobs[0][0], t) for t, jobs in by_tenant.items()
-        ]
-        heapq.heapify(heap)
-        while heap:
-            _, _, _, tenant = heapq.heappop(heap)
-            job_id, devices = by_tenant[tenant].popleft()
-            position, picks = position + 1, picks + 1
+        for _, tenant, job_id, devices in level:
+            by_tenant.setdefault(tenant, deque()).append((job_id, devices))
+        for job_id, position in replay.level(by_tenant):
             if job_id in wanted:
                 found[job_id] = position
                 if len(found) == len(wanted):
                     return found
-            in_use[tenant] = in_use.get(tenant, 0) + devices
-            turns[tenant] = (2, picks)  # started after every real turn, and after earlier picks
-            if by_tenant[tenant]:
-                heapq.heappush(
-                    heap, (in_use[tenant], turns[tenant], by_tenant[tenant][0][0], tenant)
-                )
     return found
 
 
-def _levels(rows: list[Any]) -> list[list[Any]]:
-    """Rows (by priority, highest first) in groups of one priority."""
-    levels: list[list[Any]] = []
-    for row in rows:
-        if not levels or levels[-1][0].priority != row.priority:
-            levels.append([])
-        levels[-1].append(row)
-    return levels
+class _Replay:
+    """Picks as the claim would make them, each counted as started (its devices in use, its
+    tenant's turn the latest)."""
+
+    def __init__(self, in_use: dict[str, int], turns: dict[str, Any]) -> None:
+        self.in_use, self.turns, self.position = in_use, turns, 0
+
+    def level(self, by_tenant: dict[str, deque[tuple[str, int]]]) -> Iterator[tuple[str, int]]:
+        """(job id, position) of one priority's jobs, in the order they would start."""
+        heap = [(self.in_use.get(t, 0), self.turns.get(t, (0, 0)), q[0][0], t)
+                for t, q in by_tenant.items()]  # fmt: skip
+        heapq.heapify(heap)
+        while heap:
+            tenant = heapq.heappop(heap)[3]
+            jobs = by_tenant[tenant]
+            if not heap:  # the last tenant of this priority: the rest of its jobs in order
+                for job_id, devices in jobs:
+                    self.position += 1
+                    self.in_use[tenant] = self.in_use.get(tenant, 0) + devices
+                    yield job_id, self.position
+                self.turns[tenant] = (2, self.position)
+                return
+            job_id, devices = jobs.popleft()
+            self.position += 1
+            yield job_id, self.position
+            self.in_use[tenant] = self.in_use.get(tenant, 0) + devices
+            self.turns[tenant] = (2, self.position)  # after every real turn and earlier pick
+            if jobs:
+                heapq.heappush(heap, (self.in_use[tenant], self.turns[tenant], jobs[0][0], tenant))
 
 
 def typical_duration(reader: Reader) -> float | None:

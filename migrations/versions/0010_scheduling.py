@@ -36,9 +36,9 @@ def upgrade() -> None:
     if dialect in SPEC_PROCESSES:
         op.execute(f"UPDATE jobs SET num_processes = {SPEC_PROCESSES[dialect]}")
     op.create_index(
-        "ix_jobs_queued_priority_tenant_id",
+        "ix_jobs_queued_tenant_priority_id",
         "jobs",
-        ["priority", "tenant", "id"],
+        ["tenant", "priority", "id", "num_processes"],
         postgresql_where=QUEUED,
         sqlite_where=QUEUED,
     )
@@ -56,7 +56,7 @@ def downgrade() -> None:
     with op.batch_alter_table("workers") as batch:
         batch.drop_column("num_devices")
     op.drop_table("tenant_turns")
-    op.drop_index("ix_jobs_queued_priority_tenant_id", table_name="jobs")
+    op.drop_index("ix_jobs_queued_tenant_priority_id", table_name="jobs")
     with op.batch_alter_table("jobs") as batch:
         batch.drop_column("preempted_by")
         batch.drop_column("num_processes")

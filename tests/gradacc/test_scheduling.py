@@ -1,6 +1,6 @@
 """The scheduler on both databases (``db_settings``): the claim's order (priority, then tenants'
-turns), devices and running limits, two claimers racing, the bookkeeping of the message a claim
-consumed, queue positions that agree with the claim, and the start estimate."""
+turns), devices and running limits, two claimers racing, queue positions that agree with the
+claim, and the start estimate."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from gradacc.db import session_scope
-from gradacc.models import Job, JobEvent, JobStatus, Worker, utcnow
+from gradacc.models import Job, JobStatus, Worker, utcnow
 from gradacc.queue_view import queue_spots
-from gradacc.scheduling import claim_next, settle_message
+from gradacc.scheduling import claim_next
 from gradacc.settings import Settings
 from gradacc.workers import register_worker
 from tests.support import JOB_SPEC
@@ -136,42 +136,6 @@ def race(target: Any) -> None:
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
-
-
-def test_a_consumed_message_leaves_every_queued_job_with_one(db_settings: Settings) -> None:
-    settings = db_settings
-    before = utcnow() - timedelta(minutes=1)
-    named, better = add_jobs(settings, "a", 1, enqueued_at=before), add_jobs(settings, "a", 1)
-    with session_scope(settings) as session:
-        session.execute(update(Job).where(Job.id == better[0]).values(priority=1))
-        session.commit()
-        taken = claim_next(session, worker="w", settings=settings)
-        assert taken is not None and taken.job_id == better[0] and taken.had_message
-        # The better job's message, still in the queue, now stands for the named one.
-        assert settle_message(session, named=named[0], claimed=taken, settings=settings) == (
-            "inherited"
-        )
-        assert sent_at(session, named[0]) == before
-        unsent = add_jobs(settings, "a", 1, enqueued_at=None, priority=2)
-        taken = claim_next(session, worker="w", settings=settings)
-        assert taken is not None and taken.job_id == unsent[0] and not taken.had_message
-        assert settle_message(session, named=named[0], claimed=taken, settings=settings) == "resend"
-        assert sent_at(session, named[0]) > before  # type: ignore[operator]  # sent by the caller
-        wide = add_jobs(settings, "a", 1, num_processes=2, priority=3)
-        two = settings.model_copy(update={"devices": 2})
-        taken = claim_next(session, worker="w", settings=two)
-        assert taken is not None and taken.job_id == wide[0]  # from another queue
-        assert settle_message(session, named=named[0], claimed=taken, settings=two) == "resend"
-        full = settings.model_copy(update={"max_running_per_tenant": 3})
-        assert claim_next(session, worker="w", settings=full) is None  # a runs 3 jobs
-        for _ in range(2):
-            assert settle_message(session, named=named[0], claimed=None, settings=full) == (
-                "waiting"
-            )
-        status = session.scalar(select(Job.status).where(Job.id == named[0]))
-        assert (status, sent_at(session, named[0])) == ("queued", None)  # for the reconciler
-        kinds = session.scalars(select(JobEvent.kind).where(JobEvent.job_id == named[0])).all()
-        assert list(kinds) == ["throttled"]
 
 
 def sent_at(session: Session, job_id: str) -> datetime | None:

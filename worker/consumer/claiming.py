@@ -9,13 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from gradacc.db import session_scope
 from gradacc.jobs import claim_job
+from gradacc.message_accounting import forget_message, settle_message
 from gradacc.models import Job, JobStatus, utcnow
-from gradacc.scheduling import claim_next, forget_message, settle_message
+from gradacc.scheduling import claim_next
 from gradacc.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -39,18 +40,23 @@ def take_for_message(
             return Taken(named)
         claimed = claim_next(session, worker=worker, settings=settings)
         settled = settle_message(session, named=named, claimed=claimed, settings=settings)
-    if settled == "resend":
-        try:
-            send(named)
-        except Exception as exc:  # the broker is down: the reconciler sends it later
-            log.warning("job %s: its message could not be sent again (%s)", named, exc)
-            with session_scope(settings) as session:
-                forget_message(session, job_id=named)
+    if settled.outcome == "resend" and settled.job_id is not None:
+        _send(settings, settled.job_id, send)
     if claimed is None:
-        return Taken(None, "throttled" if settled == "waiting" else "")
+        return Taken(None, "throttled" if settled.outcome == "waiting" else "")
     if claimed.job_id != named:
         log.info("the message of job %s started job %s (best first)", named, claimed.job_id)
     return Taken(claimed.job_id)
+
+
+def _send(settings: Settings, job_id: str, send: Callable[[str], None]) -> None:
+    try:
+        send(job_id)
+    except Exception as exc:  # the broker is down: the reconciler sends it later
+        log.warning("job %s: its message could not be sent (%s)", job_id, exc)
+        with session_scope(settings) as session:
+            session.execute(update(Job).where(Job.id == job_id).values(enqueued_at=None))
+            session.commit()
 
 
 def _take_over(session: Session, *, named: str, worker: str, settings: Settings) -> bool:
@@ -70,4 +76,4 @@ def _take_over(session: Session, *, named: str, worker: str, settings: Settings)
 def leave_for_others(settings: Settings, *, named: str) -> None:
     """A stopping worker takes nothing: a queued job it was sent waits for the reconciler."""
     with session_scope(settings) as session:
-        forget_message(session, job_id=named)
+        forget_message(session, job_id=named, settings=settings)

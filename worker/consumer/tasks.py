@@ -68,7 +68,9 @@ def handle_job(job_id: str) -> str:
         if taken.note == "throttled":
             log.info("job %s waits: its tenant is at its running-job limit", job_id)
             return "throttled"
-        log.info("no job to start for the message of %s", job_id)
+        log.info(
+            "job %s is not claimable (done, running elsewhere or cancelled), nor another", job_id
+        )
         return "skipped"
     return _run(settings, app, taken.job_id, worker)
 

@@ -1,0 +1,67 @@
+"""One message per queued job, on both databases: after a message claimed whichever job was best,
+the queue's count of messages still covers its queued jobs (``gradacc.message_accounting``)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import select, update
+
+from gradacc.db import session_scope
+from gradacc.message_accounting import Settled, settle_message
+from gradacc.models import Job, JobEvent, utcnow
+from gradacc.scheduling import claim_next
+from gradacc.settings import Settings
+from tests.gradacc.test_scheduling import add_jobs, sent_at
+
+
+def test_a_claim_for_another_job_keeps_the_count(db_settings: Settings) -> None:
+    settings, before = db_settings, utcnow() - timedelta(minutes=1)
+    named = add_jobs(settings, "a", 1, enqueued_at=before)[0]
+    better = add_jobs(settings, "a", 1, priority=1)[0]
+    with session_scope(settings) as session:
+        taken = claim_next(session, worker="w", settings=settings)
+        assert taken is not None and taken.job_id == better and taken.had_message
+        # The better job's message, still in the queue, now stands for the named one.
+        assert settle_message(session, named=named, claimed=taken, settings=settings) == Settled(
+            "inherited"
+        )
+        assert sent_at(session, named) == before
+        unsent = add_jobs(settings, "a", 1, enqueued_at=None, priority=2)[0]
+        taken = claim_next(session, worker="w", settings=settings)
+        assert taken is not None and taken.job_id == unsent and not taken.had_message
+        settled = settle_message(session, named=named, claimed=taken, settings=settings)
+        assert settled == Settled("resend", named)  # the caller sends it one
+        assert sent_at(session, named) > before  # type: ignore[operator]
+        wide = add_jobs(settings, "a", 1, num_processes=2, priority=3)[0]
+        two = settings.model_copy(update={"devices": 2})
+        taken = claim_next(session, worker="w", settings=two)
+        assert taken is not None and taken.job_id == wide  # its message is in another queue
+        assert settle_message(session, named=named, claimed=taken, settings=two) == Settled(
+            "resend", named
+        )
+
+
+def test_nothing_to_claim_leaves_a_job_for_the_reconciler(db_settings: Settings) -> None:
+    """Also when the message named a job that is gone: it stood in for one that still waits."""
+    settings = db_settings.model_copy(update={"max_running_per_tenant": 1})
+    add_jobs(settings, "a", 1, status="running")
+    waiting = add_jobs(settings, "a", 1)[0]  # its tenant is at its limit
+    finished = add_jobs(settings, "b", 1, status="succeeded")[0]
+    with session_scope(settings) as session:
+        assert claim_next(session, worker="w", settings=settings) is None
+        assert settle_message(session, named=finished, claimed=None, settings=settings) == (
+            Settled("waiting", waiting)
+        )
+        assert sent_at(session, waiting) is None  # the reconciler's next pass sends it
+        for _ in range(2):  # its own message, redelivered: still one event
+            assert settle_message(session, named=waiting, claimed=None, settings=settings) == (
+                Settled("waiting", None)
+            )
+        kinds = session.scalars(select(JobEvent.kind).where(JobEvent.job_id == waiting)).all()
+        assert list(kinds) == ["throttled"]
+        session.execute(update(Job).where(Job.id == waiting).values(status="cancelled"))
+        session.commit()
+        assert settle_message(session, named=finished, claimed=None, settings=settings) == (
+            Settled("settled", None)
+        )
