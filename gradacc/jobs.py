@@ -119,6 +119,21 @@ def update_running_job(session: Session, *, job_id: str, **values: Any) -> bool:
     return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined, no-any-return]
 
 
+def claimed_values(worker: str, now: datetime) -> dict[str, Any]:
+    """What a claim writes (a take-over's and the scheduler's): the job is this worker's and
+    running from now; a preemption asked of an earlier holder no longer stands."""
+    return {
+        "status": str(S.RUNNING),
+        "attempts": Job.attempts + 1,
+        "worker": worker,
+        "released_at": None,
+        "heartbeat_at": now,
+        "started_at": now,
+        "updated_at": now,
+        "preempted_by": None,
+    }
+
+
 def failed_attempts() -> ColumnElement[int]:
     """Claims that did not end in a graceful preemption (a worker's SIGTERM: checkpoint kept,
     event "preempted"). Those are not failures: a job may be preempted any number of times,
@@ -146,16 +161,7 @@ def claim_job(
     stmt = (
         update(Job)
         .where(Job.id == job_id, fresh, failed_attempts() < max_attempts)
-        .values(
-            status=str(S.RUNNING),
-            attempts=Job.attempts + 1,
-            worker=worker,
-            released_at=None,
-            heartbeat_at=now,
-            started_at=now,
-            updated_at=now,
-            preempted_by=None,  # asked of a worker that died: the next pass decides again
-        )
+        .values(**claimed_values(worker, now))
     )
     claimed = session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
     session.commit()

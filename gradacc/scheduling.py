@@ -26,7 +26,7 @@ from sqlalchemy import ScalarSelect, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
-from gradacc.jobs import lock_tenant
+from gradacc.jobs import claimed_values, lock_tenant
 from gradacc.models import Job, JobStatus, TenantTurn, utcnow
 from gradacc.schedule_order import ordered
 from gradacc.settings import Settings
@@ -74,16 +74,7 @@ def claim_next(session: Session, *, worker: str, settings: Settings) -> Claimed 
         stmt = (
             update(Job)
             .where(Job.id == best, Job.status == JobStatus.QUEUED)
-            .values(
-                status=str(JobStatus.RUNNING),
-                attempts=Job.attempts + 1,
-                worker=worker,
-                released_at=None,
-                heartbeat_at=now,
-                started_at=now,
-                updated_at=now,
-                preempted_by=None,
-            )
+            .values(**claimed_values(worker, now))
             .returning(Job.id, Job.tenant, Job.num_processes, Job.enqueued_at)
             .execution_options(synchronize_session=False)
         )

@@ -4,6 +4,7 @@ test acts on a job that cannot finish first, however fast or busy the machine.""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -137,6 +138,22 @@ class Hold:
 
     def release(self) -> None:
         self.gate.unlink(missing_ok=True)
+
+
+def checkpoint_at(job_dir: Path, step: int, timeout: float = 60) -> dict[str, Any]:
+    """Wait until the job's latest checkpoint (``checkpoint/``) is the one of ``step``; its saved
+    state. Checkpoints are written in the background at a low CPU priority: on a busy machine the
+    run can be a few steps further (or parked at a hold) before the file lands."""
+    state = job_dir / "checkpoint" / "gradacc_state.json"
+
+    def landed() -> dict[str, Any] | None:
+        try:
+            saved: dict[str, Any] = json.loads(state.read_text())
+        except (OSError, ValueError):
+            return None
+        return saved if saved.get("global_step") == step else None
+
+    return wait_until(landed, timeout=timeout, what=f"the checkpoint of step {step}")
 
 
 def with_env(extra: dict[str, str]) -> dict[str, str]:

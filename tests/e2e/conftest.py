@@ -41,6 +41,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
     env["GRADACC_QUEUE"] = settings.queue
     if settings.database_url:
         env["GRADACC_DATABASE_URL"] = settings.database_url
+        # Every test's PostgreSQL stack shares the one database `test`, each with its own home:
+        # a worker's predict server would take another test's predictions (and find no model).
+        env["GRADACC_PREDICT_SERVER"] = "false"
     if settings.broker_url:
         env["GRADACC_BROKER_URL"] = settings.broker_url
     return env

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from gradacc.settings import Settings
 from tests.conftest import TINY
 from tests.e2e.conftest import StartWorker, process_gone
-from tests.support import Hold, event_kinds, wait_final
+from tests.support import Hold, checkpoint_at, event_kinds, wait_final
 from tests.trainer_core.helpers import final_weights, initial_weights, max_abs_diff, tolerance
 from trainer_core.spec.job import JobSpec
 
@@ -40,7 +40,9 @@ def test_jobs_killed_mid_epoch_resume_and_match_a_clean_run(
     # 1. The training process alone: the worker sees the SIGKILL and hands the job on.
     hold.arm()
     child_killed = api.post("/v1/jobs", json=SPEC).json()["id"]
-    os.kill(hold.held(timeout=120), signal.SIGKILL)
+    pid = hold.held(timeout=120)
+    checkpoint_at(settings.jobs_dir / child_killed, 125)  # epoch 1's, written in the background
+    os.kill(pid, signal.SIGKILL)
     hold.release()
     assert_resumed_like(api, settings, child_killed, clean, reference, bound)
     assert "killed" in event_kinds(api, child_killed)
@@ -49,6 +51,7 @@ def test_jobs_killed_mid_epoch_resume_and_match_a_clean_run(
     hold.arm()
     worker_killed = api.post("/v1/jobs", json=SPEC).json()["id"]
     pid = hold.held(timeout=120)
+    checkpoint_at(settings.jobs_dir / worker_killed, 125)
     os.kill(pid, signal.SIGKILL)  # first, so it cannot notice its worker's death and checkpoint
     worker.kill()
     assert process_gone(pid, timeout=5)

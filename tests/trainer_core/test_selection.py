@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from safetensors.torch import load_file
 
-from tests.support import Hold, wait_until, with_env
+from tests.support import Hold, checkpoint_at, with_env
 from tests.trainer_core.helpers import CLASSIFICATION, final_weights, max_abs_diff
 from trainer_core.spec.job import JobSpec
 from trainer_core.testing.recorder import Recorder
@@ -100,47 +100,34 @@ def test_backends_agree(runs: dict[str, Any]) -> None:
             assert step == ref_step and value == pytest.approx(ref_value, abs=1e-5)
 
 
-def test_kill_and_resume_keeps_the_selection(tmp_path: Path) -> None:
-    """Killed after the 3rd evaluation (best at step 2, patience counter 2, checkpoint at 6),
-    the resumed run stops at the same step with the same best model as an uninterrupted one."""
-    spec = {**SELECTING, "backend": "pytorch"}
+def test_kill_and_resume_keeps_the_selection(runs: dict[str, Any], tmp_path: Path) -> None:
+    """Killed after the 3rd evaluation (patience counter 2, checkpoint at 6), the resumed run
+    stops at the same step with the same best model as the uninterrupted pytorch run above."""
+    clean, clean_summary, evals = runs["pytorch"]
     spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps(spec))
+    spec_file.write_text(json.dumps({**SELECTING, "backend": "pytorch"}))
 
-    def start(out: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start(env: dict[str, str]) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "trainer_core", "run", str(spec_file), "--output-dir",
-               str(out), "--no-cache"]  # fmt: skip
+               str(tmp_path / "crashed"), "--no-cache"]  # fmt: skip
         return subprocess.Popen(cmd, env=with_env(env), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)  # fmt: skip
 
-    clean = start(tmp_path / "clean", {})
-    assert clean.wait(timeout=300) == 0
     hold = Hold(tmp_path, 7)
-    victim = start(tmp_path / "crashed", hold.env())
+    victim = start(hold.env())
     hold.held(process=victim)
-    state = tmp_path / "crashed" / "checkpoint" / "gradacc_state.json"
-
-    def step_6_on_disk() -> dict[str, Any] | None:
-        # Written in the background (at nice 19): on a busy machine it can land after step 7.
-        saved = json.loads(state.read_text()) if state.exists() else {}
-        return saved if saved.get("global_step") == 6 else None
-
-    saved = wait_until(step_6_on_disk, timeout=60, what="the checkpoint of step 6")
-    clean_evals = [json.loads(line) for line in (tmp_path / "clean" / "evaluations.jsonl").open()]
-    early = [(e["step"], e["scores"]["eval_loss"]) for e in clean_evals if e["step"] <= 6]
+    saved = checkpoint_at(tmp_path / "crashed", 6)  # in the background: it may land after 7
+    early = [(step, loss) for step, loss in evals if step <= 6]
     assert saved["selection"]["patience_counter"] == 2
     assert saved["selection"]["best_step"] == max(early, key=lambda e: e[1])[0]
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=30) == -signal.SIGKILL
     hold.release()
-    again = start(tmp_path / "crashed", {})
-    assert again.wait(timeout=300) == 0
+    assert start({}).wait(timeout=300) == 0
 
-    summaries = [
-        json.loads((tmp_path / d / "summary.json").read_text()) for d in ("clean", "crashed")
-    ]
+    resumed = json.loads((tmp_path / "crashed" / "summary.json").read_text())
     for key in ("stop_reason", "optimizer_steps", "best_step", "best_metric", "patience_counter"):
-        assert summaries[0][key] == summaries[1][key], key
-    assert summaries[1]["optimizer_steps"] == STOP_STEP
-    diff = max_abs_diff(final_weights(tmp_path / "clean"), final_weights(tmp_path / "crashed"))
+        assert resumed[key] == clean_summary[key], key
+    assert resumed["optimizer_steps"] == STOP_STEP
+    diff = max_abs_diff(final_weights(clean), final_weights(tmp_path / "crashed"))
     assert diff <= 1e-6
