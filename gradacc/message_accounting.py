@@ -59,10 +59,11 @@ def settle_message(
     counted = named if named_queued and row.enqueued_at is not None else None
     target = counted or _counting_on_one(session, settings=settings, queue=queue)
     if claimed is None:
-        for job_id in {job for job in (target, named if named_queued else None) if job}:
+        cleared = _clear_one(session, first=target, settings=settings, queue=queue)
+        for job_id in {job for job in (cleared, named if named_queued else None) if job}:
             _throttled(session, job_id=job_id, settings=settings)
         session.commit()
-        return Settled("waiting" if target or named_queued else "settled", target)
+        return Settled("waiting" if cleared or named_queued else "settled", cleared)
     if target is None:
         return Settled("settled")
     sent = (Job.id == target) & (Job.status == JobStatus.QUEUED)
@@ -82,8 +83,7 @@ def forget_message(session: Session, *, job_id: str, settings: Settings) -> None
     target = job_id if row.status == JobStatus.QUEUED and row.enqueued_at is not None else None
     queue = job_queue(settings, row.num_processes)
     target = target or _counting_on_one(session, settings=settings, queue=queue)
-    if target is not None:
-        session.execute(update(Job).where(Job.id == target).values(enqueued_at=None))
+    if _clear_one(session, first=target, settings=settings, queue=queue) is not None:
         session.commit()
 
 
@@ -93,6 +93,25 @@ def _counting_on_one(session: Session, *, settings: Settings, queue: str) -> str
     fits: Any = Job.num_processes <= 1 if processes is None else Job.num_processes == processes
     query = select(Job.id).where(Job.status == JobStatus.QUEUED, Job.enqueued_at.is_not(None))
     return session.scalar(query.where(fits).order_by(Job.id).limit(1))
+
+
+def _clear_one(
+    session: Session, *, first: str | None, settings: Settings, queue: str
+) -> str | None:
+    """Take one from the queue's count: clear the ``enqueued_at`` of ``first`` or, when another
+    worker claimed it meanwhile (the update then matches nothing, and the claim already took it
+    from the count), of the next job still counting on a message. The job cleared, or None."""
+    candidate, tried = first, set()
+    while candidate is not None and candidate not in tried:
+        tried.add(candidate)
+        counting = (Job.id == candidate) & (Job.status == JobStatus.QUEUED)
+        cleared = session.execute(
+            update(Job).where(counting, Job.enqueued_at.is_not(None)).values(enqueued_at=None)
+        )
+        if cleared.rowcount == 1:  # type: ignore[attr-defined]
+            return candidate
+        candidate = _counting_on_one(session, settings=settings, queue=queue)
+    return None
 
 
 def _throttled(session: Session, *, job_id: str, settings: Settings) -> None:

@@ -65,3 +65,20 @@ def test_nothing_to_claim_leaves_a_job_for_the_reconciler(db_settings: Settings)
         assert settle_message(session, named=finished, claimed=None, settings=settings) == (
             Settled("settled", None)
         )
+
+
+def test_a_job_claimed_meanwhile_passes_the_count_to_the_next(db_settings: Settings) -> None:
+    """A message that claimed nothing takes one job off the count; if the job it picked was
+    claimed by another worker in between (that claim took it off already), the next job counting
+    on a message is taken instead, or one queued job would wait without one (found by
+    tests/e2e/test_concurrent_posts.py: one of 130 jobs left queued, both workers idle)."""
+    from gradacc.message_accounting import _clear_one
+
+    settings, before = db_settings, utcnow() - timedelta(minutes=1)
+    picked, other = add_jobs(settings, "a", 2, enqueued_at=before)
+    with session_scope(settings) as session:
+        session.execute(update(Job).where(Job.id == picked).values(status="running"))
+        cleared = _clear_one(session, first=picked, settings=settings, queue=settings.queue)
+        session.commit()
+        assert cleared == other and sent_at(session, other) is None
+        assert _clear_one(session, first=other, settings=settings, queue=settings.queue) is None
