@@ -115,13 +115,16 @@ def test_the_dashboard_pages(stack: tuple[str, str, dict[str, str]]) -> None:
 
         page.goto(f"{url}/#/jobs/{ids['dash-chat']}")
         expect(page.locator("#job-status")).to_have_attribute("data-status", "succeeded")
-        samples = page.locator("#samples tbody tr")
-        expect(samples.first).to_be_visible()
-        steps = [
-            int(samples.nth(i).locator("td").first.inner_text()) for i in range(samples.count())
-        ]
+        # The table is drawn again after each fetch: read it whole, in one call, once the first
+        # and the last evaluation's samples (4 rows each, always there) are in.
+        page.wait_for_function("document.querySelectorAll('#samples tbody tr').length >= 8")
+        cells = page.eval_on_selector_all(
+            "#samples tbody tr", "rows => rows.map((r) => [...r.cells].map((c) => c.textContent))"
+        )
+        steps = [int(row[0]) for row in cells]
         assert steps == sorted(steps, reverse=True) and len(set(steps)) >= 2
-        assert "assistant" in samples.first.locator("td").nth(1).inner_text()  # the chat prompt
+        assert "assistant" in cells[0][1]  # the chat prompt, its template included
+        assert all(row[2] for row in cells)  # every sample has its reference
         for chart in ("#chart-loss", "#chart-eval", "#chart-quality"):
             _distinct_ticks(page, chart)
         page.fill("#try-form textarea", "what is 2 plus 2?")
