@@ -21,10 +21,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gradacc.errors import ArtifactNotFound
+from gradacc.fine_tuned import kept_checkpoints
 from trainer_core.spec.outputs import (
     ADAPTER_DIR,
     CHECKPOINT_DIR,
-    CHECKPOINT_STATE,
     EVALUATIONS_FILE,
     METRICS_FILE,
     MODEL_DIR,
@@ -106,17 +106,10 @@ def folder_path(root: Path, name: str) -> Path:
 
 
 def _kept_checkpoint(root: Path, step: int, name: str) -> Path:
-    for folder in (root / CHECKPOINT_DIR, root / name):
-        if folder.is_dir() and not folder.is_symlink() and _step_of(folder) == step:
+    for found, folder, _ in kept_checkpoints(root):
+        if found == step and not folder.is_symlink():
             return folder
     raise ArtifactNotFound(name)
-
-
-def _step_of(folder: Path) -> int | None:
-    try:
-        return int(json.loads((folder / CHECKPOINT_STATE).read_text())["global_step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # being written, or half-made by a kill
 
 
 class _Gzip:

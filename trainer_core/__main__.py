@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from trainer_core.loop.step_lines import StepLines as StepsFile
 from trainer_core.spec.callbacks import TrainingCallback
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import DATA_CACHE_DIR, STEPS_FILE, SUMMARY_FILE
@@ -30,26 +31,6 @@ def _say(line: str) -> None:
     from tqdm import tqdm
 
     tqdm.write(line, file=sys.stderr)
-
-
-class StepsFile:
-    """``steps.jsonl``: the step records, one JSON line each. A resumed run logs the steps after
-    its checkpoint again: the lines from that step on are replaced, never doubled."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.last = max((json.loads(line)["step"] for line in self._lines()), default=0)
-
-    def _lines(self) -> list[str]:
-        return self.path.read_text().splitlines() if self.path.exists() else []
-
-    def append(self, record: dict[str, Any]) -> None:
-        if record["step"] <= self.last:
-            kept = [line for line in self._lines() if json.loads(line)["step"] < record["step"]]
-            self.path.write_text("".join(line + "\n" for line in kept))
-        with self.path.open("a") as out:
-            out.write(json.dumps(record) + "\n")
-        self.last = record["step"]
 
 
 class PrintEpochs(TrainingCallback):

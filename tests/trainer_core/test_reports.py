@@ -12,7 +12,8 @@ import torch
 
 from tests.trainer_core.helpers import CAUSAL, CHAT, CLASSIFICATION, final_weights, max_abs_diff
 from trainer_core.data.load import load_job_data
-from trainer_core.loop.reports import EvaluationReports, SampleBudget, classification_report
+from trainer_core.loop.reports import SampleBudget, classification_report
+from trainer_core.loop.step_lines import StepLines
 from trainer_core.model.load import load_tokenizer
 from trainer_core.spec.job import JobSpec
 from trainer_core.train import train
@@ -103,10 +104,10 @@ def test_the_sample_budget(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_resumed_run_replaces_its_lines(tmp_path: Path) -> None:
     path = tmp_path / "evaluations.jsonl"
-    first = EvaluationReports(path, enabled=True)
+    first = StepLines(path)
     for step in (2, 4, 6):
         first.append({"step": step, "run": 1})
-    resumed = EvaluationReports(path, enabled=True)  # from a checkpoint at step 4
+    resumed = StepLines(path)  # from a checkpoint at step 4
     resumed.append({"step": 6, "run": 2})
     resumed.append({"step": 8, "run": 2})
     lines = [json.loads(x) for x in path.read_text().splitlines()]

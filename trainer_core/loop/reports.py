@@ -16,10 +16,8 @@ training's random state untouched: a run with reports trains exactly as one with
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -158,30 +156,6 @@ class SampleBudget:
     def spend(self, seconds: float) -> None:
         self.spent += seconds
         self.last = seconds
-
-
-class EvaluationReports:
-    """``evaluations.jsonl``: one line per evaluation (its step, epoch, scores and the report
-    above). A resumed run evaluates the steps after its checkpoint again: the lines from that
-    step on are replaced, never doubled."""
-
-    def __init__(self, path: Path, *, enabled: bool) -> None:
-        self.path, self.enabled = path, enabled
-        self.last = -1
-
-    def _lines(self) -> list[str]:
-        return self.path.read_text().splitlines() if self.path.exists() else []
-
-    def append(self, record: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        step = record["step"]
-        if step <= self.last or self.last < 0:  # the first write of this process: check the file
-            kept = [line for line in self._lines() if json.loads(line)["step"] < step]
-            self.path.write_text("".join(line + "\n" for line in kept))
-        with self.path.open("a") as out:
-            out.write(json.dumps(record) + "\n")
-        self.last = step
 
 
 def evaluation_report(

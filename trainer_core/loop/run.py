@@ -25,9 +25,10 @@ from trainer_core.loop.context import RunContext
 from trainer_core.loop.evaluation import evaluate
 from trainer_core.loop.meters import LossMeter, StepMeter, Window, peak_memory_bytes
 from trainer_core.loop.metrics_file import MetricsFile
-from trainer_core.loop.reports import EvaluationReports, SampleBudget, evaluation_report
+from trainer_core.loop.reports import SampleBudget, evaluation_report
 from trainer_core.loop.saving import RunCheckpoints
 from trainer_core.loop.selection import Selection
+from trainer_core.loop.step_lines import StepLines
 from trainer_core.loop.stopping import StopRequests, TrainingPreempted
 from trainer_core.spec.callbacks import StopCheck, TrainingCallback, TrainingCancelled
 from trainer_core.spec.outputs import EVALUATIONS_FILE, METRICS_FILE
@@ -87,9 +88,7 @@ class TrainingRun:
         self.evaluating = False
         self.checkpoints = RunCheckpoints(ctx, callback)
         self.sample_budget = SampleBudget()
-        self.reports = EvaluationReports(
-            ctx.output_dir / EVALUATIONS_FILE, enabled=ctx.world.is_main
-        )
+        self.reports = StepLines(ctx.output_dir / EVALUATIONS_FILE, enabled=ctx.world.is_main)
         self.selection = Selection(ctx.spec, resumed.selection if resumed else None)
         self._last_eval: tuple[int, dict[str, float]] | None = None  # (step, scores)
         # Step records: every logging_steps optimizer steps, by default about 50 an epoch.
