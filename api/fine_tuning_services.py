@@ -26,7 +26,9 @@ from gradacc.models import FINE_TUNING_API, Job, JobEvent, JobStatus
 from gradacc.settings import Settings
 from trainer_core.spec.outputs import CHECKPOINT_STATE
 
-WARN_KINDS = frozenset({"warning", "killed", "stopped", "enqueue_failed", "throttled", "requeued"})
+WARN_KINDS = frozenset(
+    {"warning", "restarted", "replanned", "stopped", "enqueue_failed", "throttled", "requeued"}
+)
 EVENT_PREFIX = "ftevent-"
 CHECKPOINT_PREFIX = "ftckpt-"
 

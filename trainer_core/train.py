@@ -8,7 +8,8 @@ and ``model/`` merged on request).
 Out of memory during training, the micro-batch shrinks and the effective batch does not: the
 partial window is dropped, a checkpoint is taken at the window's start with the micro-batch
 halved and K doubled, and the run resumes from it (same rows in every window, so the same
-training). After ``MAX_HALVINGS`` it fails with ``out_of_memory``, naming what it tried.
+training). After ``replan.MAX_HALVINGS`` it fails with ``out_of_memory``, naming what it tried.
+With several ranks, every one starts again from the last checkpoint instead (``loop.replan``).
 
 Example:
     >>> from trainer_core import JobSpec, train
@@ -37,11 +38,12 @@ from trainer_core.backends import get_backend
 from trainer_core.checkpoint.format import best_checkpoint, load_weights
 from trainer_core.data.cache import DataCache
 from trainer_core.distributed import barrier
+from trainer_core.loop import replan
 from trainer_core.loop.build import Inputs, MicroBatchChoice, build_context, load_inputs
 from trainer_core.loop.context import RunContext
 from trainer_core.loop.run import TrainingRun
 from trainer_core.loop.stopping import TrainingPreempted
-from trainer_core.spec.batching import accumulation_for, smaller_micro_batch
+from trainer_core.spec.batching import accumulation_for
 from trainer_core.spec.callbacks import (
     NULL_CALLBACK,
     Status,
@@ -56,7 +58,6 @@ from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import MODEL_DIR, SUMMARY_FILE, TENSORBOARD_DIR
 
 log = logging.getLogger(__name__)
-MAX_HALVINGS = 5
 
 
 def _start_info(ctx: RunContext) -> dict[str, Any]:
@@ -189,13 +190,26 @@ def _out_of_memory(ctx: RunContext, tried: list[int]) -> OutOfMemory:
 
 def _shrink(ctx: RunContext, run: TrainingRun, tried: list[int]) -> None:
     """Checkpoint the start of the window that ran out of memory with a smaller micro-batch."""
-    smaller = smaller_micro_batch(ctx.micro_batch_size)
-    if smaller is None or len(tried) > MAX_HALVINGS:
+    smaller = replan.halved(ctx.micro_batch_size, tried)
+    if smaller is None:
         raise _out_of_memory(ctx, tried)
     tried.append(smaller)
     assert ctx.spec.effective_batch_size is not None  # resolved by the spec
     run.restart_window_with(
         smaller, accumulation_for(ctx.spec.effective_batch_size, smaller, ctx.world.size)
+    )
+
+
+def _replan(ctx: RunContext, tried: list[int]) -> replan.RanksReplan:
+    """Several ranks: every one starts again at the smaller micro-batch (``loop.replan``)."""
+    assert ctx.spec.effective_batch_size is not None  # resolved by the spec
+    return replan.request(
+        ctx.output_dir,
+        micro_batch=ctx.micro_batch_size,
+        effective=ctx.spec.effective_batch_size,
+        world=ctx.world.size,
+        tried=tried,
+        exhausted=_out_of_memory(ctx, tried).message,
     )
 
 
@@ -208,10 +222,15 @@ def _release(ctx: RunContext) -> None:
 
 
 def _run(
-    spec: JobSpec, inputs: Inputs, ctx: RunContext, callback: TrainingCallback, **run_kw: Any
+    spec: JobSpec,
+    inputs: Inputs,
+    ctx: RunContext,
+    callback: TrainingCallback,
+    tried: list[int],
+    **run_kw: Any,
 ) -> tuple[RunContext, TrainingRun, Status]:
-    """Run the backend; after running out of memory, again from the window's start."""
-    tried = [ctx.micro_batch_size]
+    """Run the backend; after running out of memory, again from the window's start. ``tried``:
+    the micro-batch sizes tried so far, ending with the one in force."""
     while True:
         run = TrainingRun(ctx, callback, **run_kw)
         try:
@@ -229,7 +248,7 @@ def _run(
                     param="per_device_eval_batch_size",
                 ) from exc
             if ctx.world.distributed:  # one rank's retry would leave the others waiting
-                raise _out_of_memory(ctx, tried) from exc
+                raise _replan(ctx, tried) from exc
             _shrink(ctx, run, tried)
         finally:
             run.close()
@@ -273,10 +292,12 @@ def train(
     info = _start_info(ctx)
     _log_start(ctx, info)
     callback.on_start(info)
-    callback.on_batch_size(_batch_info(ctx, choice, [ctx.micro_batch_size]))
+    # After a re-plan (``loop.replan``), every size tried so far; else the one in force.
+    tried = choice.detail["tried"] if choice.reason == "out_of_memory" else [ctx.micro_batch_size]
+    callback.on_batch_size(_batch_info(ctx, choice, tried))
     try:
         ctx, run, status = _run(
-            spec, inputs, ctx, callback, should_stop=should_stop, progress_bar=progress_bar
+            spec, inputs, ctx, callback, tried, should_stop=should_stop, progress_bar=progress_bar
         )
     finally:
         if tensorboard is not None:

@@ -45,7 +45,19 @@ def test_jobs_killed_mid_epoch_resume_and_match_a_clean_run(
     os.kill(pid, signal.SIGKILL)
     hold.release()
     assert_resumed_like(api, settings, child_killed, clean, reference, bound)
-    assert "killed" in event_kinds(api, child_killed)
+    assert "restarted" in event_kinds(api, child_killed)
+
+    # 3. With max_restarts 0 the same kill fails the job, naming the cause.
+    hold.arm()
+    no_restarts = api.post("/v1/jobs", json={**SPEC, "max_restarts": 0}).json()["id"]
+    pid = hold.held(timeout=120)
+    os.kill(pid, signal.SIGKILL)
+    hold.release()
+    failed = wait_final(api, no_restarts, timeout=60)
+    assert failed["status"] == "failed", failed
+    assert failed["error"]["code"] == "restarts_exhausted", failed["error"]
+    assert "max_restarts=0" in failed["error"]["message"], failed["error"]
+    assert "(1) training process killed by SIGKILL" in failed["error"]["message"], failed["error"]
 
     # 2. The whole worker at once, training process included; then the worker is restarted.
     hold.arm()
@@ -58,7 +70,7 @@ def test_jobs_killed_mid_epoch_resume_and_match_a_clean_run(
     hold.release()
     restarted = start_worker("survivor", hold.env())  # back; it takes over the stale lease
     assert_resumed_like(api, settings, worker_killed, clean, reference, bound)
-    assert "killed" not in event_kinds(api, worker_killed), restarted.log()  # nobody saw it die
+    assert "restarted" not in event_kinds(api, worker_killed), restarted.log()  # nobody saw it
     assert "requeued" in event_kinds(api, worker_killed)
 
 

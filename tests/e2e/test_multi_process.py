@@ -57,7 +57,7 @@ def rank_processes(job_id: str) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info["cmdline"] or []
-        if job_id in cmdline and any("torch.distributed.run" in a or "worker.child.rank_main" in a
+        if job_id in cmdline and any("worker.child.rank_agent" in a or "worker.child.rank_main" in a
                                      for a in cmdline):  # fmt: skip
             found.append(process)
     return found

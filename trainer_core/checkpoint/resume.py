@@ -29,12 +29,15 @@ from trainer_core.checkpoint.format import (
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.job import JobSpec
 
-SAVE_POLICY_FIELDS = {"save_strategy", "save_steps", "save_interval_seconds", "save_total_limit"}
+# Fields that change no result: a checkpoint of the same spec under other values still resumes.
+SAVE_POLICY_FIELDS = {
+    "save_strategy", "save_steps", "save_interval_seconds", "save_total_limit", "max_restarts",
+}  # fmt: skip
 
 
 def spec_fingerprint(spec: JobSpec) -> str:
     """Identifies the spec a checkpoint belongs to: resuming under another spec is refused.
-    The checkpoint policy is left out: changing how often to save changes no result."""
+    The checkpoint policy (and ``max_restarts``) is left out: it changes no result."""
     spec_json = spec.model_dump_json(exclude=SAVE_POLICY_FIELDS)
     return hashlib.sha256(spec_json.encode()).hexdigest()[:16]
 

@@ -16,6 +16,7 @@ from trainer_core.data.load import JobData, load_job_data
 from trainer_core.data.loader import EpochLoader, EpochPlan
 from trainer_core.data.plan import optimizer_steps_per_epoch
 from trainer_core.distributed import World, join, launched_world, min_over_ranks
+from trainer_core.loop import replan
 from trainer_core.loop.autobatch import choose_micro_batch
 from trainer_core.loop.context import RunContext
 from trainer_core.model.load import load_model, load_tokenizer
@@ -88,8 +89,15 @@ def load_inputs(
 
 
 def _micro_batch(
-    spec: JobSpec, state: RunState | None, model: torch.nn.Module, inputs: Inputs
+    spec: JobSpec,
+    state: RunState | None,
+    model: torch.nn.Module,
+    inputs: Inputs,
+    plan: replan.Replan | None,
 ) -> MicroBatchChoice:
+    if plan is not None:  # the ranks ran out of memory: every one starts again at the smaller b
+        detail: dict[str, Any] = {"tried": plan.tried}
+        return MicroBatchChoice(plan.micro_batch_size, plan.accumulation, "out_of_memory", detail)
     if state is not None:
         size, k = state.micro_batch_size, state.gradient_accumulation_steps
         return MicroBatchChoice(size, k, "checkpoint", {})
@@ -113,10 +121,13 @@ def build_context(
     spec: JobSpec, output_dir: Path, inputs: Inputs, *, resume: bool
 ) -> tuple[RunContext, MicroBatchChoice]:
     state = read_run_state(output_dir / CHECKPOINT_DIR, spec) if resume else None
+    halved = replan.in_force(output_dir, state) if inputs.world.distributed else None
+    if state is not None and halved is not None:
+        state = replan.apply(state, halved)
     data = inputs.data
     model = load_model(spec, inputs.tokenizer, data.label_names)
     model.to(inputs.device)  # type: ignore[arg-type]
-    choice = _micro_batch(spec, state, model, inputs)
+    choice = _micro_batch(spec, state, model, inputs, halved)
     b, k = choice.size, choice.accumulation
     world = inputs.world
     plan = EpochPlan(

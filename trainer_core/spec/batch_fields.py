@@ -34,6 +34,14 @@ class BatchFields(SpecBase):
         description="Machines the processes are spread over (num_processes must be a multiple)",
         examples=[1],
     )
+    max_restarts: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="Times the job restarts from its last checkpoint when a process or rank "
+        "dies (kill -9, the OOM killer); past it the job fails, naming every restart's cause",
+        examples=[3],
+    )
     per_device_train_batch_size: MicroBatch | Literal["auto"] = Field(
         default=8,
         description="Samples per micro-batch, or 'auto': the largest that fits the memory "

@@ -3,7 +3,9 @@ production.
 
 ``GRADACC_FAILPOINT_OOM_ABOVE=N``: any micro-batch of more than N rows raises
 ``torch.OutOfMemoryError`` at its forward pass, as a GPU that cannot hold it would. It is read at
-every forward, so a test can set it in the middle of a run.
+every forward, so a test can set it in the middle of a run; ``=@PATH`` reads N from the file PATH
+at every forward (no file: no limit), for a process the test cannot set variables in. With
+``GRADACC_FAILPOINT_OOM_RANK=R`` only rank R of a multi-process job runs out.
 
 ``GRADACC_FAILPOINT_HOLD_AT=STEP:PATH``: after optimizer step STEP the run parks while the file
 PATH exists, and writes ``PATH.held`` once it is parked. A test that must act on a running job (a
@@ -22,12 +24,20 @@ from pathlib import Path
 import torch
 
 OOM_ABOVE = "GRADACC_FAILPOINT_OOM_ABOVE"
+OOM_RANK = "GRADACC_FAILPOINT_OOM_RANK"
 HOLD_AT = "GRADACC_FAILPOINT_HOLD_AT"
 HOLD_POLL_S = 0.05
 
 
 def check_out_of_memory(rows: int) -> None:
     limit = os.environ.get(OOM_ABOVE)
+    if limit and limit.startswith("@"):  # a file's content, read at every forward (absent: none)
+        try:
+            limit = Path(limit[1:]).read_text().strip()
+        except FileNotFoundError:
+            return
+    if os.environ.get(OOM_RANK, os.environ.get("RANK", "0")) != os.environ.get("RANK", "0"):
+        return
     if limit and rows > int(limit):
         raise torch.OutOfMemoryError(
             f"failpoint {OOM_ABOVE}={limit}: a micro-batch of {rows} rows does not fit"

@@ -18,6 +18,7 @@ from gradacc.models import Job, JobStatus, utcnow
 from gradacc.result_files import write_results
 from gradacc.retry import retry
 from gradacc.settings import Settings, get_settings
+from trainer_core.loop.replan import RanksReplan
 from trainer_core.spec.callbacks import TrainResult
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.job import JobSpec
@@ -44,7 +45,7 @@ def main(argv: list[str]) -> int:
     if spec is None:  # not ours to train (any more); paused before it began: nothing to keep
         return exit_codes.PREEMPTED if _paused(settings, job_id) else exit_codes.OUTCOME_RECORDED
     if spec.num_processes > 1:
-        return launch_ranks(settings.jobs_dir / job_id, job_id, spec.num_processes)
+        return launch_ranks(settings, job_id, spec.num_processes)
     return train_and_record(settings, job_id, spec)
 
 
@@ -68,6 +69,9 @@ def train_and_record(settings: Settings, job_id: str, spec: JobSpec) -> int:
             callback=callback,
             should_stop=DatabaseStopCheck(settings, job_id),
         )
+    except RanksReplan:  # a rank of several ran out of memory: the launcher restarts them all
+        callback.flush()
+        raise
     except JobError as exc:
         log.error("job %s failed: %s: %s", job_id, exc.code, exc.message)
         code, message = exc.code, exc.message
@@ -77,6 +81,8 @@ def train_and_record(settings: Settings, job_id: str, spec: JobSpec) -> int:
     except Exception as exc:
         log.exception("job %s crashed", job_id)  # into train.log, not into the database
         callback.flush()
+        if spec.num_processes > 1:  # often a peer rank's death (a collective failed): the
+            raise  # launcher starts every rank again, or fails the job past max_restarts
         message = describe_error(exc)
         _retrying(lambda: _record_failure(settings, job_id, code="training_error", message=message))
         return exit_codes.CRASHED

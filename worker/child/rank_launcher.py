@@ -11,6 +11,11 @@ training process reaches every rank:
 - preemption (SIGUSR1, or the worker died and this process was re-parented): this process writes
   ``PREEMPT_FILE``; rank 0 reads it between micro-steps, and the ranks agree to checkpoint at the
   same window's end (``trainer_core.distributed.agree_on_stop``).
+- a rank that died (kill -9, the OOM killer, a crash): torchrun stops the others, and every rank
+  starts again from the last checkpoint, up to the spec's ``max_restarts`` (``gradacc.restarts``;
+  ``worker.child.rank_agent`` says which rank failed and how);
+- a rank that ran out of memory: every rank starts again at half the micro-batch and twice K
+  (``trainer_core.loop.replan``), not counted as a restart.
 
 Its exit status is rank 0's (``RANK0_EXIT_FILE``), or torchrun's when rank 0 left none.
 """
@@ -18,16 +23,25 @@ Its exit status is rank 0's (``RANK0_EXIT_FILE``), or torchrun's when rank 0 lef
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+from gradacc.db import session_scope
+from gradacc.jobs import add_event, fail_job
+from gradacc.models import Job, JobStatus
+from gradacc.restarts import restart_or_fail, resume_point
+from gradacc.settings import Settings
+from trainer_core.loop import replan
 from worker import exit_codes
 
 PREEMPT_FILE = "preempt.request"
 RANK0_EXIT_FILE = "rank0.exit"
+FAILURES_FILE = "rank_failures.json"  # the ranks that failed in torchrun's last run
 _PR_SET_PDEATHSIG = 1
 
 
@@ -37,21 +51,51 @@ def die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def torchrun_command(job_id: str, num_processes: int) -> list[str]:
+def rank_error_file(rank: int | str) -> str:
+    """Where a rank that raised leaves its error, for the restart's cause."""
+    return f"rank{rank}.error"
+
+
+def torchrun_command(job_id: str, num_processes: int, failures: Path) -> list[str]:
     return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        sys.executable, "-m", "worker.child.rank_agent", str(failures), "--standalone",
         f"--nproc_per_node={num_processes}", "-m", "worker.child.rank_main", job_id,
     ]  # fmt: skip
 
 
-def launch_ranks(job_dir: Path, job_id: str, num_processes: int) -> int:
-    """Run the job's ranks under torchrun until they end; the job's exit status."""
-    for name in (PREEMPT_FILE, RANK0_EXIT_FILE):
-        (job_dir / name).unlink(missing_ok=True)
+def launch_ranks(settings: Settings, job_id: str, num_processes: int) -> int:
+    """Run the job's ranks under torchrun until they end, starting them all again after a rank
+    died (``gradacc.restarts``) or ran out of memory (``trainer_core.loop.replan``); the job's
+    exit status."""
+    job_dir = settings.jobs_dir / job_id
     preempt = job_dir / PREEMPT_FILE
+    preempt.unlink(missing_ok=True)
     signal.signal(signal.SIGUSR1, lambda *_: preempt.touch())
     parent = os.getppid()
-    agent = subprocess.Popen(torchrun_command(job_id, num_processes), preexec_fn=die_with_parent)
+    while True:
+        returncode, failed = _run_ranks(job_dir, job_id, num_processes, parent)
+        exit_file = job_dir / RANK0_EXIT_FILE
+        if exit_file.is_file():
+            return int(exit_file.read_text())
+        print(f"torchrun exited with status {returncode} before rank 0 recorded an outcome")
+        if os.getppid() != parent or not failed:
+            return returncode or exit_codes.CRASHED  # the worker died, or torchrun itself did
+        if not _start_again(settings, job_id, failed, num_processes):
+            return (
+                exit_codes.OUTCOME_RECORDED if _recorded(settings, job_id) else exit_codes.CRASHED
+            )
+
+
+def _run_ranks(
+    job_dir: Path, job_id: str, num_processes: int, parent: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """One run of torchrun: its exit status, and the ranks that failed (``rank_agent``)."""
+    failures = job_dir / FAILURES_FILE
+    for path in (failures, job_dir / RANK0_EXIT_FILE, *job_dir.glob(rank_error_file("*"))):
+        path.unlink(missing_ok=True)
+    preempt = job_dir / PREEMPT_FILE
+    command = torchrun_command(job_id, num_processes, failures)
+    agent = subprocess.Popen(command, preexec_fn=die_with_parent)
     while True:
         try:
             returncode = agent.wait(timeout=0.5)
@@ -59,8 +103,59 @@ def launch_ranks(job_dir: Path, job_id: str, num_processes: int) -> int:
         except subprocess.TimeoutExpired:
             if os.getppid() != parent and not preempt.exists():
                 preempt.touch()  # the worker died: checkpoint and stop, another one resumes
-    exit_file = job_dir / RANK0_EXIT_FILE
-    if exit_file.is_file():
-        return int(exit_file.read_text())
-    print(f"torchrun exited with status {returncode} before rank 0 recorded an outcome")
-    return returncode or exit_codes.CRASHED
+    failed = json.loads(failures.read_text()) if failures.is_file() else []
+    return returncode, failed
+
+
+def _start_again(
+    settings: Settings, job_id: str, failed: list[dict[str, Any]], num_processes: int
+) -> bool:
+    """Whether to start every rank again: a re-plan after running out of memory, or a restart
+    within ``max_restarts``. Records the event (or the failure) either way."""
+    job_dir = settings.jobs_dir / job_id
+    if any(f["exitcode"] == exit_codes.REPLAN for f in failed):
+        return _replanned(settings, job_id, job_dir)
+    cause = ", ".join(_describe(f, num_processes, job_dir) for f in _root_causes(failed))
+    return restart_or_fail(settings, job_id, cause=cause)
+
+
+def _replanned(settings: Settings, job_id: str, job_dir: Path) -> bool:
+    plan = replan.read(job_dir)
+    with session_scope(settings) as session:
+        if plan is None or plan.exhausted is not None:
+            message = plan.exhausted if plan else "out of memory in a rank; no re-plan was written"
+            fail_job(session, job_id=job_id, code="out_of_memory", message=str(message))
+            session.commit()
+            return False
+        message = (
+            f"a rank ran out of memory at micro-batch {plan.tried[-2]}: every rank starts again "
+            f"at micro-batch {plan.micro_batch_size} x K {plan.accumulation}; "
+            f"{resume_point(job_dir)}"
+        )
+        add_event(session, job_id=job_id, kind="replanned", message=message)
+        session.commit()
+    return True
+
+
+def _root_causes(failed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ranks that failed first: one killed by a signal (kill -9, the OOM killer) makes the
+    others fail in their next collective (status 1), and torchrun stops the rest (SIGTERM)."""
+    signalled = [f for f in failed if f.get("signal") not in (None, "SIGTERM")]
+    exited = [f for f in failed if f.get("signal") is None]
+    return signalled or exited or failed
+
+
+def _describe(failure: dict[str, Any], num_processes: int, job_dir: Path) -> str:
+    rank = f"rank {failure['rank']} of {num_processes}"
+    if failure.get("signal"):
+        return f"{rank} killed by {failure['signal']}"
+    error = job_dir / rank_error_file(failure["rank"])
+    detail = f" ({error.read_text().strip()[:300]})" if error.is_file() else ""
+    return f"{rank} exited with status {failure['exitcode']}{detail}"
+
+
+def _recorded(settings: Settings, job_id: str) -> bool:
+    """The job's outcome is in the database (failed past its restarts, or cancelled)."""
+    with session_scope(settings) as session:
+        job = session.get(Job, job_id)
+        return job is None or job.status != JobStatus.RUNNING

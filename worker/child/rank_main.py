@@ -12,12 +12,14 @@ import os
 import sys
 
 from gradacc.settings import Settings, get_settings
+from trainer_core.loop.replan import RanksReplan
 from trainer_core.spec.callbacks import NULL_CALLBACK, never_stop
 from trainer_core.spec.errors import JobError
 from worker import exit_codes
 from worker.child.entry import fail_early, running_spec, train_and_record
 from worker.child.logs import configure_job_logging
-from worker.child.rank_launcher import RANK0_EXIT_FILE, die_with_parent
+from worker.child.rank_launcher import RANK0_EXIT_FILE, die_with_parent, rank_error_file
+from worker.child.reporting import describe_error
 from worker.child.training import run_training
 
 
@@ -35,12 +37,20 @@ def main(argv: list[str]) -> int:
         return _leave(settings, job_id, fail_early(settings, job_id, exc)) if rank0 else 0
     if spec is None:
         return exit_codes.OUTCOME_RECORDED  # cancelled meanwhile: the worker ends the group
-    if rank0:
-        return _leave(settings, job_id, train_and_record(settings, job_id, spec))
-    # The other ranks share rank 0's settings, the data cache included: a cached data set is not
-    # tokenized again on each rank (a cold one is built by each, and the first to finish is kept).
-    with contextlib.suppress(JobError):  # a bad spec or data set fails on rank 0, which records it
-        run_training(spec, settings, job_id, callback=NULL_CALLBACK, should_stop=never_stop)
+    try:
+        if rank0:
+            return _leave(settings, job_id, train_and_record(settings, job_id, spec))
+        # The other ranks share rank 0's settings, the data cache included: a cached data set is
+        # not tokenized again on each rank (a cold one is built by each, the first one kept).
+        with contextlib.suppress(JobError):  # a bad spec or data set fails on rank 0: recorded
+            run_training(spec, settings, job_id, callback=NULL_CALLBACK, should_stop=never_stop)
+    except RanksReplan:  # out of memory: torchrun stops the others, the launcher restarts all
+        return exit_codes.REPLAN
+    except Exception as exc:  # the launcher names it in the restart's cause
+        (settings.jobs_dir / job_id / rank_error_file(os.environ.get("RANK", "0"))).write_text(
+            describe_error(exc)
+        )
+        raise
     return exit_codes.OUTCOME_RECORDED
 
 

@@ -23,6 +23,7 @@ from gradacc.fine_tuned import kept_checkpoints
 from gradacc.jobs import add_event, fail_job, release_job, update_running_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.preemption import requeue_preempted
+from gradacc.restarts import restart_or_fail
 from gradacc.settings import Settings
 from trainer_core.spec.outputs import TRAIN_LOG
 from worker import exit_codes
@@ -205,15 +206,16 @@ def _record_exit(settings: Settings, job_id: str, returncode: int, stopped_by: s
 
 def _hand_on_killed(settings: Settings, job_id: str) -> str:
     """SIGKILL from outside (the OOM killer, an operator's kill -9): nothing is wrong with the job,
-    so it resumes from its last checkpoint. Its heartbeat is made stale at once, so the next
-    reconciler pass re-sends it; ``max_attempts`` still bounds a process that keeps dying."""
+    so it resumes from its last checkpoint, up to ``max_restarts`` times (``gradacc.restarts``).
+    Its heartbeat is made stale at once, so the next reconciler pass re-sends it."""
+    cause = "training process killed by SIGKILL"
+    if not restart_or_fail(settings, job_id, cause=cause, owned_by=worker_name()):
+        return "failed"  # past max_restarts (or no longer ours): the outcome is recorded
     with session_scope(settings) as session:
         gone = datetime(1970, 1, 1, tzinfo=UTC)
-        if update_running_job(session, job_id=job_id, heartbeat_at=gone, pid=None):
-            message = "training process killed (SIGKILL); it resumes from its last checkpoint"
-            add_event(session, job_id=job_id, kind="killed", message=message)
+        update_running_job(session, job_id=job_id, heartbeat_at=gone, pid=None)
         session.commit()
-    return "killed"
+    return "restarted"
 
 
 def release_preempted(settings: Settings, *, job_id: str) -> bool:
