@@ -73,7 +73,7 @@ def test_a_failing_job_says_why_and_a_redelivery_does_not_rerun_it(
     # Two messages, two jobs, one run each: whichever message comes second claims nothing. It
     # may be read after ``later`` ended (messages are interchangeable: the first one may have
     # claimed ``later``), so wait for its line rather than read the log at once.
-    wait_until(lambda: "not claimable" in worker.log(), timeout=30, what="the spare message")
+    wait_until(lambda: "not claimable" in worker.log(), timeout=120, what="the spare message")
 
 
 def test_cancel_stops_a_running_job_and_frees_its_process(
