@@ -40,6 +40,6 @@ def resume_job(
     require_transition(session, job_id=job_id, to=JobStatus.QUEUED, enqueued_at=utcnow())
     add_event(session, job_id=job_id, kind="resumed", message="resumed: queued again")
     session.commit()
-    processes = int(job.spec.get("num_processes", 1))
+    processes = job.num_processes // job.num_machines  # on each machine: its queue
     enqueue(session, job=job, celery=celery, settings=settings, processes=processes)
     return get_job(session, job_id=job_id, tenant=tenant)

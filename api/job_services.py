@@ -99,6 +99,7 @@ def create_job(
         effective_batch_size=spec.effective_batch_size,
         priority=spec.priority,
         num_processes=spec.num_processes,
+        num_machines=spec.num_machines,
         micro_batch_size=None if spec.auto_micro_batch else spec.per_device_train_batch_size,
         gradient_accumulation_steps=spec.gradient_accumulation_steps,
         dataset_format=dataset_format,
@@ -123,7 +124,8 @@ def create_job(
         if earlier is None:
             raise
         return _replayed(earlier, request_hash), False
-    enqueue(session, job=job, celery=celery, settings=settings, processes=spec.num_processes)
+    processes = spec.processes_per_machine  # the queue of workers with that many
+    enqueue(session, job=job, celery=celery, settings=settings, processes=processes)
     log.info("job %s queued (tenant %s)", job.id, tenant)
     return job, True
 

@@ -1,5 +1,9 @@
 """Does a live worker have the devices a job asks for? Asked at POST for multi-process jobs.
 
+A job over M machines (gang scheduling, ``gradacc.gang``) needs num_processes / M devices on each
+of M machines; whether M distinct machines are live is not asked here: such a job waits queued
+(its gang gathers and is released in turn) until they are.
+
 Workers advertise their device count through the queues they consume (``gradacc.queue``: a worker
 with D devices consumes ``<queue>.devices-n`` for every n <= D), and Celery's remote control tells
 who is live and consumes what (``inspect().active_queues()``, a broadcast answered within
@@ -56,16 +60,17 @@ def largest_live_device_set(celery: Celery, settings: Settings) -> int | None:
 
 def check_devices(spec: JobSpec, celery: Celery, settings: Settings) -> None:
     """Refuse (422, ``num_processes``/``num_machines``) a job no live worker can hold."""
-    if spec.num_machines > 1:
-        raise InvalidRequest(
-            "the service runs a job on one worker's devices; run multi-machine jobs with "
-            "torchrun or accelerate launch (docs/distributed.md)",
-            param="num_machines",
-        )
-    if spec.num_processes <= 1:
+    needed = spec.processes_per_machine  # a gang job holds that many on each machine
+    if needed <= 1 and spec.num_machines == 1:
         return
     largest = largest_live_device_set(celery, settings)
-    if largest is not None and spec.num_processes > largest:
+    if largest is not None and needed > largest:
+        if spec.num_machines > 1:
+            raise InvalidRequest(
+                f"no live worker has the {needed} devices a machine of this job needs "
+                f"(num_processes / num_machines; the largest has {largest})",
+                param="num_machines",
+            )
         raise InvalidRequest(
             f"no live worker has {spec.num_processes} devices (the largest has {largest})",
             param="num_processes",

@@ -1,6 +1,7 @@
 """One message per queued job, when a message claims whichever job is best.
 
-The invariant, per queue (``<queue>`` or ``<queue>.devices-n``): the broker holds at least as
+The invariant, per queue (``<queue>`` or ``<queue>.devices-n``, n the devices a job takes on each
+machine: ``num_processes / num_machines``): the broker holds at least as
 many messages as there are queued jobs with ``enqueued_at`` set; a queued job with ``enqueued_at``
 NULL has none, and the reconciler's next pass sends it one. Messages are interchangeable (any of
 them claims the best job), so what is kept is the count. A consumed message takes one from its
@@ -47,12 +48,14 @@ def settle_message(
     if claimed is not None and claimed.job_id == named:
         return Settled("settled")
     row = session.execute(
-        select(Job.status, Job.num_processes, Job.enqueued_at).where(Job.id == named)
+        select(Job.status, Job.num_processes, Job.num_machines, Job.enqueued_at).where(
+            Job.id == named
+        )
     ).one_or_none()
     if row is None:
         return Settled("settled")  # deleted, so finished: its message was a spare one
-    queue = job_queue(settings, row.num_processes)
-    same_queue = claimed is not None and job_queue(settings, claimed.num_processes) == queue
+    queue = job_queue(settings, row.num_processes // row.num_machines)
+    same_queue = claimed is not None and job_queue(settings, claimed.node_processes) == queue
     if claimed is not None and claimed.had_message and same_queue:
         return Settled("inherited")
     named_queued = row.status == JobStatus.QUEUED
@@ -76,12 +79,14 @@ def forget_message(session: Session, *, job_id: str, settings: Settings) -> None
     """A message consumed by a worker that starts nothing (it is stopping): one job of its queue
     that counted on a message waits for the reconciler instead. Commits."""
     row = session.execute(
-        select(Job.status, Job.num_processes, Job.enqueued_at).where(Job.id == job_id)
+        select(Job.status, Job.num_processes, Job.num_machines, Job.enqueued_at).where(
+            Job.id == job_id
+        )
     ).one_or_none()
     if row is None:
         return
     target = job_id if row.status == JobStatus.QUEUED and row.enqueued_at is not None else None
-    queue = job_queue(settings, row.num_processes)
+    queue = job_queue(settings, row.num_processes // row.num_machines)
     target = target or _counting_on_one(session, settings=settings, queue=queue)
     if _clear_one(session, first=target, settings=settings, queue=queue) is not None:
         session.commit()
@@ -89,8 +94,10 @@ def forget_message(session: Session, *, job_id: str, settings: Settings) -> None
 
 def _counting_on_one(session: Session, *, settings: Settings, queue: str) -> str | None:
     """The oldest queued job of ``queue`` that counts on a message."""
-    processes = int(queue.rsplit("-", 1)[1]) if queue != settings.queue else None
-    fits: Any = Job.num_processes <= 1 if processes is None else Job.num_processes == processes
+    processes = int(queue.rsplit("-", 1)[1]) if queue != settings.queue else 1
+    # A job's queue is that of its devices on each machine (num_processes / num_machines).
+    per_node = Job.num_machines * processes
+    fits: Any = Job.num_processes <= per_node if processes == 1 else Job.num_processes == per_node
     query = select(Job.id).where(Job.status == JobStatus.QUEUED, Job.enqueued_at.is_not(None))
     return session.scalar(query.where(fits).order_by(Job.id).limit(1))
 

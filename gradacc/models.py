@@ -123,6 +123,9 @@ class Job(Base):
     # the claim compares it with a worker's devices and sums the devices a tenant has in use.
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     num_processes: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # Machines the processes span (gang scheduling, gradacc.gang): num_processes / num_machines
+    # devices on each; a worker fits the job when it has that many.
+    num_machines: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     # The queued job of higher priority that preempts this running one: its worker checkpoints
     # it and queues it again (gradacc.preemption).
     preempted_by: Mapped[str | None] = mapped_column(String(32))
@@ -270,6 +273,25 @@ class Worker(Base):
     current_job: Mapped[str | None] = mapped_column(String(32))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class GangSlot(Base):
+    """One machine's part of a job over several machines (``gradacc.gang``): the worker holding
+    W/M devices there for it, and where the others reach it. Node 0 (the job's claimer) also
+    records the rendezvous port. One slot per machine and per node rank of a job."""
+
+    __tablename__ = "gang_slots"
+    __table_args__ = (UniqueConstraint("job_id", "machine", name="uq_gang_slots_job_id_machine"),)
+
+    job_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    node_rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    worker: Mapped[str] = mapped_column(String(255))
+    machine: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str] = mapped_column(String(255))
+    port: Mapped[int | None] = mapped_column(Integer)
+    held_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class TenantTurn(Base):

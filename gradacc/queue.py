@@ -17,6 +17,9 @@ from gradacc.broker_files import TRANSPORT as FILE_TRANSPORT
 from gradacc.settings import Settings
 
 RUN_JOB_TASK = "gradacc.run_job"
+# Wakes a worker to take a slot in a gathering gang job (``gradacc.gang``). Not counted by
+# ``gradacc.message_accounting``: it claims no queued job, and one that finds no gang is dropped.
+JOIN_GANG_TASK = "gradacc.join_gang"
 DEVICES_SUFFIX = ".devices-"
 
 
@@ -72,7 +75,8 @@ def create_celery_app(settings: Settings, *, include: Sequence[str] = ()) -> Cel
 
 
 def job_queue(settings: Settings, num_processes: int) -> str:
-    """The queue of a job that needs ``num_processes`` devices (the plain queue for one)."""
+    """The queue of a job that needs ``num_processes`` devices on one machine (the plain queue
+    for one); a job over M machines goes to that of its num_processes / M."""
     return (
         settings.queue if num_processes <= 1 else f"{settings.queue}{DEVICES_SUFFIX}{num_processes}"
     )
@@ -90,3 +94,10 @@ def enqueue_job(celery: Celery, settings: Settings, job_id: str, num_processes: 
     task_id = f"{job_id}-{secrets.token_hex(4)}"  # unique per delivery: a job is sent again
     queue = job_queue(settings, num_processes)
     celery.send_task(RUN_JOB_TASK, args=[job_id], queue=queue, task_id=task_id)
+
+
+def send_join(celery: Celery, settings: Settings, job_id: str, node_processes: int) -> None:
+    """Ask a worker with ``node_processes`` devices to join the gang of ``job_id``."""
+    task_id = f"{job_id}-join-{secrets.token_hex(4)}"
+    queue = job_queue(settings, node_processes)
+    celery.send_task(JOIN_GANG_TASK, args=[job_id], queue=queue, task_id=task_id)

@@ -54,7 +54,9 @@ def _heads(*, devices: int) -> Any:
     top, oldest = aliased(Job, name="top_job"), aliased(Job, name="oldest_job")
 
     def fits(job: Any) -> Any:
-        return is_queued(job) & (job.tenant == tenants.c.tenant) & (job.num_processes <= devices)
+        # num_processes / num_machines on each machine (a gang job: gradacc.gang)
+        here = job.num_processes <= job.num_machines * devices
+        return is_queued(job) & (job.tenant == tenants.c.tenant) & here
 
     # Both correlate to the walk's tenant (the inner one two levels down).
     best = select(func.max(top.priority)).where(fits(top)).correlate(tenants).scalar_subquery()

@@ -8,7 +8,7 @@ The order (docs/scheduling.md):
 3. then the tenant whose last turn came longest ago (``tenant_turns``; never started: first);
 4. then that tenant's oldest job (ids sort by creation time).
 
-Candidates are queued jobs that fit the worker (``num_processes`` <= its devices) of tenants
+Candidates are queued jobs that fit the worker (``num_processes / num_machines`` <= its devices) of tenants
 under ``max_running_per_tenant`` (the query: ``gradacc.schedule_order``). A Celery message names a job, but the worker that gets it
 claims the best candidate instead (``claim_next``), so the order cannot depend on the order in
 which the broker hands out messages; ``gradacc.message_accounting`` keeps every queued job's
@@ -42,6 +42,12 @@ class Claimed:
     tenant: str
     num_processes: int
     had_message: bool
+    num_machines: int = 1
+
+    @property
+    def node_processes(self) -> int:
+        """The devices it takes on each machine: its queue's (``gradacc.queue.job_queue``)."""
+        return self.num_processes // self.num_machines
 
 
 @lru_cache(maxsize=64)
@@ -75,7 +81,7 @@ def claim_next(session: Session, *, worker: str, settings: Settings) -> Claimed 
             update(Job)
             .where(Job.id == best, Job.status == JobStatus.QUEUED)
             .values(**claimed_values(worker, now))
-            .returning(Job.id, Job.tenant, Job.num_processes, Job.enqueued_at)
+            .returning(Job.id, Job.tenant, Job.num_processes, Job.enqueued_at, Job.num_machines)
             .execution_options(synchronize_session=False)
         )
         row = session.execute(stmt).one_or_none()
@@ -88,7 +94,8 @@ def claim_next(session: Session, *, worker: str, settings: Settings) -> Claimed 
             continue
         _record_turn(session, tenant=row.tenant, at=now)
         session.commit()
-        return Claimed(row.id, row.tenant, row.num_processes, row.enqueued_at is not None)
+        had_message = row.enqueued_at is not None
+        return Claimed(row.id, row.tenant, row.num_processes, had_message, row.num_machines)
     session.rollback()
     return None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -53,6 +54,16 @@ class Settings(BaseSettings):
     # Devices this worker trains a job on: GPUs, or gloo CPU processes where there is none. A job
     # with num_processes n goes to queue "<queue>.devices-n"; this worker takes n <= devices.
     devices: int = Field(default=1, ge=1, le=1024)
+    # Gang scheduling (docs/distributed.md): the machine this worker is on (workers of one
+    # machine share it; a job over M machines holds a slot on M distinct ones), the address other
+    # machines reach it at (node 0's is the torchrun rendezvous endpoint), the rendezvous port
+    # node 0 listens on (0: a free one per job), and how long a gang's slots are held while
+    # it gathers before they are released and the job is queued again (so no two gang jobs
+    # hold each other's devices for ever).
+    machine: str = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
+    advertise_host: str | None = Field(default=None, description="Default: the machine name")
+    rdzv_port: int = Field(default=0, ge=0, le=65535)
+    gang_wait_s: float = Field(default=60.0, gt=0)
     # ``gradacc serve`` and its workers: "info" prints one line per component ready and per job
     # event (libraries at WARNING); "debug" brings back every library's log and Celery's banner.
     log_level: Literal["info", "debug"] = "info"
@@ -155,6 +166,9 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.home / 'gradacc.db').resolve()}"
+
+    def resolved_advertise_host(self) -> str:
+        return self.advertise_host or self.machine
 
     def resolved_broker_url(self) -> str:
         return self.broker_url or "filesystem://"

@@ -32,8 +32,11 @@ def test_refusal_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InvalidRequest) as caught:
         capacity.check_devices(JobSpec(**SPEC, num_processes=4), app, settings)
     assert caught.value.param == "num_processes"
+    # A gang job needs num_processes / num_machines devices on each machine (gradacc.gang).
+    capacity.check_devices(JobSpec(**SPEC, num_processes=4, num_machines=2), app, settings)
+    with pytest.raises(InvalidRequest) as caught:
+        capacity.check_devices(JobSpec(**SPEC, num_processes=6, num_machines=2), app, settings)
+    assert caught.value.param == "num_machines"
     live = None  # the broker did not answer: accepted, it waits queued
     capacity.check_devices(JobSpec(**SPEC, num_processes=4), app, settings)
-    with pytest.raises(InvalidRequest) as caught:
-        capacity.check_devices(JobSpec(**SPEC, num_processes=2, num_machines=2), app, settings)
-    assert caught.value.param == "num_machines"
+    capacity.check_devices(JobSpec(**SPEC, num_processes=6, num_machines=2), app, settings)

@@ -82,3 +82,28 @@ def test_a_job_claimed_meanwhile_passes_the_count_to_the_next(db_settings: Setti
         session.commit()
         assert cleared == other and sent_at(session, other) is None
         assert _clear_one(session, first=other, settings=settings, queue=settings.queue) is None
+
+
+def test_a_gang_job_is_counted_in_the_queue_of_its_devices_per_machine(
+    db_settings: Settings,
+) -> None:
+    """W=2 over M=2 machines takes 1 device on each: its message is in the plain queue, where a
+    one-process job's claim inherits it and its own claim stands for a one-process job's."""
+    settings, before = db_settings, utcnow() - timedelta(minutes=1)
+    gang = add_jobs(settings, "a", 1, num_processes=2, num_machines=2, enqueued_at=before)[0]
+    single = add_jobs(settings, "a", 1, enqueued_at=before, priority=1)[0]
+    with session_scope(settings) as session:
+        taken = claim_next(session, worker="w", settings=settings)  # one device
+        assert taken is not None and taken.job_id == single
+        assert settle_message(session, named=gang, claimed=taken, settings=settings) == Settled(
+            "inherited"
+        )
+        other = add_jobs(settings, "a", 1, enqueued_at=before)[0]
+        taken = claim_next(session, worker="w", settings=settings)
+        assert taken is not None and taken.job_id == gang and taken.node_processes == 1
+        assert settle_message(session, named=other, claimed=taken, settings=settings) == Settled(
+            "inherited"
+        )
+        from gradacc.message_accounting import _counting_on_one
+
+        assert _counting_on_one(session, settings=settings, queue=settings.queue) == other

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.files import resolve_file_sources
+from gradacc.gang import node_of
 from gradacc.jobs import add_event, fail_job, transition_job
 from gradacc.models import Job, JobStatus, utcnow
 from gradacc.result_files import write_results
@@ -25,7 +26,7 @@ from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import WORKER_JOURNAL
 from worker import exit_codes
 from worker.child.logs import configure_job_logging
-from worker.child.rank_launcher import launch_ranks
+from worker.child.rank_launcher import Rendezvous, launch_ranks
 from worker.child.reporting import DatabaseCallback, describe_error, jsonable
 from worker.child.stop import DatabaseStopCheck
 from worker.child.training import run_training
@@ -44,9 +45,24 @@ def main(argv: list[str]) -> int:
         return fail_early(settings, job_id, exc)
     if spec is None:  # not ours to train (any more); paused before it began: nothing to keep
         return exit_codes.PREEMPTED if _paused(settings, job_id) else exit_codes.OUTCOME_RECORDED
+    if spec.num_machines > 1:
+        rendezvous = _rendezvous(settings, job_id)
+        if rendezvous is None:  # this machine's slot is gone: the gang was released or taken over
+            return exit_codes.OUTCOME_RECORDED
+        return launch_ranks(settings, job_id, spec.processes_per_machine, rendezvous)
     if spec.num_processes > 1:
         return launch_ranks(settings, job_id, spec.num_processes)
     return train_and_record(settings, job_id, spec)
+
+
+def _rendezvous(settings: Settings, job_id: str) -> Rendezvous | None:
+    """This machine's node of the job's gang (``gradacc.gang``), as torchrun's rendezvous."""
+    with session_scope(settings) as session:
+        node = node_of(session, job_id=job_id, machine=settings.machine)
+    if node is None:
+        return None
+    endpoint = f"{node.endpoint_host}:{node.port}"
+    return Rendezvous(node.num_machines, node.node_rank, endpoint, local_addr=node.host)
 
 
 def fail_early(settings: Settings, job_id: str, exc: JobError) -> int:

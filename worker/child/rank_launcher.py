@@ -17,7 +17,9 @@ training process reaches every rank:
 - a rank that ran out of memory: every rank starts again at half the micro-batch and twice K
   (``trainer_core.loop.replan``), not counted as a restart.
 
-Its exit status is rank 0's (``RANK0_EXIT_FILE``), or torchrun's when rank 0 left none.
+Its exit status is rank 0's (``RANK0_EXIT_FILE``), or torchrun's when rank 0 left none. A job over
+several machines runs one such launcher per machine (``Rendezvous``), all in the one shared job
+directory: rank 0's exit file is read by each.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,14 +59,42 @@ def rank_error_file(rank: int | str) -> str:
     return f"rank{rank}.error"
 
 
-def torchrun_command(job_id: str, num_processes: int, failures: Path) -> list[str]:
+@dataclass(frozen=True)
+class Rendezvous:
+    """One node of a job over several machines (``gradacc.gang``): torch's c10d rendezvous at
+    node 0's ``endpoint`` (host:port), whose agent hosts the store. c10d numbers the nodes itself
+    (in the order of their local addresses): the node rank here picks the store's host only."""
+
+    num_machines: int
+    node_rank: int
+    endpoint: str
+    local_addr: str
+    join_timeout_s: int = 120
+
+    def arguments(self, job_id: str) -> list[str]:
+        is_host = "true" if self.node_rank == 0 else "false"
+        return [
+            f"--nnodes={self.num_machines}", f"--node-rank={self.node_rank}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={self.endpoint}", f"--rdzv-id={job_id}",
+            f"--rdzv-conf=is_host={is_host},join_timeout={self.join_timeout_s}",
+            f"--local-addr={self.local_addr}",
+        ]  # fmt: skip
+
+
+def torchrun_command(
+    job_id: str, num_processes: int, failures: Path, rendezvous: Rendezvous | None = None
+) -> list[str]:
+    """``num_processes``: this node's ranks (``--standalone`` without a rendezvous)."""
+    where = ["--standalone"] if rendezvous is None else rendezvous.arguments(job_id)
     return [
-        sys.executable, "-m", "worker.child.rank_agent", str(failures), "--standalone",
+        sys.executable, "-m", "worker.child.rank_agent", str(failures), *where,
         f"--nproc_per_node={num_processes}", "-m", "worker.child.rank_main", job_id,
     ]  # fmt: skip
 
 
-def launch_ranks(settings: Settings, job_id: str, num_processes: int) -> int:
+def launch_ranks(
+    settings: Settings, job_id: str, num_processes: int, rendezvous: Rendezvous | None = None
+) -> int:
     """Run the job's ranks under torchrun until they end, starting them all again after a rank
     died (``gradacc.restarts``) or ran out of memory (``trainer_core.loop.replan``); the job's
     exit status."""
@@ -73,13 +104,15 @@ def launch_ranks(settings: Settings, job_id: str, num_processes: int) -> int:
     signal.signal(signal.SIGUSR1, lambda *_: preempt.touch())
     parent = os.getppid()
     while True:
-        returncode, failed = _run_ranks(job_dir, job_id, num_processes, parent)
+        returncode, failed = _run_ranks(job_dir, job_id, num_processes, parent, rendezvous)
         exit_file = job_dir / RANK0_EXIT_FILE
         if exit_file.is_file():
             return int(exit_file.read_text())
         print(f"torchrun exited with status {returncode} before rank 0 recorded an outcome")
         if os.getppid() != parent or not failed:
             return returncode or exit_codes.CRASHED  # the worker died, or torchrun itself did
+        if rendezvous is not None:  # restarts are not coordinated across machines (yet): node
+            return returncode or exit_codes.CRASHED  # 0's worker fails the job (process_died)
         if not _start_again(settings, job_id, failed, num_processes):
             return (
                 exit_codes.OUTCOME_RECORDED if _recorded(settings, job_id) else exit_codes.CRASHED
@@ -87,14 +120,14 @@ def launch_ranks(settings: Settings, job_id: str, num_processes: int) -> int:
 
 
 def _run_ranks(
-    job_dir: Path, job_id: str, num_processes: int, parent: int
+    job_dir: Path, job_id: str, num_processes: int, parent: int, rendezvous: Rendezvous | None
 ) -> tuple[int, list[dict[str, Any]]]:
     """One run of torchrun: its exit status, and the ranks that failed (``rank_agent``)."""
     failures = job_dir / FAILURES_FILE
     for path in (failures, job_dir / RANK0_EXIT_FILE, *job_dir.glob(rank_error_file("*"))):
         path.unlink(missing_ok=True)
     preempt = job_dir / PREEMPT_FILE
-    command = torchrun_command(job_id, num_processes, failures)
+    command = torchrun_command(job_id, num_processes, failures, rendezvous)
     agent = subprocess.Popen(command, preexec_fn=die_with_parent)
     while True:
         try:

@@ -45,22 +45,33 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def supervise(settings: Settings, *, job_id: str) -> str:
+def supervise(settings: Settings, *, job_id: str, owner: str | None = None) -> str:
+    """Train the job in a child and watch it until it ends; its outcome. ``owner``: node 0's
+    worker, when this worker holds another node of a gang job (``gradacc.gang``): it watches
+    the job as node 0's (a cancel, a take-over) but neither beats nor records the outcome."""
     output_dir = settings.jobs_dir / job_id
     output_dir.mkdir(parents=True, exist_ok=True)
+    node = owner is not None and owner != worker_name()
     # Forked from a pre-imported server (worker.consumer.launcher): no import on the job's path.
-    child = start(settings, job_id=job_id, log_path=output_dir / TRAIN_LOG)
-    with session_scope(settings) as session:
-        update_running_job(session, job_id=job_id, pid=child.pid)
-        session.commit()
-    stopped_by = _watch(settings, job_id, child)
+    log_name = f"{TRAIN_LOG}.{settings.machine}" if node else TRAIN_LOG  # a log per machine
+    child = start(settings, job_id=job_id, log_path=output_dir / log_name)
+    if not node:
+        with session_scope(settings) as session:
+            update_running_job(session, job_id=job_id, pid=child.pid)
+            session.commit()
+    stopped_by = _watch(settings, job_id, child, holder=owner or worker_name())
+    if node:
+        exit_status = _describe(child.wait())
+        return f"node stopped ({stopped_by})" if stopped_by else f"node exited ({exit_status})"
     return _finish(settings, job_id, child.wait(), stopped_by)
 
 
-def _watch(settings: Settings, job_id: str, child: TrainingProcess) -> str | None:
-    """Wait for the child. Returns None when it exited by itself, else why it was stopped."""
+def _watch(settings: Settings, job_id: str, child: TrainingProcess, *, holder: str) -> str | None:
+    """Wait for the child. Returns None when it exited by itself, else why it was stopped.
+    ``holder``: the worker the job must stay with (this one, or a gang's node 0)."""
     next_beat = 0.0
-    me = worker_name()
+    me = holder
+    beats = holder == worker_name()  # a gang's other nodes leave the heartbeat to node 0
     preempt_sent = False
     while True:
         try:
@@ -73,7 +84,7 @@ def _watch(settings: Settings, job_id: str, child: TrainingProcess) -> str | Non
             preempt_sent = True
         beat = time.monotonic() >= next_beat
         try:
-            status, owner, preempted_by = _read_status(settings, job_id, beat=beat)
+            status, owner, preempted_by = _read_status(settings, job_id, beat=beat and beats)
         except DATABASE_ERRORS:
             # The database blipped: the child keeps training (its writes wait for the database);
             # keep watching. If it stays away past stale_after_s, another worker may take over,

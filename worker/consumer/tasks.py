@@ -18,14 +18,15 @@ from pydantic import ValidationError
 
 from gradacc.db import get_sessionmaker, session_scope
 from gradacc.errors import InvalidRequest
+from gradacc.gang import machines_of
 from gradacc.jobs import add_event, fail_job, release_job
 from gradacc.models import Job
-from gradacc.queue import RUN_JOB_TASK, create_celery_app, enqueue_job
+from gradacc.queue import JOIN_GANG_TASK, RUN_JOB_TASK, create_celery_app, enqueue_job
 from gradacc.settings import Settings, get_settings
 from gradacc.spec_limits import check_spec_allowed
 from gradacc.webhook_sender import WebhookSender
 from trainer_core.spec.job import JobSpec
-from worker.consumer import launcher, predict_process, registry
+from worker.consumer import gang_node, launcher, predict_process, registry
 from worker.consumer.claiming import leave_for_others, take_for_message
 from worker.consumer.reconciler import start_reconciler_thread
 from worker.consumer.supervisor import (
@@ -45,6 +46,17 @@ def run_job(job_id: str) -> None:
     nothing, so Celery's own line reads "succeeded: None" (the task did its work) instead of
     "succeeded: 'failed'" for a failed job."""
     log.info("message for job %s: %s", job_id, handle_job(job_id))
+
+
+@shared_task(name=JOIN_GANG_TASK, ignore_result=True)
+def join_gang(job_id: str) -> None:
+    """A gang job gathering its machines (``worker.consumer.gang_node``) asks for this one."""
+    if shutdown_requested.is_set():
+        log.info("gang of job %s not joined: this worker is stopping", job_id)
+        return
+    app = current_app._get_current_object()
+    outcome = gang_node.join_and_run(get_settings(), app, job_id=job_id, worker=worker_name())
+    log.info("join message for job %s: %s", job_id, outcome)
 
 
 def handle_job(job_id: str) -> str:
@@ -88,7 +100,19 @@ def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:
             release_job(session, job_id=job_id, worker=worker)
             session.commit()
             return "failed"
+        gang = job.num_machines > 1
+    if gang:  # gang admission: every machine's slot held, or let go (worker.consumer.gang_node)
+        gathered = gang_node.open_and_gather(settings, app, job=job, worker=worker)
+        if gathered.outcome != "complete":
+            gang_node.end_of_gang(settings, job_id=job_id, worker=worker)
+            if gathered.outcome == "yielded" and gathered.older is not None:
+                return gang_node.join_and_run(settings, app, job_id=gathered.older, worker=worker)
+            return f"gang {gathered.outcome}"
+    with session_scope(settings) as session:
         message = f"started on {worker} (attempt {job.attempts})"
+        if gang:
+            machines = ", ".join(machines_of(session, job_id=job_id))
+            message += f", a gang of {job.num_machines} machines: {machines}"
         add_event(session, job_id=job_id, kind="started", message=message)
         session.commit()
     log.info("job %s started (attempt %d)", job_id, job.attempts)
@@ -97,6 +121,8 @@ def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:
         outcome = supervise(settings, job_id=job_id)
     finally:
         registry.mark_job(settings, None)
+        if gang:
+            gang_node.end_of_gang(settings, job_id=job_id, worker=worker)
     stopping = outcome == "preempted" and shutdown_requested.is_set()
     if stopping and release_preempted(settings, job_id=job_id):
         enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
@@ -144,10 +170,11 @@ def _start_reconciler(sender: Any = None, **_: Any) -> None:
 
 
 def _processes_of(settings: Settings, job_id: str) -> int:
-    """The devices the job needs: it goes back to the queue of workers that have them."""
+    """The devices the job needs on each machine: it goes back to the queue of workers that
+    have them."""
     with session_scope(settings) as session:
         job = session.get(Job, job_id)
-        return int(job.spec.get("num_processes", 1)) if job is not None else 1
+        return job.num_processes // job.num_machines if job is not None else 1
 
 
 @worker_ready.connect
