@@ -199,3 +199,27 @@ def test_a_lost_node_0_hands_the_job_on_and_it_resumes_when_the_machine_is_back(
     assert job["status"] == "succeeded", (job, other.log())
     assert job["attempts"] == 2 and event_kinds(api, job_id).count("started") == 2
     assert any("resumed at step" in m for m in messages(settings, job_id, "training"))
+
+
+def test_a_killed_rank_fails_the_gang_job_cleanly_on_every_node(
+    api: TestClient, pg_redis_settings: Settings, start_worker: StartWorker
+) -> None:
+    """kill -9 of one rank: the other machine's rank fails in its next collective, the job
+    fails (restarts are not coordinated across machines yet), no process or slot is left."""
+    settings = pg_redis_settings
+    hold = Hold(settings.home / "rank-hold", 1)
+    workers = [machine(start_worker, "m1", env=hold.env()), machine(start_worker, "m2",
+               env=hold.env())]  # fmt: skip
+    registered(settings, *workers)
+    job_id = post_when_accepted(api, LONG)
+    hold.held(timeout=180)
+    processes = rank_processes(job_id)
+    agents = ("worker.child.rank_agent", "torch.distributed.run")
+    ranks = [p for p in processes if not any(a in p.cmdline() for a in agents)]
+    assert len(ranks) == 2, processes
+    ranks[0].kill()
+    hold.release()
+    job = wait_final(api, job_id, timeout=120)
+    assert job["status"] == "failed", (job, [w.log() for w in workers])
+    assert all_gone(processes, timeout=60), "a rank or agent outlived the failed gang job"
+    no_slot_held(settings)
