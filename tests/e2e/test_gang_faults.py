@@ -63,15 +63,17 @@ def test_cancel_stops_a_gathering_and_a_running_gang_on_every_node(
     hold.release()
 
 
-def test_a_lost_node_0_hands_the_job_on_and_it_resumes_when_the_machine_is_back(
-    api: TestClient, pg_redis_settings: Settings, start_worker: StartWorker
+@pytest.mark.parametrize("lost", ["node 0 killed", "node 1 stopped"])
+def test_a_lost_node_hands_the_job_on_and_it_resumes_when_a_machine_is_back(
+    api: TestClient, pg_redis_settings: Settings, start_worker: StartWorker, lost: str
 ) -> None:
-    """kill -9 of node 0's worker mid-run: its launcher asks rank 0 (through the shared job
-    directory) to checkpoint, every rank on both machines stops, no slot is left held, and the
-    job, still running with a stale heartbeat, is taken over by the other machine's worker and
-    resumes from the checkpoint once a second machine is back."""
+    """kill -9 of node 0's worker mid-run, or a warm stop of node 1's: that node's launcher asks
+    rank 0 (through the shared job directory) to checkpoint, every rank on both machines stops,
+    no slot is left held, and the job is handed on (node 0 lost: its heartbeat goes stale; node
+    1 stopped: node 0 releases it at once), and resumes from the checkpoint once a second
+    machine is back."""
     settings = pg_redis_settings
-    hold = Hold(settings.home / "lost-hold", 1)
+    hold = Hold(settings.home / f"lost-hold-{lost[5]}", 1)
     workers = [machine(start_worker, "m1", env=hold.env()), machine(start_worker, "m2",
                env=hold.env())]  # fmt: skip
     registered(settings, *workers)
@@ -81,14 +83,17 @@ def test_a_lost_node_0_hands_the_job_on_and_it_resumes_when_the_machine_is_back(
     with session_scope(settings) as session:
         owner = str(session.scalar(select(Job.worker).where(Job.id == job_id)))
     (node0,) = [w for w in workers if owner.endswith(f":{w.process.pid}")]
-    (other,) = [w for w in workers if w is not node0]
-    node0.kill()
+    (node1,) = [w for w in workers if w is not node0]
+    if lost == "node 0 killed":
+        node0.kill()
+    else:
+        node1.stop()
     assert all_gone(ranks, timeout=60), "a rank outlived the lost node"
     no_slot_held(settings)
     hold.release()
     machine(start_worker, "m3")
     job = wait_final(api, job_id, timeout=240)
-    assert job["status"] == "succeeded", (job, other.log())
+    assert job["status"] == "succeeded", (job, [w.log() for w in workers])
     assert job["attempts"] == 2 and event_kinds(api, job_id).count("started") == 2
     assert any("resumed at step" in m for m in messages(settings, job_id, "training"))
 

@@ -123,7 +123,9 @@ def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:
         registry.mark_job(settings, None)
         if gang:
             gang_node.end_of_gang(settings, job_id=job_id, worker=worker)
-    stopping = outcome == "preempted" and shutdown_requested.is_set()
+    # A gang job preempted without a priority: this worker, or another node's, is stopping
+    # (its preempt request reached rank 0 through the shared job directory). Hand it on now.
+    stopping = outcome == "preempted" and (shutdown_requested.is_set() or gang)
     if stopping and release_preempted(settings, job_id=job_id):
         enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
         outcome = "released"
