@@ -103,8 +103,9 @@ def test_a_gang_job_over_two_machines_equals_one_process_at_2k(
     weights = {job_id: final_weights(settings.jobs_dir / job_id)
                for job_id in (gang, reference, one_machine)}  # fmt: skip
     bound = tolerance(initial_weights(JobSpec.model_validate(REFERENCE)), weights[reference])
-    assert max_abs_diff(weights[gang], weights[reference]) <= bound
-    assert max_abs_diff(weights[gang], weights[one_machine]) <= bound
+    diffs = [max_abs_diff(weights[gang], weights[other]) for other in (reference, one_machine)]
+    print(f"gang vs one process at 2K, vs W=2 on one machine: {diffs} (bound {bound:.2e})")
+    assert max(diffs) <= bound
 
 
 def test_two_competing_gang_jobs_both_finish(
