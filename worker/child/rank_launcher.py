@@ -30,6 +30,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from worker import exit_codes
 PREEMPT_FILE = "preempt.request"
 RANK0_EXIT_FILE = "rank0.exit"
 FAILURES_FILE = "rank_failures.json"  # the ranks that failed in torchrun's last run
+GANG_FAILURES_WAIT_S = 5.0  # node 0 waits this long for the other machines' failures
 _PR_SET_PDEATHSIG = 1
 
 
@@ -111,19 +113,58 @@ def launch_ranks(
         print(f"torchrun exited with status {returncode} before rank 0 recorded an outcome")
         if os.getppid() != parent or not failed:
             return returncode or exit_codes.CRASHED  # the worker died, or torchrun itself did
-        if rendezvous is not None:  # restarts are not coordinated across machines (yet): node
-            return returncode or exit_codes.CRASHED  # 0's worker fails the job (process_died)
+        if rendezvous is not None:
+            return _gang_failed(settings, job_id, failed, num_processes, rendezvous)
         if not _start_again(settings, job_id, failed, num_processes):
             return (
                 exit_codes.OUTCOME_RECORDED if _recorded(settings, job_id) else exit_codes.CRASHED
             )
 
 
+def _gang_failed(
+    settings: Settings, job_id: str, failed: list[dict[str, Any]], per_node: int,
+    rendezvous: Rendezvous,
+) -> int:  # fmt: skip
+    """A rank of a job over several machines failed: every node's torchrun stops (the others'
+    ranks fail in their next collective). Only node 0 decides, once, with every node's failures
+    in hand: a restart (or a re-plan) hands the job on through the queue (``RESTART``), and the
+    next node 0 gathers a gang again (on the devices it can get) and resumes from the last
+    checkpoint; past ``max_restarts`` the job fails. The other nodes just end."""
+    if rendezvous.node_rank != 0:
+        return exit_codes.CRASHED
+    job_dir = settings.jobs_dir / job_id
+    failed = _every_node(job_dir, failed, rendezvous.num_machines)
+    world = per_node * rendezvous.num_machines
+    if _start_again(settings, job_id, failed, world):
+        return exit_codes.RESTART
+    return exit_codes.OUTCOME_RECORDED if _recorded(settings, job_id) else exit_codes.CRASHED
+
+
+def _every_node(job_dir: Path, own: list[dict[str, Any]], nodes: int) -> list[dict[str, Any]]:
+    """Node 0's failures and the other nodes' (their agents write them to the shared job
+    directory as they stop: waited for up to ``GANG_FAILURES_WAIT_S``; a node whose machine is
+    gone writes none)."""
+    deadline = time.monotonic() + GANG_FAILURES_WAIT_S
+    others = [job_dir / failures_file(node) for node in range(1, nodes)]
+    while not all(path.is_file() for path in others) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    found = list(own)
+    for path in others:
+        if path.is_file():
+            found += json.loads(path.read_text())
+    return sorted(found, key=lambda f: int(f["rank"]))
+
+
+def failures_file(node_rank: int | None) -> str:
+    """Each machine's agent writes its own (they share the job directory)."""
+    return FAILURES_FILE if node_rank is None else f"rank_failures.node{node_rank}.json"
+
+
 def _run_ranks(
     job_dir: Path, job_id: str, num_processes: int, parent: int, rendezvous: Rendezvous | None
 ) -> tuple[int, list[dict[str, Any]]]:
     """One run of torchrun: its exit status, and the ranks that failed (``rank_agent``)."""
-    failures = job_dir / FAILURES_FILE
+    failures = job_dir / failures_file(None if rendezvous is None else rendezvous.node_rank)
     for path in (failures, job_dir / RANK0_EXIT_FILE, *job_dir.glob(rank_error_file("*"))):
         path.unlink(missing_ok=True)
     preempt = job_dir / PREEMPT_FILE

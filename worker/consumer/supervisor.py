@@ -158,6 +158,8 @@ def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | 
         outcome = _preempted(settings, job_id)
     elif returncode == -signal.SIGKILL and stopped_by is None:
         outcome = _hand_on_killed(settings, job_id)
+    elif returncode == exit_codes.RESTART and stopped_by is None:
+        outcome = "restarting"  # a gang job's rank died (restart recorded): the caller hands on
     else:
         outcome = _record_exit(settings, job_id, returncode, stopped_by)
     with session_scope(settings) as session:
@@ -229,7 +231,9 @@ def _hand_on_killed(settings: Settings, job_id: str) -> str:
     return "restarted"
 
 
-def release_preempted(settings: Settings, *, job_id: str) -> bool:
+def release_preempted(
+    settings: Settings, *, job_id: str, message: str = "worker stopping; re-queued"
+) -> bool:
     """At this worker's warm shutdown: let another worker take the preempted job now rather than
     after ``stale_after_s``. Its heartbeat is made stale (so ``claim_job`` lets anyone take it)
     and its last enqueue is forgotten, so that any reconciler pass re-sends it (a restarted
@@ -243,7 +247,7 @@ def release_preempted(settings: Settings, *, job_id: str) -> bool:
         released = session.execute(stmt.values(heartbeat_at=gone, pid=None, enqueued_at=None))
         if released.rowcount != 1:  # type: ignore[attr-defined]
             return False
-        add_event(session, job_id=job_id, kind="released", message="worker stopping; re-queued")
+        add_event(session, job_id=job_id, kind="released", message=message)
         session.commit()
     return True
 

@@ -129,6 +129,10 @@ def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:
     if stopping and release_preempted(settings, job_id=job_id):
         enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
         outcome = "released"
+    elif outcome == "restarting" and release_preempted(
+        settings, job_id=job_id, message="a rank died: the gang gathers again and resumes"
+    ):  # the next node 0 takes it over from the queue (gradacc.restarts)
+        enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
     elif outcome == "requeued":  # preempted by a job of higher priority: queued again
         try:
             enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
