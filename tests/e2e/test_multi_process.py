@@ -38,7 +38,7 @@ def two_device_worker(start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
     return start_worker
 
 
-def post_when_accepted(api: TestClient, spec: dict[str, Any], timeout: float = 60) -> str:
+def post_when_accepted(api: TestClient, spec: dict[str, Any], timeout: float = 180) -> str:
     """POST until a worker that holds the job is live (it answers the capacity check)."""
 
     def accepted() -> str | None:
