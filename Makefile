@@ -24,7 +24,7 @@ run: setup
 browser: setup
 	sh scripts/install_browser.sh $(PY)
 
-# Two test processes, a test file each at a time: 8-10 min here (about 9.5 serially on 2 cores).
+# Two test processes, a test file each at a time: about 20 min here alone (519 tests, 2 cores).
 test: setup browser lint typecheck
 	$(PY) -m pytest -q -n 2 --dist loadfile
 

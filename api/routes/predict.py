@@ -11,7 +11,10 @@ from api.predict_schemas import Generation, LabelList, PredictRequest, answer_mo
 from api.schemas import ErrorResponse
 
 router = APIRouter(prefix="/jobs", tags=["predict"])
-ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 409, 422, 500, 504)}
+ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 409, 422, 500, 504)} | {
+    400: {"model": ErrorResponse, "description": "The body cannot be decoded"},
+    413: {"model": ErrorResponse, "description": "Body over the configured size"},
+}
 
 
 @router.post(
