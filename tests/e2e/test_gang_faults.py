@@ -18,10 +18,14 @@ from gradacc.models import GangSlot, Job
 from gradacc.settings import Settings
 from tests.e2e.conftest import StartWorker
 from tests.e2e.test_gang import GANG, REFERENCE, machine, messages, no_slot_held, registered
-from tests.e2e.test_multi_process import all_gone, post_when_accepted, rank_processes
+from tests.e2e.test_multi_process import (
+    all_gone,
+    clean_reference,
+    post_when_accepted,
+    rank_processes,
+)
 from tests.support import Hold, checkpoint_at, event_kinds, wait_final, wait_until
-from tests.trainer_core.helpers import final_weights, initial_weights, max_abs_diff, tolerance
-from trainer_core.spec.job import JobSpec
+from tests.trainer_core.helpers import final_weights, max_abs_diff
 from trainer_core.testing.failpoints import OOM_ABOVE, OOM_RANK
 
 pytestmark = pytest.mark.integration
@@ -117,10 +121,8 @@ def test_a_killed_rank_and_a_rank_out_of_memory_restart_the_gang_to_a_clean_resu
     env = {**hold.env(), OOM_ABOVE: f"@{oom_limit}", OOM_RANK: "1"}
     workers = [machine(start_worker, "m1", env=env), machine(start_worker, "m2", env=env)]
     registered(settings, *workers)
-    clean = wait_final(api, post_when_accepted(api, LONG_REFERENCE), timeout=120)
-    assert clean["status"] == "succeeded", [w.log() for w in workers]
-    reference = final_weights(settings.jobs_dir / clean["id"])
-    bound = tolerance(initial_weights(JobSpec.model_validate(LONG_REFERENCE)), reference)
+    logs = lambda: [w.log() for w in workers]  # noqa: E731
+    _, reference, bound = clean_reference(api, settings, LONG_REFERENCE, logs)
     hold.arm()
     job_id = post_when_accepted(api, LONG)
     hold.held(timeout=180)

@@ -4,7 +4,7 @@ rank behind; a job no live worker can hold is refused at POST."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psutil
@@ -18,6 +18,8 @@ from gradacc.settings import Settings
 from tests.conftest import TINY
 from tests.e2e.conftest import StartWorker
 from tests.support import Hold, event_kinds, wait_final, wait_until
+from tests.trainer_core.helpers import Weights, final_weights, initial_weights, tolerance
+from trainer_core.spec.job import JobSpec
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +52,17 @@ def post_when_accepted(api: TestClient, spec: dict[str, Any], timeout: float = 1
         return None
 
     return wait_until(accepted, timeout=timeout, what="a worker that holds the job", every=0.5)
+
+
+def clean_reference(
+    api: TestClient, settings: Settings, spec: dict[str, Any], logs: Callable[[], list[str]]
+) -> tuple[dict[str, Any], Weights, float]:
+    """Run ``spec`` uninterrupted: the job, its final weights, and the bound a run that must
+    equal it is held to (``tests.trainer_core.helpers.tolerance``)."""
+    clean = wait_final(api, post_when_accepted(api, spec), timeout=240)
+    assert clean["status"] == "succeeded", logs()
+    reference = final_weights(settings.jobs_dir / clean["id"])
+    return clean, reference, tolerance(initial_weights(JobSpec.model_validate(spec)), reference)
 
 
 def rank_processes(job_id: str) -> list[psutil.Process]:

@@ -22,13 +22,13 @@ from fastapi.testclient import TestClient
 from gradacc.settings import Settings
 from tests.e2e.test_multi_process import (
     LONG,
+    clean_reference,
     post_when_accepted,
     rank_processes,
     two_device_worker,  # noqa: F401 - the fixture
 )
 from tests.support import Hold, checkpoint_at, wait_final
-from tests.trainer_core.helpers import final_weights, initial_weights, max_abs_diff, tolerance
-from trainer_core.spec.job import JobSpec
+from tests.trainer_core.helpers import final_weights, max_abs_diff
 from trainer_core.testing.failpoints import OOM_ABOVE, OOM_RANK
 
 pytestmark = pytest.mark.integration
@@ -58,10 +58,7 @@ def test_a_killed_rank_and_a_rank_out_of_memory_restart_every_rank_to_a_clean_re
     oom_limit = settings.home / "oom-above"
     env = {**hold.env(), OOM_ABOVE: f"@{oom_limit}", OOM_RANK: "1"}
     worker = two_device_worker("gpus2r", env)
-    clean = wait_final(api, post_when_accepted(api, SPEC), timeout=240)
-    assert clean["status"] == "succeeded", worker.log()
-    reference = final_weights(settings.jobs_dir / clean["id"])
-    bound = tolerance(initial_weights(JobSpec.model_validate(SPEC)), reference)
+    clean, reference, bound = clean_reference(api, settings, SPEC, lambda: [worker.log()])
 
     # Held mid-epoch 2: kill -9 of rank 1, and from then on rank 1 runs out of memory at
     # micro-batch 4. The restart resumes from step 4, rank 1 runs out, and the re-plan resumes
