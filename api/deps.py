@@ -11,8 +11,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from gradacc.errors import Unauthorized
-from gradacc.models import DEFAULT_TENANT
 from gradacc.settings import Settings
+from gradacc.tables import DEFAULT_TENANT
 
 
 async def get_session(request: Request) -> AsyncIterator[Session]:
@@ -36,7 +36,7 @@ async def get_read_engine(request: Request) -> Engine:
 
 async def get_tenant(request: Request) -> str:
     """The tenant whose jobs this request may see: the bearer key's when auth is on, as found by
-    ``api.auth_gate.RequireAuth`` before the request got this far."""
+    ``api.http.auth_gate.RequireAuth`` before the request got this far."""
     settings: Settings = request.app.state.settings
     if not settings.require_auth:
         return DEFAULT_TENANT

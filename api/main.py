@@ -12,13 +12,13 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from api.auth_gate import RequireAuth
-from api.body_limit import BodySizeLimit
-from api.docs import install_docs
 from api.errors import install_error_handlers
-from api.file_services import sweep_leftovers
-from api.openapi import install_openapi
-from api.prometheus import TimingMiddleware
+from api.http.auth_gate import RequireAuth
+from api.http.body_limit import BodySizeLimit
+from api.http.docs import install_docs
+from api.http.openapi import install_openapi
+from api.http.prometheus import TimingMiddleware
+from api.http.schema_gate import SchemaGate
 from api.routes import (
     artifacts,
     dashboard,
@@ -32,11 +32,11 @@ from api.routes import (
     webhook_secret,
     workers,
 )
-from api.schema_gate import SchemaGate
-from api.stream import StreamHub
+from api.services.files import sweep_leftovers
+from api.stream.hub import StreamHub
 from gradacc.auth import KeyCache
 from gradacc.db import get_read_engine, get_sessionmaker
-from gradacc.queue import create_celery_app
+from gradacc.scheduling.queue import create_celery_app
 from gradacc.settings import Settings, get_settings
 from gradacc.webhook_sender import WebhookSender
 
@@ -58,7 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="gradacc",
         version="0.1.0",
         description=DESCRIPTION,
-        docs_url=None,  # served offline by api.docs
+        docs_url=None,  # served offline by api.http.docs
         redoc_url=None,
         # A body with no content type at all (curl --data-binary without -H) is read as JSON;
         # one with another type is refused with a message saying so (api.errors).

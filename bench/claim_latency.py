@@ -32,12 +32,12 @@ from sqlalchemy import func, insert, select, text, update
 
 from gradacc.db import get_engine, session_scope
 from gradacc.migrate import alembic_config
-from gradacc.models import Job, utcnow
-from gradacc.queue import create_celery_app, enqueue_job
-from gradacc.queue_view import queue_spots
-from gradacc.schedule_order import candidates
-from gradacc.scheduling import claim_next
+from gradacc.scheduling.claim import claim_next
+from gradacc.scheduling.order import candidates
+from gradacc.scheduling.position import queue_spots
+from gradacc.scheduling.queue import create_celery_app, enqueue_job
 from gradacc.settings import Settings
+from gradacc.tables import Job, utcnow
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN = os.environ.get("GRADACC_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

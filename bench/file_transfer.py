@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from commands.demo import free_port, wait_ready  # noqa: E402
 from gradacc.db import session_scope  # noqa: E402
-from gradacc.jobs import new_job_id  # noqa: E402
-from gradacc.models import Job, JobStatus  # noqa: E402
+from gradacc.jobs.states import new_job_id  # noqa: E402
 from gradacc.settings import Settings  # noqa: E402
+from gradacc.tables import Job, JobStatus  # noqa: E402
 
 MB = 1024 * 1024
 BOUNDARY = "gradacc-bench-boundary"

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from service_latency import PG_ADMIN
 
 from gradacc.db import session_scope
-from gradacc.models import Job, utcnow
 from gradacc.settings import Settings
+from gradacc.tables import Job, utcnow
 from trainer_core.spec.job import JobSpec
 from trainer_core.train import train
 from worker.child.reporting import DatabaseCallback

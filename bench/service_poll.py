@@ -44,8 +44,8 @@ from load import closed_loop, open_loop
 from service_latency import PG_ADMIN, ROOT, free_port, wait_ready
 
 from gradacc.auth import create_api_key
-from gradacc.jobs import new_job_id
-from gradacc.models import EpochMetric, Job, utcnow
+from gradacc.jobs.states import new_job_id
+from gradacc.tables import EpochMetric, Job, utcnow
 from trainer_core.spec.job import JobSpec, example_spec
 
 

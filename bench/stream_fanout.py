@@ -27,10 +27,10 @@ from sqlalchemy import update
 
 from commands.demo import free_port, wait_ready
 from gradacc.db import session_scope
-from gradacc.jobs import add_event
+from gradacc.jobs.records import add_event
 from gradacc.migrate import alembic_config
-from gradacc.models import Job
 from gradacc.settings import Settings
+from gradacc.tables import Job
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment", "num_train_epochs": 1}

@@ -15,7 +15,7 @@ from types import FrameType
 import httpx
 
 from gradacc.migrate import upgrade_database
-from gradacc.queue import worker_queues
+from gradacc.scheduling.queue import worker_queues
 from gradacc.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gradacc.models import ApiKey
+from gradacc.tables import ApiKey
 
 KEY_PREFIX = "gak_"
 TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

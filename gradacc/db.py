@@ -7,7 +7,8 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, insert
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
@@ -73,3 +74,23 @@ def session_scope(settings: Settings) -> Iterator[Session]:
     """A session for one unit of work outside a request; commits are explicit."""
     with get_sessionmaker(settings)() as session:
         yield session
+
+
+def upsert(
+    session: Session,
+    table: Any,
+    rows: dict[str, Any] | list[dict[str, Any]],
+    *,
+    keys: list[str],
+    update: list[str],
+) -> None:
+    """Insert ``rows``, or update their ``update`` columns where a row with the same ``keys``
+    exists (PostgreSQL and SQLite: ``ON CONFLICT DO UPDATE``; another dialect: a plain insert)."""
+    dialect = session.get_bind().dialect.name
+    if dialect not in ("postgresql", "sqlite"):
+        session.execute(insert(table), rows if isinstance(rows, list) else [rows])
+        return
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    stmt = module.insert(table).values(rows)
+    set_ = {column: stmt.excluded[column] for column in update}
+    session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=set_))

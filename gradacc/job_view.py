@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 from sqlalchemy import Row
 
-from gradacc.models import Job, JobStatus
+from gradacc.tables import Job, JobStatus
 
 if TYPE_CHECKING:
-    from gradacc.queue_view import QueueSpot
+    from gradacc.scheduling.position import QueueSpot
 
 
 def unix(moment: datetime | None) -> int | None:
@@ -104,7 +104,7 @@ class JobRead(BaseModel):
         spot: QueueSpot | None = None,
     ) -> JobRead:
         """From a ``Job``, or a row with its columns (``services.read_job``); ``spot``: where a
-        queued job stands (``gradacc.queue_view``)."""
+        queued job stands (``gradacc.scheduling.position``)."""
         error = None
         if job.error_code is not None:
             error = JobErrorInfo(code=job.error_code, message=job.error_message or "")

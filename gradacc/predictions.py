@@ -1,23 +1,22 @@
-"""The predictions table as a queue (``gradacc.models.Prediction``): the API writes a request and
+"""The predictions table as a queue (``gradacc.tables.Prediction``): the API writes a request and
 waits for its answer; a worker's predict server takes the oldest pending one, answers it. Taking
 is one conditional UPDATE, so two servers never take the same request."""
 
 from __future__ import annotations
 
-import secrets
-import time
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from gradacc.models import Prediction, PredictionStatus, utcnow
+from gradacc.ids import time_ordered_id
+from gradacc.tables import Prediction, PredictionStatus, utcnow
 
 P = PredictionStatus
 
 
 def new_prediction_id() -> str:
-    return f"pred_{int(time.time() * 1000):012x}{secrets.token_hex(4)}"
+    return time_ordered_id("pred_")
 
 
 def create_prediction(

@@ -141,7 +141,7 @@ class Settings(BaseSettings):
 
     @property
     def files_dir(self) -> Path:
-        """Uploaded files: ``files/<file id>/`` each (see ``gradacc.files``)."""
+        """Uploaded files: ``files/<file id>/`` each (see ``gradacc.sources.files``)."""
         return self.home / "files"
 
     @property

@@ -23,12 +23,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gradacc.errors import InvalidRequest
 from gradacc.job_view import JobRead
-from gradacc.jobs import add_event
+from gradacc.jobs.records import add_event
+from gradacc.jobs.webhook_outbox import SIGNATURE_HEADER, check_webhook_url, sign, tenant_secret
 from gradacc.migrate import missing_schema
-from gradacc.models import Job, WebhookDelivery, utcnow
 from gradacc.retry import Backoff
 from gradacc.settings import Settings
-from gradacc.webhooks import SIGNATURE_HEADER, check_webhook_url, sign, tenant_secret
+from gradacc.tables import Job, WebhookDelivery, utcnow
 
 log = logging.getLogger(__name__)
 LEASE_S = 60.0  # a claimed row is due again after this if its sender died mid-attempt

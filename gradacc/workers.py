@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from gradacc.models import Worker, utcnow
+from gradacc.tables import Worker, utcnow
 
 
 def register_worker(

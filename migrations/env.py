@@ -6,8 +6,8 @@ from alembic import context
 from sqlalchemy import Connection
 
 from gradacc.db import get_engine
-from gradacc.models import Base
 from gradacc.settings import get_settings
+from gradacc.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

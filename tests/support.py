@@ -17,9 +17,9 @@ import httpx
 from sqlalchemy import select
 
 from gradacc.db import session_scope
-from gradacc.jobs import new_job_id
-from gradacc.models import Job, JobStatus, utcnow
+from gradacc.jobs.states import new_job_id
 from gradacc.settings import Settings
+from gradacc.tables import Job, JobStatus, utcnow
 from trainer_core.testing.failpoints import HOLD_AT, held_marker
 
 T = TypeVar("T")

@@ -7,9 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import FileResponse, StreamingResponse
 
-from api import artifacts, checkpoint_list, job_services
 from api.deps import ReadEngineDep, ReadSessionDep, SettingsDep, TenantDep
-from api.schemas import ArtifactList, CheckpointList, ErrorResponse
+from api.schemas.jobs import ArtifactList, CheckpointList, ErrorResponse
+from api.services import artifacts
+from api.services import checkpoints as checkpoint_list
+from api.services import jobs as job_services
 from trainer_core.spec.outputs import TRAIN_LOG
 
 router = APIRouter(

@@ -8,11 +8,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
-from api import file_services
 from api.deps import ReadSessionDep, SessionDep, SettingsDep, TenantDep
-from api.schemas import ErrorResponse, FileDeleted, FileList, FileRead
-from api.uploads import receive_upload
-from gradacc.models import FilePurpose
+from api.schemas.jobs import ErrorResponse, FileDeleted, FileList, FileRead
+from api.services import files as file_services
+from api.uploads.receive import receive_upload
+from gradacc.tables import FilePurpose
 from trainer_core.spec.sources import FILE_ID_PATTERN
 
 router = APIRouter(
@@ -27,7 +27,7 @@ UPLOAD_DOC = """Multipart form: `file` (the bytes) and `purpose`: `dataset` (def
 safetensors weights). Streamed to disk; over `GRADACC_MAX_UPLOAD_BYTES` is 413."""
 
 
-# The body is parsed as a stream (api/uploads.py), so FastAPI cannot infer it: declared here.
+# The body is parsed as a stream (api/uploads/receive.py), so FastAPI cannot infer it: declared here.
 UPLOAD_BODY = {
     "required": True,
     "content": {

@@ -7,19 +7,21 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from api import fine_tuning_create, job_pause, job_services
-from api import fine_tuning_services as ft
 from api.deps import CeleryDep, ReadSessionDep, SessionDep, SettingsDep, TenantDep
-from api.openai_schemas import (
+from api.routes.jobs import IdempotencyKey
+from api.schemas.jobs import ErrorResponse
+from api.schemas.openai import (
     FineTuningCheckpointList,
     FineTuningEventList,
     FineTuningJob,
     FineTuningJobCreate,
     FineTuningJobList,
 )
-from api.routes.jobs import IdempotencyKey
-from api.schemas import ErrorResponse
-from gradacc.jobs import JOB_ID_PATTERN
+from api.services import fine_tuning as ft
+from api.services import fine_tuning_create
+from api.services import jobs as job_services
+from api.services import pause as job_pause
+from gradacc.jobs.states import JOB_ID_PATTERN
 
 router = APIRouter(
     prefix="/fine_tuning/jobs",

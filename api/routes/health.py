@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api import worker_services
 from api.deps import CeleryDep, SessionDep, SettingsDep
-from api.schemas import ErrorResponse, Health, WorkerRead
+from api.schemas.jobs import ErrorResponse, Health, WorkerRead
+from api.services import workers as worker_services
 
 router = APIRouter(tags=["health"])
 

@@ -8,8 +8,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 
-from api import job_services
-from api.artifacts import evaluations, outputs
 from api.deps import (
     CeleryDep,
     ReadEngineDep,
@@ -18,9 +16,7 @@ from api.deps import (
     SettingsDep,
     TenantDep,
 )
-from api.fine_tuning_services import metadata_filters
-from api.queue_services import spot_of, spots_of
-from api.schemas import (
+from api.schemas.jobs import (
     ErrorResponse,
     EventList,
     JobCreate,
@@ -29,10 +25,14 @@ from api.schemas import (
     JobRead,
     MetricsList,
 )
-from api.stream import StreamHub, messages
-from api.stream_reads import Cursor, read_history
-from gradacc.jobs import JOB_ID_PATTERN
-from gradacc.models import JobStatus
+from api.services import jobs as job_services
+from api.services.artifacts import evaluations, outputs
+from api.services.fine_tuning import metadata_filters
+from api.services.queue import spot_of, spots_of
+from api.stream.hub import StreamHub, messages
+from api.stream.reads import Cursor, read_history
+from gradacc.jobs.states import JOB_ID_PATTERN
+from gradacc.tables import JobStatus
 from trainer_core.spec.job import example_spec
 
 router = APIRouter(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api import model_services
 from api.deps import ReadSessionDep, SessionDep, SettingsDep, TenantDep
-from api.openai_schemas import ModelDeleted, ModelList, ModelObject
-from api.schemas import ErrorResponse
+from api.schemas.jobs import ErrorResponse
+from api.schemas.openai import ModelDeleted, ModelList, ModelObject
+from api.services import models as model_services
 
 router = APIRouter(
     prefix="/models",

@@ -1,4 +1,4 @@
-"""/metrics: Prometheus's text format (``api.prometheus``). Aggregates only (docs/security.md);
+"""/metrics: Prometheus's text format (``api.http.prometheus``). Aggregates only (docs/security.md);
 with ``GRADACC_METRICS_TOKEN`` set, a scrape needs ``Authorization: Bearer <that token>``."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import hmac
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api.auth_gate import bearer_token
 from api.deps import ReadEngineDep, SettingsDep
-from api.prometheus import build_registry
+from api.http.auth_gate import bearer_token
+from api.http.prometheus import build_registry
 from gradacc.errors import Unauthorized
 
 router = APIRouter(tags=["operations"])

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from api import predict_services
 from api.deps import SettingsDep, TenantDep
-from api.predict_schemas import Generation, LabelList, PredictRequest, answer_model
-from api.schemas import ErrorResponse
+from api.schemas.jobs import ErrorResponse
+from api.schemas.predict import Generation, LabelList, PredictRequest, answer_model
+from api.services import predict as predict_services
 
 router = APIRouter(prefix="/jobs", tags=["predict"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 409, 422, 500, 504)} | {

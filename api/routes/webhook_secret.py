@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.deps import SessionDep, TenantDep
-from api.schemas import ErrorResponse, WebhookSecretRead
-from gradacc.webhooks import tenant_secret
+from api.schemas.jobs import ErrorResponse, WebhookSecretRead
+from gradacc.jobs.webhook_outbox import tenant_secret
 
 router = APIRouter(tags=["webhooks"], responses={401: {"model": ErrorResponse}})
 

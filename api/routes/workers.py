@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api import worker_services
 from api.deps import ReadSessionDep, SettingsDep, TenantDep
-from api.schemas import ErrorResponse, WorkerList, WorkerRead
+from api.schemas.jobs import ErrorResponse, WorkerList, WorkerRead
+from api.services import workers as worker_services
 
 router = APIRouter(prefix="/workers", tags=["workers"])
 

@@ -1,5 +1,5 @@
 """Gang scheduling: a job's machine count, and the slots a job over several machines holds on
-each of them (gradacc.gang).
+each of them (gradacc.scheduling.gang).
 
 Revision ID: 0012_gang_slots
 Revises: 0011_predictions

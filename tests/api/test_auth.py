@@ -17,8 +17,8 @@ from sqlalchemy import func, select, update
 from api.main import create_app
 from gradacc.auth import create_api_key, hash_key
 from gradacc.db import session_scope
-from gradacc.models import ApiKey, Job, utcnow
 from gradacc.settings import Settings
+from gradacc.tables import ApiKey, Job, utcnow
 from tests.api.test_jobs import TINY
 from tests.conftest import ROOT
 

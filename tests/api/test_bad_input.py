@@ -14,8 +14,8 @@ from sqlalchemy import func, select
 
 from api.main import create_app
 from gradacc.db import session_scope
-from gradacc.models import Job
 from gradacc.settings import Settings
+from gradacc.tables import Job
 from tests.api.test_jobs import TINY
 
 MB = 1_000_000

@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from safetensors.torch import load, load_file
 
-from gradacc import fine_tuned
 from gradacc.db import session_scope
-from gradacc.models import JobStatus
 from gradacc.settings import Settings
+from gradacc.sources import fine_tuned
+from gradacc.tables import JobStatus
 from tests.support import make_job
 from tests.trainer_core.helpers import max_abs_diff
 from tests.trainer_core.test_selection import SELECTING

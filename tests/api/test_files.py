@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fastapi.testclient import TestClient
 
-from api.file_services import upload_folder
 from api.main import create_app
+from api.services.files import upload_folder
 from gradacc.settings import Settings
 
 CSV = "text,label\n" + "good,pos\nbad,neg\n" * 5

@@ -15,13 +15,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from api.fine_tuning_create import auto_batch_size, auto_epochs
 from api.main import create_app
-from gradacc import fine_tuned
+from api.services.fine_tuning_create import auto_batch_size, auto_epochs
 from gradacc.auth import create_api_key
 from gradacc.db import session_scope
-from gradacc.models import WebhookDelivery
 from gradacc.settings import Settings
+from gradacc.sources import fine_tuned
+from gradacc.tables import WebhookDelivery
 from tests.api.test_chat_data import GOOD, jsonl
 
 

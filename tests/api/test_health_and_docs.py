@@ -13,8 +13,8 @@ from sqlalchemy import delete, update
 
 from api.main import create_app
 from gradacc.db import session_scope
-from gradacc.models import Worker, utcnow
 from gradacc.settings import Settings
+from gradacc.tables import Worker, utcnow
 from gradacc.workers import register_worker
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from gradacc.db import session_scope
-from gradacc.models import Job
 from gradacc.settings import Settings
+from gradacc.tables import Job
 from tests.conftest import TINY
 
 # Every error body; a validation error adds "errors" (each field at fault).

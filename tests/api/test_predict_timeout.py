@@ -9,9 +9,9 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from gradacc.auth import create_api_key
 from gradacc.db import session_scope
-from gradacc.models import JobStatus
 from gradacc.predictions import take_prediction
 from gradacc.settings import Settings
+from gradacc.tables import JobStatus
 from tests.support import make_job
 
 

@@ -17,8 +17,8 @@ from sqlalchemy import update
 from api.main import create_app
 from gradacc.auth import create_api_key
 from gradacc.db import session_scope
-from gradacc.models import Job, utcnow
 from gradacc.settings import Settings
+from gradacc.tables import Job, utcnow
 from tests.conftest import ROOT, TINY
 from tests.support import free_port, wait_until
 

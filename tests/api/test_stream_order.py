@@ -13,11 +13,11 @@ from fastapi.testclient import TestClient
 from httpx_sse import connect_sse
 from sqlalchemy import func, select
 
-from api.stream_reads import Cursor, read_new
+from api.stream.reads import Cursor, read_new
 from gradacc.db import get_read_engine, session_scope
-from gradacc.jobs import add_event
-from gradacc.models import JobEvent, utcnow
+from gradacc.jobs.records import add_event
 from gradacc.settings import Settings
+from gradacc.tables import JobEvent, utcnow
 from tests.conftest import TINY
 from tests.support import make_job
 
@@ -50,7 +50,7 @@ def test_a_row_that_commits_after_a_higher_id_still_reaches_the_stream(
 ) -> None:
     """PostgreSQL hands out ids when rows are inserted, not when they commit. The stream's cursor
     is the last id sent, so a row committed after a higher id was read would never be sent; the
-    writers of one job's rows take turns until commit instead (``gradacc.jobs.lock_job_stream``).
+    writers of one job's rows take turns until commit instead (``gradacc.jobs.states.lock_job_stream``).
     Here transaction A takes an id and holds it uncommitted while B tries to write after it."""
     settings = Settings(home=tmp_path, database_url=pg_url)
     job_id = make_job(settings)

@@ -15,10 +15,10 @@ from sqlalchemy import update
 
 from api.main import create_app
 from gradacc.db import session_scope
-from gradacc.jobs import transition_job
-from gradacc.models import Job, JobStatus, utcnow
+from gradacc.jobs.states import transition_job
+from gradacc.jobs.webhook_outbox import SIGNATURE_HEADER, verify
 from gradacc.settings import Settings
-from gradacc.webhooks import SIGNATURE_HEADER, verify
+from gradacc.tables import Job, JobStatus, utcnow
 from tests.conftest import TINY
 from tests.support import wait_until
 from tests.webhook_receiver import Receiver, receiver

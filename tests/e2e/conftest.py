@@ -21,8 +21,8 @@ from sqlalchemy import update
 from api.main import create_app
 from gradacc.auth import create_api_key
 from gradacc.db import session_scope
-from gradacc.models import Job
 from gradacc.settings import Settings
+from gradacc.tables import Job
 from tests.conftest import ROOT, unique_queue
 from tests.support import free_port, wait_ready
 

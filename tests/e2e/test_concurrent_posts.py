@@ -21,8 +21,8 @@ import redis
 from sqlalchemy import func, select, text
 
 from gradacc.db import get_engine, session_scope
-from gradacc.models import EpochMetric, Job, JobEvent
 from gradacc.settings import Settings
+from gradacc.tables import EpochMetric, Job, JobEvent
 from tests.conftest import ROOT, TINY, unique_queue
 from tests.e2e.conftest import WorkerProcess, forget_queue, settings_env
 from tests.support import free_port, wait_ready

@@ -1,4 +1,4 @@
-"""Jobs over two machines (gang scheduling, ``gradacc.gang``) with real workers on PostgreSQL +
+"""Jobs over two machines (gang scheduling, ``gradacc.scheduling.gang``) with real workers on PostgreSQL +
 Redis: two workers that declare different machines (``GRADACC_MACHINE``, loopback addresses), one
 device each (two on m1 where a one-machine run of W=2 is the reference). A gang job W=2, M=2 ends equal to one process at 2K and to W=2 on one machine; two
 competing gang jobs both finish; a gang job with one machine live releases its slot after the
@@ -13,10 +13,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from gradacc import capacity
 from gradacc.db import session_scope
-from gradacc.models import GangSlot, JobEvent, Worker
+from gradacc.scheduling.claim import capacity
 from gradacc.settings import Settings
+from gradacc.tables import GangSlot, JobEvent, Worker
 from tests.conftest import TINY
 from tests.e2e.conftest import StartWorker, WorkerProcess
 from tests.e2e.test_multi_process import post_when_accepted

@@ -1,4 +1,4 @@
-"""Gang jobs (``gradacc.gang``) that are stopped or lose a part, over two workers on machines m1
+"""Gang jobs (``gradacc.scheduling.gang``) that are stopped or lose a part, over two workers on machines m1
 and m2 (PostgreSQL + Redis), every run parked at the hold failpoint: a cancel stops a gathering
 gang and every rank of a running one; kill -9 of node 0's worker hands the job on and it resumes
 from its checkpoint; kill -9 of one rank, then a rank out of memory, restart the job from its
@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from gradacc import capacity
 from gradacc.db import session_scope
-from gradacc.models import GangSlot, Job
+from gradacc.scheduling.claim import capacity
 from gradacc.settings import Settings
+from gradacc.tables import GangSlot, Job
 from tests.e2e.conftest import StartWorker
 from tests.e2e.test_gang import GANG, REFERENCE, machine, messages, no_slot_held, registered
 from tests.e2e.test_multi_process import (
@@ -128,7 +128,7 @@ def test_a_killed_rank_and_a_rank_out_of_memory_restart_the_gang_to_a_clean_resu
     hold.held(timeout=180)
     checkpoint_at(settings.jobs_dir / job_id, 4)
     processes = rank_processes(job_id)
-    agents = ("worker.child.rank_agent", "torch.distributed.run")
+    agents = ("worker.child.ranks.agent", "torch.distributed.run")
     ranks = [p for p in processes if not any(a in p.cmdline() for a in agents)]
     assert len(ranks) == 2, processes
     killed = ranks[0].environ()["RANK"]

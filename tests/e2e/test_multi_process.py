@@ -11,10 +11,10 @@ import psutil
 import pytest
 from fastapi.testclient import TestClient
 
-from gradacc import capacity
 from gradacc.db import session_scope
-from gradacc.models import Job
+from gradacc.scheduling.claim import capacity
 from gradacc.settings import Settings
+from gradacc.tables import Job
 from tests.conftest import TINY
 from tests.e2e.conftest import StartWorker
 from tests.support import Hold, event_kinds, wait_final, wait_until
@@ -70,7 +70,7 @@ def rank_processes(job_id: str) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info["cmdline"] or []
-        if job_id in cmdline and any("worker.child.rank_agent" in a or "worker.child.rank_main" in a
+        if job_id in cmdline and any("worker.child.ranks.agent" in a or "worker.child.ranks.main" in a
                                      for a in cmdline):  # fmt: skip
             found.append(process)
     return found

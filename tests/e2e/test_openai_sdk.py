@@ -23,8 +23,8 @@ from safetensors.torch import load
 from sqlalchemy import select
 
 from gradacc.db import session_scope
-from gradacc.models import Job
 from gradacc.settings import Settings
+from gradacc.tables import Job
 from tests.e2e.conftest import serve_with_keys
 from tests.support import wait_until
 from trainer_core.builtin.chat_corpus import chat_arithmetic

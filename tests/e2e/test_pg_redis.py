@@ -7,7 +7,7 @@ import signal
 import pytest
 from fastapi.testclient import TestClient
 
-from gradacc.queue import create_celery_app, enqueue_job
+from gradacc.scheduling.queue import create_celery_app, enqueue_job
 from gradacc.settings import Settings
 from tests.conftest import TINY
 from tests.e2e.conftest import StartWorker, process_gone

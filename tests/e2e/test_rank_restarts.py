@@ -39,7 +39,7 @@ HELD_AT = 6  # in epoch 2, after epoch 1's checkpoint (step 4)
 
 def rank_one(job_id: str) -> psutil.Process:
     for process in rank_processes(job_id):
-        if process.environ().get("RANK") == "1" and "worker.child.rank_main" in process.cmdline():
+        if process.environ().get("RANK") == "1" and "worker.child.ranks.main" in process.cmdline():
             return process
     raise AssertionError(f"no rank 1 of {job_id} among {rank_processes(job_id)}")
 

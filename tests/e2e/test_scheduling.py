@@ -18,8 +18,8 @@ from sqlalchemy import select
 from api.main import create_app
 from gradacc.auth import create_api_key
 from gradacc.db import session_scope
-from gradacc.models import Job, JobEvent
 from gradacc.settings import Settings
+from gradacc.tables import Job, JobEvent
 from tests.conftest import TINY, migrate
 from tests.e2e.conftest import StartWorker, WorkerProcess
 from tests.support import Hold, event_kinds, make_job, wait_final, wait_for, wait_until

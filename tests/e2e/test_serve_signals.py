@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy import func, select
 
 from gradacc.db import session_scope
-from gradacc.models import Worker
 from gradacc.settings import Settings
+from gradacc.tables import Worker
 from tests.conftest import ROOT, TINY
 from tests.e2e.conftest import settings_env
 from tests.support import Hold, free_port, wait_for, wait_ready

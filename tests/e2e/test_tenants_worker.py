@@ -14,10 +14,10 @@ from sqlalchemy import text
 from api.main import create_app
 from gradacc.auth import create_api_key
 from gradacc.db import get_engine, session_scope
-from gradacc.jobs import new_job_id
-from gradacc.models import Job, utcnow
-from gradacc.queue import create_celery_app, enqueue_job
+from gradacc.jobs.states import new_job_id
+from gradacc.scheduling.queue import create_celery_app, enqueue_job
 from gradacc.settings import Settings
+from gradacc.tables import Job, utcnow
 from tests.conftest import TINY
 from tests.e2e.conftest import WorkerProcess
 from tests.support import event_kinds, wait_final

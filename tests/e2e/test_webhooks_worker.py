@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 
 from api.main import create_app
 from gradacc.db import session_scope
+from gradacc.jobs.webhook_outbox import SIGNATURE_HEADER, tenant_secret, verify
 from gradacc.settings import Settings
-from gradacc.webhooks import SIGNATURE_HEADER, tenant_secret, verify
 from tests.conftest import TINY
 from tests.e2e.conftest import StartWorker
 from tests.support import wait_final, wait_until

@@ -17,8 +17,8 @@ from kombu.exceptions import DecodeError
 from kombu.transport import filesystem
 from kombu.transport.virtual import Channel
 
-from gradacc import broker_files
-from gradacc.queue import broker_transport_options, create_celery_app, enqueue_job
+from gradacc.scheduling.claim import broker_files
+from gradacc.scheduling.queue import broker_transport_options, create_celery_app, enqueue_job
 from gradacc.settings import Settings
 
 QUEUE = "gradacc.devices-2"  # a dotted name, as the device queues are

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from celery import Celery
 
-from gradacc import capacity
 from gradacc.errors import InvalidRequest
-from gradacc.queue import job_queue, worker_queues
+from gradacc.scheduling.claim import capacity
+from gradacc.scheduling.queue import job_queue, worker_queues
 from gradacc.settings import Settings
 from trainer_core.spec.job import JobSpec
 
@@ -32,7 +32,7 @@ def test_refusal_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InvalidRequest) as caught:
         capacity.check_devices(JobSpec(**SPEC, num_processes=4), app, settings)
     assert caught.value.param == "num_processes"
-    # A gang job needs num_processes / num_machines devices on each machine (gradacc.gang).
+    # A gang job needs num_processes / num_machines devices on each machine (gradacc.scheduling.gang).
     capacity.check_devices(JobSpec(**SPEC, num_processes=4, num_machines=2), app, settings)
     with pytest.raises(InvalidRequest) as caught:
         capacity.check_devices(JobSpec(**SPEC, num_processes=6, num_machines=2), app, settings)

@@ -9,7 +9,8 @@ from datetime import timedelta
 from sqlalchemy import select, update
 
 from gradacc.db import session_scope
-from gradacc.gang import (
+from gradacc.scheduling.claim import claim_next
+from gradacc.scheduling.gang import (
     gang_state,
     join_gang,
     leave_gang,
@@ -18,9 +19,8 @@ from gradacc.gang import (
     open_gang,
     release_gang,
 )
-from gradacc.models import GangSlot, Job, JobEvent, utcnow
-from gradacc.scheduling import claim_next
 from gradacc.settings import Settings
+from gradacc.tables import GangSlot, Job, JobEvent, utcnow
 from tests.gradacc.test_scheduling import add_jobs
 
 GANG = {"num_processes": 2, "num_machines": 2}

@@ -11,16 +11,10 @@ from sqlalchemy import func, select
 
 from gradacc.db import session_scope
 from gradacc.errors import InvalidTransition, JobNotFound
-from gradacc.jobs import (
-    claim_job,
-    fail_job,
-    held_by_worker,
-    record_epoch_metrics,
-    release_job,
-    require_transition,
-)
-from gradacc.models import EpochMetric, Job, JobEvent, JobStatus, utcnow
+from gradacc.jobs.records import record_epoch_metrics
+from gradacc.jobs.states import claim_job, fail_job, held_by_worker, release_job, require_transition
 from gradacc.settings import Settings
+from gradacc.tables import EpochMetric, Job, JobEvent, JobStatus, utcnow
 from tests.support import make_job, status_of
 
 
@@ -117,7 +111,7 @@ def test_a_finished_job_is_held_until_its_worker_lets_go(db_settings: Settings) 
 def test_a_resumed_runs_step_records_replace_their_metrics_events(db_settings: Settings) -> None:
     """A resume logs the steps after its checkpoint again: the fine-tuning API's metrics events
     of those steps are replaced, as the step records are, never listed twice."""
-    from gradacc.jobs import METRICS_EVENT, record_step_metrics
+    from gradacc.jobs.records import METRICS_EVENT, record_step_metrics
 
     job_id = make_job(db_settings)
     first = [{"step": s, "train_loss": 1.0 / s} for s in (1, 2, 3, 4)]

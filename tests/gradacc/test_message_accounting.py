@@ -1,5 +1,5 @@
 """One message per queued job, on both databases: after a message claimed whichever job was best,
-the queue's count of messages still covers its queued jobs (``gradacc.message_accounting``)."""
+the queue's count of messages still covers its queued jobs (``gradacc.scheduling.messages``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from datetime import timedelta
 from sqlalchemy import select, update
 
 from gradacc.db import session_scope
-from gradacc.message_accounting import Settled, settle_message
-from gradacc.models import Job, JobEvent, utcnow
-from gradacc.scheduling import claim_next
+from gradacc.scheduling.claim import claim_next
+from gradacc.scheduling.messages import Settled, settle_message
 from gradacc.settings import Settings
+from gradacc.tables import Job, JobEvent, utcnow
 from tests.gradacc.test_scheduling import add_jobs, sent_at
 
 
@@ -72,7 +72,7 @@ def test_a_job_claimed_meanwhile_passes_the_count_to_the_next(db_settings: Setti
     claimed by another worker in between (that claim took it off already), the next job counting
     on a message is taken instead, or one queued job would wait without one (found by
     tests/e2e/test_concurrent_posts.py: one of 130 jobs left queued, both workers idle)."""
-    from gradacc.message_accounting import _clear_one
+    from gradacc.scheduling.messages import _clear_one
 
     settings, before = db_settings, utcnow() - timedelta(minutes=1)
     picked, other = add_jobs(settings, "a", 2, enqueued_at=before)
@@ -104,6 +104,6 @@ def test_a_gang_job_is_counted_in_the_queue_of_its_devices_per_machine(
         assert settle_message(session, named=other, claimed=taken, settings=settings) == Settled(
             "inherited"
         )
-        from gradacc.message_accounting import _counting_on_one
+        from gradacc.scheduling.messages import _counting_on_one
 
         assert _counting_on_one(session, settings=settings, queue=settings.queue) == other

@@ -31,7 +31,7 @@ def test_migrations_match_the_models_and_downgrade(db_settings: Settings) -> Non
 def test_check_notices_a_model_the_migrations_lack(db_settings: Settings) -> None:
     from sqlalchemy import Column, Integer, Table
 
-    from gradacc.models import Base
+    from gradacc.tables import Base
 
     extra = Table("not_migrated", Base.metadata, Column("id", Integer, primary_key=True))
     try:

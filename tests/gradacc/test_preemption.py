@@ -6,9 +6,9 @@ from __future__ import annotations
 from sqlalchemy import delete, select
 
 from gradacc.db import session_scope
-from gradacc.models import Job, JobEvent, JobStatus, Worker
-from gradacc.preemption import preempt_for_waiting, requeue_preempted
+from gradacc.scheduling.preemption import preempt_for_waiting, requeue_preempted
 from gradacc.settings import Settings
+from gradacc.tables import Job, JobEvent, JobStatus, Worker
 from gradacc.workers import register_worker
 from tests.gradacc.test_scheduling import add_jobs
 

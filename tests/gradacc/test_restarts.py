@@ -1,4 +1,4 @@
-"""``gradacc.restarts``: a restart is an event naming its cause, up to the spec's
+"""``gradacc.jobs.restarts``: a restart is an event naming its cause, up to the spec's
 ``max_restarts``; past it the job fails naming every cause; a job no longer running (or another
 worker's) is left alone."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 from gradacc.db import session_scope
-from gradacc.models import Job, JobEvent, JobStatus
-from gradacc.restarts import restart_or_fail
+from gradacc.jobs.restarts import restart_or_fail
 from gradacc.settings import Settings
+from gradacc.tables import Job, JobEvent, JobStatus
 from tests.support import JOB_SPEC, make_job
 
 

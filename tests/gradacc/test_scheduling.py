@@ -14,10 +14,10 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from gradacc.db import session_scope
-from gradacc.models import Job, JobStatus, Worker, utcnow
-from gradacc.queue_view import queue_spots
-from gradacc.scheduling import claim_next
+from gradacc.scheduling.claim import claim_next
+from gradacc.scheduling.position import queue_spots
 from gradacc.settings import Settings
+from gradacc.tables import Job, JobStatus, Worker, utcnow
 from gradacc.workers import register_worker
 from tests.support import JOB_SPEC
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from api.schemas import JobRead
+from api.schemas.jobs import JobRead
 from gradacc.db import session_scope
-from gradacc.models import Job, JobEvent, JobStatus
 from gradacc.settings import Settings
+from gradacc.tables import Job, JobEvent, JobStatus
 from tests.support import make_job
 from worker.child.reporting import DatabaseCallback
 

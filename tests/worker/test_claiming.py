@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from gradacc.models import JobStatus, utcnow
 from gradacc.settings import Settings
+from gradacc.tables import JobStatus, utcnow
 from tests.support import make_job
 from worker.consumer.claiming import Taken, take_for_message
 

@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import select
 
 from gradacc.db import get_engine, session_scope
-from gradacc.jobs import new_job_id
-from gradacc.models import EpochMetric, Job, JobEvent, JobStatus, utcnow
+from gradacc.jobs.states import new_job_id
 from gradacc.settings import Settings
+from gradacc.tables import EpochMetric, Job, JobEvent, JobStatus, utcnow
 from tests.worker.tcp_proxy import CuttableProxy
 from worker.child import reporting
 from worker.child.reporting import DatabaseCallback

@@ -21,7 +21,9 @@ def _loaded(module: str, names: tuple[str, ...]) -> str:
 
 @pytest.mark.parametrize("entry", ["worker.child.entry", "worker.fork_server.child"])
 def test_the_training_child_never_imports_celery(entry: str) -> None:
-    assert _loaded(entry, ("celery", "kombu", "gradacc.queue", "worker.consumer")) == "[]"
+    assert (
+        _loaded(entry, ("celery", "kombu", "gradacc.scheduling.queue", "worker.consumer")) == "[]"
+    )
 
 
 def test_the_celery_side_does_import_celery() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from gradacc.models import JobStatus, utcnow
-from gradacc.queue import create_celery_app, enqueue_job
+from gradacc.scheduling.queue import create_celery_app, enqueue_job
 from gradacc.settings import Settings
+from gradacc.tables import JobStatus, utcnow
 from tests.support import make_job, status_of
 from worker.consumer.reconciler import reconcile_jobs
 

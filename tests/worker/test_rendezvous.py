@@ -1,11 +1,11 @@
 """A gang job's node runs torchrun with torch's c10d rendezvous at node 0's endpoint, where node
-0's agent hosts the store (``worker.child.rank_launcher.Rendezvous``); without one, standalone."""
+0's agent hosts the store (``worker.child.ranks.launcher.Rendezvous``); without one, standalone."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from worker.child.rank_launcher import Rendezvous, torchrun_command
+from worker.child.ranks.launcher import Rendezvous, torchrun_command
 
 
 def test_each_node_joins_node_0s_c10d_rendezvous() -> None:
@@ -18,5 +18,5 @@ def test_each_node_joins_node_0s_c10d_rendezvous() -> None:
     assert "--rdzv-conf=is_host=false,join_timeout=120" in command
     node0 = Rendezvous(2, 0, "10.0.0.1:29400", local_addr="10.0.0.1")
     assert "--rdzv-conf=is_host=true,join_timeout=120" in node0.arguments("job_x")
-    assert command[-2:] == ["worker.child.rank_main", "job_x"]
+    assert command[-2:] == ["worker.child.ranks.main", "job_x"]
     assert "--standalone" in torchrun_command("job_x", 2, Path("failures.json"))

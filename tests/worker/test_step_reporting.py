@@ -10,8 +10,8 @@ from sqlalchemy import update
 
 from api.main import create_app
 from gradacc.db import session_scope
-from gradacc.models import Job, utcnow
 from gradacc.settings import Settings
+from gradacc.tables import Job, utcnow
 from tests.conftest import TINY
 from worker.child.reporting import DatabaseCallback
 

@@ -11,10 +11,11 @@ import pytest
 from sqlalchemy import select, update
 
 from gradacc.db import session_scope
-from gradacc.jobs import add_event, claim_job
-from gradacc.models import Job, JobEvent, JobStatus, utcnow
-from gradacc.scheduling import claim_next
+from gradacc.jobs.records import add_event
+from gradacc.jobs.states import claim_job
+from gradacc.scheduling.claim import claim_next
 from gradacc.settings import Settings, get_settings
+from gradacc.tables import Job, JobEvent, JobStatus, utcnow
 from tests.support import make_job
 from worker.child.reporting import describe_error
 from worker.consumer.reconciler import reconcile_jobs

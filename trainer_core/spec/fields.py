@@ -41,7 +41,7 @@ SchedulerType = Literal[
 ]
 
 # A hub id: "name" or "owner/name", letters, digits, "-", "_", "." (no "..", no leading dot).
-# ASCII only (hub ids are); the API's schema states these very patterns (api/openapi.py).
+# ASCII only (hub ids are); the API's schema states these very patterns (api/http/openapi.py).
 HUB_ID_PATTERN = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$"
 COLUMN_PATTERN = r"^[\w .-]{1,128}$"
 _HUB_ID = re.compile(HUB_ID_PATTERN)

@@ -1,5 +1,5 @@
 """The names of what a run writes in its output folder, in one place for the core that writes
-them and the service that serves them (``api.artifacts``) or reads them back (the worker).
+them and the service that serves them (``api.services.artifacts``) or reads them back (the worker).
 
     <output_dir>/
       model/              the final model (save_pretrained, safetensors) and its tokenizer
@@ -12,7 +12,12 @@ them and the service that serves them (``api.artifacts``) or reads them back (th
       summary.json        the run's summary, once it ended
       tensorboard/        event files, with report_to: ["tensorboard"]
       train.log           the training process's log (the service's worker writes it)
+      evaluations.jsonl   each evaluation's report and samples
       pending_writes.jsonl  the service's journal of database writes that wait out an outage
+      replan.json         a multi-process job's out-of-memory re-plan (b halved, K doubled)
+      preempt.request     the worker asks rank 0 of a multi-process job to checkpoint and stop
+      rank0.exit          rank 0's exit status, read by the rank launcher
+      rank_failures*.json the ranks that failed in torchrun's last run (one file per machine)
 """
 
 from __future__ import annotations
@@ -30,3 +35,6 @@ SUMMARY_FILE = "summary.json"
 TENSORBOARD_DIR = "tensorboard"
 TRAIN_LOG = "train.log"
 WORKER_JOURNAL = "pending_writes.jsonl"
+# A multi-process job's files, written by the worker's rank launcher and its ranks.
+PREEMPT_FILE = "preempt.request"
+RANK0_EXIT_FILE = "rank0.exit"

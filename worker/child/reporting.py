@@ -19,17 +19,12 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from gradacc.db import DATABASE_ERRORS, session_scope
-from gradacc.jobs import (
-    LIVE_STATUSES,
-    add_event,
-    record_epoch_metrics,
-    record_step_metrics,
-    update_running_job,
-)
-from gradacc.models import Job, utcnow
+from gradacc.jobs.records import add_event, record_epoch_metrics, record_step_metrics
+from gradacc.jobs.states import LIVE_STATUSES, update_running_job
+from gradacc.jobs.webhook_outbox import queue_webhook
 from gradacc.retry import Backoff, retry
 from gradacc.settings import Settings
-from gradacc.webhooks import queue_webhook
+from gradacc.tables import Job, utcnow
 from trainer_core.spec.callbacks import TrainingCallback
 
 RETRY_MAX_S = 30.0

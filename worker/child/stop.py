@@ -8,10 +8,10 @@ import signal
 import time
 
 from gradacc.db import DATABASE_ERRORS, session_scope
-from gradacc.models import Job, JobStatus
 from gradacc.settings import Settings
+from gradacc.tables import Job, JobStatus
 from trainer_core.spec.callbacks import StopRequest
-from worker.child.rank_launcher import PREEMPT_FILE
+from trainer_core.spec.outputs import PREEMPT_FILE
 
 WORKER_PID_ENV = "GRADACC_WORKER_PID"  # a forked job's worker: the process it must not outlive
 STATUS_EVERY_S = 3.0  # the worker enforces a cancel by itself within ~1 s; this is the polite path
@@ -29,7 +29,7 @@ class DatabaseStopCheck:
         self.job_id = job_id
         self.parent = os.getppid()
         self.worker_pid = int(os.environ.get(WORKER_PID_ENV) or 0) or None
-        # A multi-process job's launcher asks its rank 0 to preempt here (worker.child.rank_launcher).
+        # A multi-process job's launcher asks its rank 0 to preempt here (worker.child.ranks.launcher).
         self.preempt_file = settings.jobs_dir / job_id / PREEMPT_FILE
         self._next_check = 0.0
         self._next_read = 0.0

@@ -1,5 +1,5 @@
 """What a worker takes for a message: the job it names if that one is running on a worker that
-went silent (a take-over), else the best queued job it may start (``gradacc.scheduling``). Then
+went silent (a take-over), else the best queued job it may start (``gradacc.scheduling.claim``). Then
 the named job's message is accounted for, so that every queued job still has one."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from gradacc.db import session_scope
-from gradacc.jobs import claim_job
-from gradacc.message_accounting import forget_message, settle_message
-from gradacc.models import Job, JobStatus, utcnow
-from gradacc.scheduling import claim_next
+from gradacc.jobs.states import claim_job
+from gradacc.scheduling.claim import claim_next
+from gradacc.scheduling.messages import forget_message, settle_message
 from gradacc.settings import Settings
+from gradacc.tables import Job, JobStatus, utcnow
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""A worker's part in a job over several machines (``gradacc.gang``, docs/distributed.md).
+"""A worker's part in a job over several machines (``gradacc.scheduling.gang``, docs/distributed.md).
 
 Node 0 is the worker that claimed the job: it opens the gang with its slot and a rendezvous
 port, and sends M-1 join messages to the queue of workers with W/M devices. A worker that gets
@@ -22,7 +22,8 @@ from celery import Celery
 from sqlalchemy import select, update
 
 from gradacc.db import session_scope
-from gradacc.gang import (
+from gradacc.jobs.states import release_job, update_running_job
+from gradacc.scheduling.gang import (
     clear_gang,
     gang_deadline,
     gang_state,
@@ -32,10 +33,9 @@ from gradacc.gang import (
     open_gang,
     release_gang,
 )
-from gradacc.jobs import release_job, update_running_job
-from gradacc.models import Job, JobStatus, utcnow
-from gradacc.queue import enqueue_job, send_join
+from gradacc.scheduling.queue import enqueue_job, send_join
 from gradacc.settings import Settings
+from gradacc.tables import Job, JobStatus, utcnow
 from worker.consumer import registry
 from worker.consumer.supervisor import shutdown_requested, supervise
 

@@ -1,9 +1,9 @@
 """Find jobs the broker lost and enqueue them again; fail jobs that keep losing their worker;
-ask for a preemption by priority when one is due (``gradacc.preemption``).
+ask for a preemption by priority when one is due (``gradacc.scheduling.preemption``).
 
 The database is the source of truth. A job is "lost" when it stayed queued long after its last
 enqueue, or when it is running but its worker stopped beating. Enqueueing twice is harmless:
-a message claims at most one job, and one job is claimed once (``gradacc.scheduling``).
+a message claims at most one job, and one job is claimed once (``gradacc.scheduling.claim``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from gradacc.db import session_scope
-from gradacc.jobs import add_event, fail_job, failed_attempts
-from gradacc.models import Job, JobStatus, utcnow
-from gradacc.preemption import preempt_for_waiting
+from gradacc.jobs.records import add_event
+from gradacc.jobs.states import fail_job, failed_attempts
+from gradacc.scheduling.preemption import preempt_for_waiting
 from gradacc.settings import Settings
+from gradacc.tables import Job, JobStatus, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def reconcile_jobs(
         stale = now - timedelta(seconds=settings.stale_after_s)
         orphaned = (Job.status == JobStatus.RUNNING) & (Job.heartbeat_at < stale)
         query = select(Job.id, Job.status, failed_attempts(), Job.enqueued_at)
-        # In id order: each job's events lock its stream (gradacc.jobs.lock_job_stream), and two
+        # In id order: each job's events lock its stream (gradacc.jobs.states.lock_job_stream), and two
         # reconcilers taking those locks in one order cannot deadlock.
         for job_id, status, failures, enqueued_at in session.execute(
             query.where(lost_queued | orphaned).order_by(Job.id)

@@ -19,12 +19,13 @@ from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 
 from gradacc.db import DATABASE_ERRORS, session_scope
-from gradacc.fine_tuned import kept_checkpoints
-from gradacc.jobs import add_event, fail_job, release_job, update_running_job
-from gradacc.models import Job, JobStatus, utcnow
-from gradacc.preemption import requeue_preempted
-from gradacc.restarts import restart_or_fail
+from gradacc.jobs.records import add_event
+from gradacc.jobs.restarts import restart_or_fail
+from gradacc.jobs.states import fail_job, release_job, update_running_job
+from gradacc.scheduling.preemption import requeue_preempted
 from gradacc.settings import Settings
+from gradacc.sources.fine_tuned import kept_checkpoints
+from gradacc.tables import Job, JobStatus, utcnow
 from trainer_core.spec.outputs import TRAIN_LOG
 from worker import exit_codes
 from worker.consumer.launcher import TrainingProcess, start
@@ -47,7 +48,7 @@ def worker_name() -> str:
 
 def supervise(settings: Settings, *, job_id: str, owner: str | None = None) -> str:
     """Train the job in a child and watch it until it ends; its outcome. ``owner``: node 0's
-    worker, when this worker holds another node of a gang job (``gradacc.gang``): it watches
+    worker, when this worker holds another node of a gang job (``gradacc.scheduling.gang``): it watches
     the job as node 0's (a cancel, a take-over) but neither beats nor records the outcome."""
     output_dir = settings.jobs_dir / job_id
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -99,7 +100,7 @@ def _watch(settings: Settings, job_id: str, child: TrainingProcess, *, holder: s
             return None
         paused = status == JobStatus.PAUSED
         if (paused or (status == JobStatus.RUNNING and preempted_by)) and owner == me:
-            # Paused, or preempted by a job of higher priority (gradacc.preemption): it
+            # Paused, or preempted by a job of higher priority (gradacc.scheduling.preemption): it
             # checkpoints at the next window boundary and exits as preempted.
             if not preempt_sent:
                 child.send_signal(signal.SIGUSR1)
@@ -219,7 +220,7 @@ def _record_exit(settings: Settings, job_id: str, returncode: int, stopped_by: s
 
 def _hand_on_killed(settings: Settings, job_id: str) -> str:
     """SIGKILL from outside (the OOM killer, an operator's kill -9): nothing is wrong with the job,
-    so it resumes from its last checkpoint, up to ``max_restarts`` times (``gradacc.restarts``).
+    so it resumes from its last checkpoint, up to ``max_restarts`` times (``gradacc.jobs.restarts``).
     Its heartbeat is made stale at once, so the next reconciler pass re-sends it."""
     cause = "training process killed by SIGKILL"
     if not restart_or_fail(settings, job_id, cause=cause, owned_by=worker_name()):

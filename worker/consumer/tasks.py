@@ -18,12 +18,13 @@ from pydantic import ValidationError
 
 from gradacc.db import get_sessionmaker, session_scope
 from gradacc.errors import InvalidRequest
-from gradacc.gang import machines_of
-from gradacc.jobs import add_event, fail_job, release_job
-from gradacc.models import Job
-from gradacc.queue import JOIN_GANG_TASK, RUN_JOB_TASK, create_celery_app, enqueue_job
+from gradacc.jobs.records import add_event
+from gradacc.jobs.states import fail_job, release_job
+from gradacc.scheduling.gang import machines_of
+from gradacc.scheduling.queue import JOIN_GANG_TASK, RUN_JOB_TASK, create_celery_app, enqueue_job
 from gradacc.settings import Settings, get_settings
-from gradacc.spec_limits import check_spec_allowed
+from gradacc.sources.limits import check_spec_allowed
+from gradacc.tables import Job
 from gradacc.webhook_sender import WebhookSender
 from trainer_core.spec.job import JobSpec
 from worker.consumer import gang_node, launcher, predict_process, registry
@@ -131,7 +132,7 @@ def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:
         outcome = "released"
     elif outcome == "restarting" and release_preempted(
         settings, job_id=job_id, message="a rank died: the gang gathers again and resumes"
-    ):  # the next node 0 takes it over from the queue (gradacc.restarts)
+    ):  # the next node 0 takes it over from the queue (gradacc.jobs.restarts)
         enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
     elif outcome == "requeued":  # preempted by a job of higher priority: queued again
         try:

@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from gradacc import fine_tuned
 from gradacc.db import DATABASE_ERRORS, session_scope
-from gradacc.models import Job, Worker
 from gradacc.predictions import answer_prediction, take_prediction
 from gradacc.settings import Settings
+from gradacc.sources import fine_tuned
+from gradacc.tables import Job, Worker
 from worker.predict.models import ModelCache, classify, generate
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,64 @@
+"""Authentication before anything else on ``/v1``: with ``require_auth`` on, a request without a
+valid bearer key is 401 whatever its method, path or body, because it is checked before routing,
+body size or body parsing. The tenant found is left in ``request.state.tenant``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from sqlalchemy.orm import Session
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api.errors import error_response
+from api.http.body_limit import drain
+from gradacc.auth import KeyCache
+from gradacc.db import DATABASE_ERRORS
+
+log = logging.getLogger(__name__)
+
+PROTECTED_PREFIX = "/v1"
+
+
+def bearer_token(scope: Scope) -> str | None:
+    raw = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+    scheme, _, token = raw.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+class RequireAuth:
+    def __init__(
+        self, app: ASGIApp, *, key_cache: KeyCache, new_session: Callable[[], Session]
+    ) -> None:
+        self.app = app
+        self.key_cache = key_cache
+        self.new_session = new_session
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if scope["type"] != "http" or not path.startswith(PROTECTED_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        token = bearer_token(scope)
+        if token is None:
+            await self._refuse(scope, receive, send, "an API key is required: Bearer <key>")
+            return
+        try:
+            tenant = self.key_cache.tenant_of(self.new_session, token=token)
+        except DATABASE_ERRORS as exc:
+            log.warning("database unavailable during auth: %s", type(exc).__name__)
+            message = "the database is unavailable; retry later"
+            await error_response(503, "database_unavailable", message)(scope, receive, send)
+            return
+        if tenant is None:
+            await self._refuse(scope, receive, send, "invalid API key")
+            return
+        scope.setdefault("state", {})["tenant"] = tenant
+        await self.app(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, message: str) -> None:
+        await drain(receive)  # answer a client that sent its whole body (see api.http.body_limit)
+        response = error_response(401, "unauthorized", message, "Authorization")
+        await response(scope, receive, send)

@@ -1,0 +1,1 @@
+"""Pydantic request and response bodies: our jobs, OpenAI's shapes, predict."""

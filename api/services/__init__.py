@@ -1,0 +1,1 @@
+"""The use cases behind the routes: keyword-only functions, one commit each."""

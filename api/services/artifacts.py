@@ -1,0 +1,196 @@
+"""A job's outputs on disk (``settings.jobs_dir / job_id``): what exists, single files, a folder
+as a tar.gz built while it is sent, the log's tail and the checkpoint's state. No database here.
+
+The tar.gz stream is written by hand (a tar header per file from ``TarInfo.tobuf``, the file in
+1 MiB pieces) so that memory stays constant whatever the model's size: ``tarfile.addfile`` would
+copy a whole file into the output before yielding anything. It is one gzip member whose deflate
+stream changes level per file (``_Gzip``): weights barely compress, and deflating them capped a
+download at ~16 MB/s on this machine (level 1), so they are stored; text files are compressed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import tarfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from gradacc.errors import ArtifactNotFound
+from gradacc.sources.fine_tuned import kept_checkpoints
+from trainer_core.spec.outputs import (
+    ADAPTER_DIR,
+    CHECKPOINT_DIR,
+    EVALUATIONS_FILE,
+    METRICS_FILE,
+    MODEL_DIR,
+    SUMMARY_FILE,
+    TRAIN_LOG,
+    WORKER_JOURNAL,
+)
+
+FOLDERS = (MODEL_DIR, ADAPTER_DIR, CHECKPOINT_DIR)  # downloaded as tar.gz (adapter: LoRA's)
+CHECKPOINT_NAME = re.compile(r"checkpoint-(\d{1,12})")  # a kept checkpoint, by its step
+KINDS = {
+    MODEL_DIR: "model",
+    ADAPTER_DIR: "model",
+    CHECKPOINT_DIR: "checkpoint",
+    TRAIN_LOG: "log",
+    METRICS_FILE: "metrics",
+    SUMMARY_FILE: "summary",
+}
+HIDDEN = {WORKER_JOURNAL}  # the worker's own journal, not an output
+CHUNK = 1 << 20
+BLOCK = tarfile.BLOCKSIZE
+STORED_SUFFIXES = (".safetensors", ".pt", ".bin", ".pth")  # weights and optimizer state
+
+
+def _visible(name: str) -> bool:
+    return name not in HIDDEN and not name.startswith(".") and ".tmp" not in name
+
+
+def list_artifacts(root: Path) -> list[dict[str, Any]]:
+    """Every regular file under the job's folder: path, bytes, kind (by its top-level name)."""
+    found: list[dict[str, Any]] = []
+    if not root.is_dir():
+        return found
+    for folder, dirs, files in os.walk(root):  # does not follow symbolic links
+        dirs[:] = sorted(d for d in dirs if _visible(d))
+        for name in sorted(files):
+            path = Path(folder, name)
+            relative = path.relative_to(root).as_posix()
+            top = relative.split("/", 1)[0]
+            if not _visible(top) or path.is_symlink() or not path.is_file():
+                continue
+            size = path.stat().st_size
+            kind = "checkpoint" if CHECKPOINT_NAME.fullmatch(top) else KINDS.get(top, "other")
+            found.append({"path": relative, "bytes": size, "kind": kind})
+    return found
+
+
+def outputs(root: Path) -> dict[str, int]:
+    """What the job has written so far, top-level name -> bytes (a folder: its files' total)."""
+    totals: dict[str, int] = {}
+    for artifact in list_artifacts(root):
+        top = artifact["path"].split("/", 1)[0]
+        totals[top] = totals.get(top, 0) + artifact["bytes"]
+    return totals
+
+
+def artifact_path(root: Path, path: str) -> Path:
+    """The regular file ``path`` names inside ``root``; no ``..``, no links, nothing outside."""
+    parts = PurePosixPath(path).parts
+    if not parts or path.startswith("/") or ".." in parts or not _visible(parts[0]):
+        raise ArtifactNotFound(path)
+    candidate = root.joinpath(*parts)
+    real_root = root.resolve()
+    real = candidate.resolve()
+    if real_root not in real.parents or candidate.is_symlink() or not real.is_file():
+        raise ArtifactNotFound(path)
+    return real
+
+
+def folder_path(root: Path, name: str) -> Path:
+    """A downloadable folder; ``checkpoint-<step>`` is the kept checkpoint of that step, the
+    latest one (``checkpoint/``) included."""
+    if (found := CHECKPOINT_NAME.fullmatch(name)) is not None:
+        return _kept_checkpoint(root, int(found.group(1)), name)
+    folder = root / name
+    if name not in FOLDERS or folder.is_symlink() or not folder.is_dir():
+        raise ArtifactNotFound(name)
+    return folder
+
+
+def _kept_checkpoint(root: Path, step: int, name: str) -> Path:
+    for found, folder, _ in kept_checkpoints(root):
+        if found == step and not folder.is_symlink():
+            return folder
+    raise ArtifactNotFound(name)
+
+
+class _Gzip:
+    """One gzip member written by hand: a raw deflate stream to which each file contributes
+    blocks at its own level. ``Z_FULL_FLUSH`` ends a compressor's output on a byte boundary with
+    no history, so the next compressor's blocks continue the same valid stream."""
+
+    HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, no mtime, unknown OS
+
+    def __init__(self) -> None:
+        self.crc, self.size = 0, 0
+        self.deflate = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+
+    def level(self, level: int) -> bytes:
+        out = self.deflate.flush(zlib.Z_FULL_FLUSH)
+        self.deflate = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+        return out
+
+    def compress(self, data: bytes) -> bytes:
+        self.crc = zlib.crc32(data, self.crc)
+        self.size += len(data)
+        return self.deflate.compress(data)
+
+    def finish(self) -> bytes:
+        trailer = struct.pack("<II", self.crc, self.size & 0xFFFFFFFF)
+        return self.deflate.flush(zlib.Z_FINISH) + trailer
+
+
+def tar_gz(folder: Path, arcname: str) -> Iterator[bytes]:
+    """The folder as a gzip'd tar, produced piece by piece (constant memory)."""
+    gzip = _Gzip()
+    yield _Gzip.HEADER
+    for path, name in _tar_members(folder, arcname):
+        info = tarfile.TarInfo(name)
+        stat = path.stat()
+        info.size, info.mtime, info.mode = stat.st_size, int(stat.st_mtime), 0o644
+        yield gzip.level(0 if path.suffix in STORED_SUFFIXES else 6)
+        yield gzip.compress(info.tobuf(format=tarfile.PAX_FORMAT))
+        with path.open("rb") as source:
+            while piece := source.read(CHUNK):
+                yield gzip.compress(piece)
+        yield gzip.compress(b"\0" * (-stat.st_size % BLOCK))
+    yield gzip.compress(b"\0" * (2 * BLOCK)) + gzip.finish()  # the end-of-archive marker
+
+
+def _tar_members(folder: Path, arcname: str) -> Iterator[tuple[Path, str]]:
+    for current, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(current, name)
+            if path.is_symlink() or not path.is_file():
+                continue
+            yield path, f"{arcname}/{path.relative_to(folder).as_posix()}"
+
+
+def tail(path: Path, lines: int) -> bytes:
+    """The last ``lines`` lines of a file, read backwards in blocks (a log can be large)."""
+    if not path.is_file():
+        return b""
+    with path.open("rb") as log:
+        end = log.seek(0, os.SEEK_END)
+        data, position = b"", end
+        while position > 0 and data.count(b"\n") <= lines:
+            step = min(64 * 1024, position)
+            position -= step
+            log.seek(position)
+            data = log.read(step) + data
+    return b"\n".join(data.splitlines()[-lines:]) + (b"\n" if data else b"")
+
+
+def evaluations(root: Path) -> list[dict[str, Any]]:
+    """The run's evaluation reports (``evaluations.jsonl``), newest first; a line being written
+    (not yet whole) is left out."""
+    try:
+        lines = (root / EVALUATIONS_FILE).read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in reversed(lines):
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return found

@@ -1,0 +1,190 @@
+"""Use cases of /v1/files: store an upload, list, read, delete. Keyword-only, one commit each.
+
+A file is made in a staging folder (``files/.staging-<id>``), checked there, renamed into place
+and only then committed; any failure removes what was made, so a refused or interrupted upload
+leaves neither a row nor bytes behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from api.uploads.datasets import check_labels, check_rows, found_format, lines_format
+from api.uploads.formats import archive_format, dataset_format, inspect_dataset, unpack_model
+from api.uploads.receive import Upload
+from gradacc.errors import FileInUse, FileNotFound, InvalidRequest
+from gradacc.jobs.states import lock_tenant
+from gradacc.settings import Settings
+from gradacc.sources.files import MODEL_DIR, file_dir, is_file_id, jobs_using, new_file_id
+from gradacc.tables import File, FilePurpose
+
+
+def upload_folder(settings: Settings) -> Path:
+    """Where uploads stream to: under ``files/``, so that keeping one is a rename."""
+    return settings.files_dir / ".uploads"
+
+
+STALE_AFTER_S = 3600.0  # an upload in progress writes every MiB; one this quiet was abandoned
+
+
+def sweep_leftovers(settings: Settings, *, older_than_s: float = STALE_AFTER_S) -> int:
+    """Remove the partial uploads and staging folders that an API process killed mid-upload left
+    behind (a live process removes its own on any failure); returns how many it removed."""
+    cutoff = time.time() - older_than_s
+    found = [*upload_folder(settings).glob(".upload-*"), *settings.files_dir.glob(".staging-*")]
+    removed = 0
+    for path in found:
+        try:
+            if path.lstat().st_mtime >= cutoff:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            continue  # another API process swept it first
+        removed += 1
+    return removed
+
+
+def create_file(session: Session, *, settings: Settings, tenant: str, upload: Upload) -> File:
+    """Check the upload for its purpose, move it into place and record it."""
+    file_id = new_file_id()
+    staging = settings.files_dir / f".staging-{file_id}"
+    final = file_dir(settings, file_id)
+    try:
+        purpose = _purpose(upload.fields.get("purpose", FilePurpose.DATASET))
+        staging.mkdir(parents=True)
+        stored_name, details = _store(settings, staging, upload, purpose)
+        os.replace(staging, final)
+        file = File(
+            id=file_id,
+            tenant=tenant,
+            purpose=purpose,
+            filename=upload.filename,
+            stored_name=stored_name,
+            bytes=upload.bytes,
+            sha256=upload.sha256,
+            details=details,
+        )
+        session.add(file)
+        session.commit()
+    except BaseException:
+        upload.path.unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(final, ignore_errors=True)
+        raise
+    return file
+
+
+UPLOADABLE = (FilePurpose.DATASET, FilePurpose.MODEL, FilePurpose.FINE_TUNE)
+
+
+def _purpose(value: str) -> FilePurpose:
+    if value == FilePurpose.FINE_TUNE_RESULTS:
+        message = "fine-tune-results files are written by fine-tuning jobs, not uploaded"
+        raise InvalidRequest(message, param="purpose")
+    if value not in UPLOADABLE:
+        choices = ", ".join(UPLOADABLE)
+        raise InvalidRequest(f"{value!r} is not one of {choices}", param="purpose")
+    return FilePurpose(value)
+
+
+def _store(
+    settings: Settings, staging: Path, upload: Upload, purpose: FilePurpose
+) -> tuple[str, dict[str, Any]]:
+    """(the upload's name on disk, what checking it found)."""
+    if purpose in (FilePurpose.DATASET, FilePurpose.FINE_TUNE):
+        fmt = dataset_format(upload.filename)
+        # The core picks the reader by suffix; "jsonl" is read by the json reader.
+        stored_name = f"data{Path(upload.filename).suffix.lower()}"
+        os.replace(upload.path, staging / stored_name)
+        details = check_dataset(staging / stored_name, fmt)
+        if purpose == FilePurpose.FINE_TUNE and details["dataset_format"] not in CHAT_FORMATS:
+            raise InvalidRequest(
+                "a fine-tune file holds chat or instruction rows: a JSON line each with "
+                f"'messages' (or 'prompt' and 'completion'); its columns: {details['columns']}",
+                param="file",
+            )
+        return stored_name, details
+    fmt = archive_format(upload.filename)
+    stored_name = f"model.{fmt}"
+    os.replace(upload.path, staging / stored_name)
+    details = unpack_model(
+        staging / stored_name,
+        fmt,
+        staging / MODEL_DIR,
+        max_bytes=settings.max_model_unpacked_bytes,
+        max_files=settings.max_model_files,
+    )
+    return stored_name, details
+
+
+def check_dataset(path: Path, fmt: str) -> dict[str, Any]:
+    """Readable, its rows in the shape its format needs, its default label column clean; what
+    it holds (format, rows, columns, the dataset format its columns suggest)."""
+    try:
+        details = inspect_dataset(path, fmt)
+    except InvalidRequest:
+        # JSON lines that pyarrow cannot read as one table (a line that is no object, a field
+        # that changes type) may still be chat rows: then their problems say more, line by line.
+        check_rows(path, fmt, lines_format(path, fmt))
+        raise
+    found = found_format(details["columns"])
+    check_rows(path, fmt, found)
+    if "label" in details["columns"] and found in (None, "text"):
+        check_labels(path, fmt, "label", param="file")
+    return details | {"dataset_format": found}
+
+
+CHAT_FORMATS = ("messages", "prompt-completion")
+
+
+def get_file(session: Session, *, file_id: str, tenant: str) -> File:
+    """Another tenant's file does not exist, as far as this tenant can tell (404)."""
+    file = session.get(File, file_id) if is_file_id(file_id) else None
+    if file is None or file.tenant != tenant:
+        raise FileNotFound(file_id)
+    return file
+
+
+def list_files(
+    session: Session,
+    *,
+    tenant: str,
+    limit: int,
+    after: str | None,
+    purpose: FilePurpose | None = None,
+) -> tuple[list[File], bool]:
+    """Newest first; keyset pagination on the time-ordered id. Returns (page, has_more)."""
+    query = select(File).where(File.tenant == tenant).order_by(File.id.desc()).limit(limit + 1)
+    if purpose is not None:
+        query = query.where(File.purpose == purpose)
+    if after is not None:
+        query = query.where(File.id < after)
+    files = list(session.scalars(query))
+    return files[:limit], len(files) > limit
+
+
+def content_path(settings: Settings, file: File) -> Path:
+    return file_dir(settings, file.id) / file.stored_name
+
+
+def delete_file(session: Session, *, settings: Settings, file_id: str, tenant: str) -> None:
+    """409 while a queued or running job names it. The row goes first: a crash between the two
+    leaves unreferenced bytes, never a row whose bytes are gone."""
+    file = get_file(session, file_id=file_id, tenant=tenant)
+    lock_tenant(session, tenant=tenant)  # no job naming it can be created meanwhile
+    users = jobs_using(session, file_id=file_id, tenant=tenant)
+    if users:
+        raise FileInUse(file_id, users)
+    session.delete(file)
+    session.commit()
+    shutil.rmtree(file_dir(settings, file_id), ignore_errors=True)

@@ -1,0 +1,187 @@
+"""POST /v1/fine_tuning/jobs: an OpenAI fine-tuning body becomes a gradacc job spec (one job
+table, one validation), with the "auto" hyperparameters resolved by the rules in docs/openai.md.
+Errors name OpenAI's fields (``training_file``, ``hyperparameters.batch_size``), not the spec's."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from celery import Celery
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from api.schemas.jobs import JobCreate
+from api.schemas.openai import FineTuningJobCreate, Hyperparameters
+from api.services import jobs as job_services
+from api.services.files import get_file
+from gradacc.errors import FileNotFound, InvalidRequest
+from gradacc.settings import Settings
+from gradacc.tables import FilePurpose, Job
+from trainer_core.spec.job import JobSpec
+
+# spec field -> the OpenAI field that sets it (its errors are reported under that name)
+OPENAI_FIELDS = {
+    "model": "model",
+    "dataset": "training_file",
+    "eval_dataset": "validation_file",
+    "num_train_epochs": "hyperparameters.n_epochs",
+    "effective_batch_size": "hyperparameters.batch_size",
+    "seed": "seed",
+}
+DEFAULTS: dict[str, Any] = {  # a fine-tuning job's defaults where the spec's differ
+    "task": "causal-lm",
+    "save_strategy": "epoch",
+    "save_total_limit": 3,  # as OpenAI: the last three epochs' checkpoints
+}
+BASE_LEARNING_RATE = JobSpec.model_fields["learning_rate"].default
+DEFAULT_SEED = JobSpec.model_fields["seed"].default
+TRAINING_FILE_PURPOSES = (FilePurpose.FINE_TUNE, FilePurpose.DATASET)
+
+
+def auto_epochs(rows: int) -> int:
+    """OpenAI's rule: 3 epochs, raised so a small file gets about 100 examples' worth of steps
+    (at most 25 epochs), lowered so a large one stays near 25 000 examples (at least 1)."""
+    if rows * 3 < 100:
+        return min(25, math.ceil(100 / max(rows, 1)))
+    if rows * 3 > 25_000:
+        return max(1, 25_000 // rows)
+    return 3
+
+
+def auto_batch_size(rows: int) -> int:
+    """About 0.2 % of the rows, from 1 to 256."""
+    return max(1, min(256, round(0.002 * rows)))
+
+
+def resolve(chosen: Hyperparameters, rows: int) -> dict[str, Any]:
+    epochs = chosen.n_epochs
+    batch = chosen.batch_size
+    multiplier = chosen.learning_rate_multiplier
+    return {
+        "n_epochs": auto_epochs(rows) if epochs == "auto" else epochs,
+        "batch_size": auto_batch_size(rows) if batch == "auto" else batch,
+        "learning_rate_multiplier": 1.0 if multiplier == "auto" else float(multiplier),
+    }
+
+
+def create(
+    session: Session,
+    *,
+    body: FineTuningJobCreate,
+    tenant: str,
+    idempotency_key: str | None,
+    celery: Celery,
+    settings: Settings,
+) -> Job:
+    rows = _training_rows(session, body, tenant=tenant)
+    resolved = resolve(body.chosen_hyperparameters(), rows)
+    spec = _job_create(body, resolved)
+    seed = spec.seed
+    fine_tuning = {
+        "suffix": body.suffix,
+        "metadata": body.metadata,
+        "training_file": body.training_file,
+        "validation_file": body.validation_file,
+        "hyperparameters": resolved,
+        "method": {"type": "supervised", "supervised": {"hyperparameters": resolved}},
+        "seed": seed,
+    }
+    try:
+        job, _ = job_services.create_job(
+            session,
+            spec=spec,
+            tenant=tenant,
+            idempotency_key=idempotency_key,
+            celery=celery,
+            settings=settings,
+            fine_tuning=fine_tuning,
+        )
+    except InvalidRequest as exc:
+        raise _renamed(exc) from None
+    return job
+
+
+def _training_rows(session: Session, body: FineTuningJobCreate, *, tenant: str) -> int:
+    """The training file's rows (for the "auto" rules); 400 naming the field for a file that is
+    not there, not the tenant's, or not a dataset."""
+    rows = 0
+    for field in ("training_file", "validation_file"):
+        file_id = getattr(body, field)
+        if file_id is None:
+            continue
+        try:
+            file = get_file(session, file_id=file_id, tenant=tenant)
+        except FileNotFound:
+            raise InvalidRequest(f"no file with id {file_id!r}", param=field) from None
+        if file.purpose not in TRAINING_FILE_PURPOSES:
+            message = f"{file_id} was uploaded as {file.purpose}; upload it with purpose fine-tune"
+            raise InvalidRequest(message, param=field)
+        if field == "training_file":
+            rows = int(file.details["rows"])
+    return rows
+
+
+def _job_create(body: FineTuningJobCreate, resolved: dict[str, Any]) -> JobCreate:
+    ours = dict(body.gradacc or {})
+    taken = sorted(set(ours) & (set(OPENAI_FIELDS) | {"learning_rate_multiplier"}))
+    if taken:
+        field = taken[0]
+        where = OPENAI_FIELDS.get(field, field)
+        raise InvalidRequest(f"set by {where} in the fine-tuning body", param=f"gradacc.{field}")
+    batch = resolved["batch_size"]
+    base_rate = ours.pop("learning_rate", BASE_LEARNING_RATE)
+    spec: dict[str, Any] = {
+        **DEFAULTS,
+        **ours,
+        "model": body.model,
+        "dataset": body.training_file,
+        "num_train_epochs": resolved["n_epochs"],
+        "effective_batch_size": batch,
+        "seed": DEFAULT_SEED if body.seed is None else body.seed,
+    }
+    if body.validation_file is not None:
+        spec["eval_dataset"] = body.validation_file
+    if isinstance(base_rate, int | float) and not isinstance(base_rate, bool):
+        spec["learning_rate"] = base_rate * resolved["learning_rate_multiplier"]
+    else:
+        spec["learning_rate"] = base_rate  # the spec's own check names it
+    # The micro-batch follows from batch_size and K, unless given (then K follows). A K that is
+    # no integer is left to the spec's own check, which names it.
+    accumulation = ours.get("gradient_accumulation_steps") or 1
+    usable = isinstance(accumulation, int) and accumulation >= 1
+    if "per_device_train_batch_size" not in ours and usable:
+        if batch % accumulation:
+            raise InvalidRequest(
+                f"batch_size {batch} is not a multiple of gradient_accumulation_steps "
+                f"{accumulation}",
+                param="gradacc.gradient_accumulation_steps",
+            )
+        spec["per_device_train_batch_size"] = batch // accumulation
+    try:
+        return JobCreate.model_validate(spec)
+    except ValidationError as exc:
+        raise RequestValidationError([_renamed_error(e) for e in exc.errors()]) from None
+
+
+def _openai_name(field: str) -> str:
+    return OPENAI_FIELDS.get(field, f"gradacc.{field}")
+
+
+def _renamed_error(error: Any) -> dict[str, Any]:
+    loc = tuple(error.get("loc", ()))
+    head = _openai_name(str(loc[0])).split(".") if loc else ["gradacc"]
+    if loc and loc[0] == "learning_rate":
+        head = ["gradacc", "learning_rate"]
+    return {**error, "loc": ("body", *head, *loc[1:])}
+
+
+def _renamed(exc: InvalidRequest) -> InvalidRequest:
+    if exc.param is None:
+        return exc
+    field, _, rest = exc.param.partition(".")
+    param = _openai_name(field) + (f".{rest}" if rest else "")
+    message = exc.message.removeprefix(f"{exc.param}: ")
+    found = getattr(exc, "errors", None)
+    return InvalidRequest(message, param=param, errors=found)

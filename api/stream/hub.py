@@ -1,0 +1,151 @@
+"""The job stream's fan-out: one reader per API process polls the database for every watched
+job together and hands each new item to the subscribers' queues.
+
+A subscriber reads its history once at connect (``stream_reads.read_history``), then registers
+with its cursor; the hub re-reads from the lowest cursor of a job's subscribers, and each
+subscriber drops what it already has (by row id), so nothing falls between history and live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine
+
+from api.schemas.jobs import JobRead
+from api.stream.reads import Cursor, Item, read_new, read_snapshots
+from gradacc.tables import TERMINAL_STATUSES
+
+log = logging.getLogger(__name__)
+QUEUE_SIZE = 10_000  # a subscriber this far behind is dropped; it resumes with Last-Event-ID
+
+
+@dataclass(eq=False)
+class Subscriber:
+    job_id: str
+    cursor: Cursor
+    queue: asyncio.Queue[Item | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
+
+    def wants(self, item: Item) -> bool:
+        """Not already sent (history and live may overlap); advances the cursor."""
+        c = self.cursor
+        if item.kind == "event" and item.row_id > c.events:
+            self.cursor = Cursor(item.row_id, c.steps, c.epochs)
+        elif item.kind == "step" and item.row_id > c.steps:
+            self.cursor = Cursor(c.events, item.row_id, c.epochs)
+        elif item.kind == "epoch" and item.row_id > c.epochs:
+            self.cursor = Cursor(c.events, c.steps, item.row_id)
+        elif item.kind != "job":
+            return False
+        return True
+
+
+class StreamHub:
+    def __init__(self, engine: Engine, interval_s: float) -> None:
+        self.engine = engine
+        self.interval_s = interval_s
+        self.subscribers: dict[str, set[Subscriber]] = {}
+        self.cursors: dict[str, Cursor] = {}  # where the next poll reads from, per job
+        # The last job row sent (status, progress, metrics): a new one is sent when it changes.
+        self.snapshots: dict[str, tuple[Any, ...]] = {}
+        self.task: asyncio.Task[None] | None = None
+        self.polls = 0  # database round trips of the reader (the benchmark reads it)
+
+    def subscribe(self, job_id: str, cursor: Cursor, row: Any) -> Subscriber:
+        subscriber = Subscriber(job_id, cursor)
+        self.subscribers.setdefault(job_id, set()).add(subscriber)
+        known = self.cursors.get(job_id)
+        self.cursors[job_id] = cursor if known is None else known.low(cursor)
+        self.snapshots.setdefault(job_id, tuple(row))
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self._run(), name="gradacc-stream-hub")
+        return subscriber
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        watchers = self.subscribers.get(subscriber.job_id, set())
+        watchers.discard(subscriber)
+        if not watchers:
+            self.subscribers.pop(subscriber.job_id, None)
+            self.cursors.pop(subscriber.job_id, None)
+            self.snapshots.pop(subscriber.job_id, None)
+
+    async def _run(self) -> None:
+        while self.subscribers:
+            try:
+                await self.poll_once()
+            except Exception:  # a database blip: keep the streams open, try again next tick
+                log.exception("stream poll failed")
+            await asyncio.sleep(self.interval_s)
+
+    async def poll_once(self) -> None:
+        cursors = dict(self.cursors)
+        # Rows first, then what they follow: a final status read here was committed after the
+        # job's last metrics, so the reads below see those metrics.
+        rows = await asyncio.to_thread(read_snapshots, self.engine, list(cursors))
+        items = await asyncio.to_thread(read_new, self.engine, cursors)
+        self.polls += 2
+        for item in items:
+            self._advance(item)
+            self._publish(item)
+        for job_id, row in rows.items():
+            if self.snapshots.get(job_id) != tuple(row) and job_id in self.subscribers:
+                self.snapshots[job_id] = tuple(row)
+                snapshot = JobRead.of(row).model_dump_json()
+                self._publish(Item(job_id, "job", 0, {"json": snapshot, "status": row.status}))
+
+    def _advance(self, item: Item) -> None:
+        c = self.cursors.get(item.job_id)
+        if c is None:
+            return
+        if item.kind == "event":
+            c = Cursor(max(c.events, item.row_id), c.steps, c.epochs)
+        elif item.kind == "step":
+            c = Cursor(c.events, max(c.steps, item.row_id), c.epochs)
+        else:
+            c = Cursor(c.events, c.steps, max(c.epochs, item.row_id))
+        self.cursors[item.job_id] = c
+
+    def _publish(self, item: Item) -> None:
+        for subscriber in list(self.subscribers.get(item.job_id, ())):
+            try:
+                subscriber.queue.put_nowait(item)
+            except asyncio.QueueFull:
+                self.unsubscribe(subscriber)
+                with contextlib.suppress(asyncio.QueueFull):
+                    subscriber.queue.put_nowait(None)  # ends that stream
+
+
+async def messages(
+    hub: StreamHub, *, job_id: str, row: Any, history: list[Item], since: Cursor
+) -> AsyncIterator[dict[str, Any]]:
+    """SSE messages for one subscriber: its history, the job's snapshot, then live items, until
+    the job's final status has been sent."""
+    snapshot = JobRead.of(row).model_dump_json()
+    subscriber = hub.subscribe(job_id, since, row)
+    try:
+        for item in history:
+            if subscriber.wants(item):
+                yield _message(item, subscriber.cursor)
+        yield {"event": "job", "id": str(subscriber.cursor), "data": snapshot}
+        if row.status in TERMINAL_STATUSES:
+            return
+        while (live := await subscriber.queue.get()) is not None:
+            item = live
+            if not subscriber.wants(item):
+                continue
+            yield _message(item, subscriber.cursor)
+            if item.kind == "job" and item.data["status"] in TERMINAL_STATUSES:
+                return
+    finally:
+        hub.unsubscribe(subscriber)
+
+
+def _message(item: Item, cursor: Cursor) -> dict[str, Any]:
+    data = item.data["json"] if item.kind == "job" else json.dumps(item.data)
+    return {"event": item.kind, "id": str(cursor), "data": data}

@@ -1,0 +1,109 @@
+"""The database reads behind the job stream: a subscriber's history once, at connect, and the
+hub's one poll per tick for every watched job together (never a query per subscriber)."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, and_, or_, select
+
+from api.services.jobs import JOB_COLUMNS, read_job
+from gradacc.jobs.records import METRICS_EVENT
+from gradacc.tables import EpochMetric, Job, JobEvent, StepMetric
+
+# Row ids are 32-bit on PostgreSQL, and a bound parameter is cast to the column's type: a larger
+# number in a client's Last-Event-ID would fail the query. No row lies past this one anyway.
+MAX_ROW_ID = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The last event, step record and epoch record a subscriber has, by row id. The SSE id of
+    every message is this cursor after it, so ``Last-Event-ID`` resumes exactly."""
+
+    events: int = 0
+    steps: int = 0
+    epochs: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.events}-{self.steps}-{self.epochs}"
+
+    @classmethod
+    def parse(cls, text: str) -> Cursor:
+        """Raises ValueError on anything but three non-negative integers; a part past the largest
+        row id means "after every row" and is read as that id."""
+        events, steps, epochs = (min(int(part), MAX_ROW_ID) for part in text.split("-"))
+        if min(events, steps, epochs) < 0:
+            raise ValueError(text)
+        return cls(events, steps, epochs)
+
+    def low(self, other: Cursor) -> Cursor:
+        return Cursor(
+            min(self.events, other.events),
+            min(self.steps, other.steps),
+            min(self.epochs, other.epochs),
+        )
+
+
+@dataclass(frozen=True)
+class Item:
+    """One message for a job's subscribers: kind "event", "step", "epoch" or "job"."""
+
+    job_id: str
+    kind: str
+    row_id: int  # 0 for "job" (a snapshot, always delivered)
+    data: dict[str, Any]
+    at: datetime | None = None  # when it was written: the order across tables
+
+
+def _event(row: Any) -> dict[str, Any]:
+    return {"id": row.id, "created_at": int(row.created_at.timestamp()), "kind": row.kind,
+            "message": row.message}  # fmt: skip
+
+
+def _after(table: Any, cursors: dict[str, Cursor], field: str) -> Any:
+    """Rows of the watched jobs past each job's own cursor (ids are per table, not per job)."""
+    return or_(*(and_(table.job_id == j, table.id > getattr(c, field)) for j, c in cursors.items()))
+
+
+def read_new(engine: Engine, cursors: dict[str, Cursor]) -> list[Item]:
+    """Events, epoch and step records after each job's cursor, for all jobs in three queries,
+    in the order they were written."""
+    if not cursors:
+        return []
+    tables: list[list[Item]] = []
+    with engine.connect() as connection:
+        events = select(JobEvent).where(
+            _after(JobEvent, cursors, "events"), JobEvent.kind != METRICS_EVENT
+        )
+        rows = connection.execute(events.order_by(JobEvent.id))
+        tables.append([Item(r.job_id, "event", r.id, _event(r), r.created_at) for r in rows])
+        for kind, table, field in (("epoch", EpochMetric, "epochs"), ("step", StepMetric, "steps")):
+            query = select(table.id, table.job_id, table.record, table.created_at).where(
+                _after(table, cursors, field)
+            )
+            rows = connection.execute(query.order_by(table.id))
+            tables.append([Item(r.job_id, kind, r.id, r.record, r.created_at) for r in rows])
+    # Interleaved by time, each table kept in id order (a subscriber's cursor is the last id of
+    # each). Sorting by time alone is not that: a worker stamps a report when it happens and writes
+    # it later, so a row can have a higher id and an earlier time than one written meanwhile.
+    return list(heapq.merge(*tables, key=lambda item: item.at or datetime.min))
+
+
+def read_snapshots(engine: Engine, job_ids: list[str]) -> dict[str, Any]:
+    """The watched jobs' rows (status and progress), in one query."""
+    query = select(*JOB_COLUMNS).where(Job.id.in_(job_ids))
+    with engine.connect() as connection:
+        return {row.id: row for row in connection.execute(query)}
+
+
+def read_history(
+    engine: Engine, *, job_id: str, tenant: str, since: Cursor
+) -> tuple[Any, list[Item]]:
+    """At connect: the job's row (404 for no such job of this tenant) and what came after
+    ``since``."""
+    row = read_job(engine, job_id=job_id, tenant=tenant)
+    return row, read_new(engine, {job_id: since})

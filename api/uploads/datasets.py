@@ -1,0 +1,166 @@
+"""What an uploaded dataset holds, checked where it arrives rather than hours later in a worker:
+the format its columns suggest (``trainer_core.spec.chat``), each conversation's or
+prompt-completion row's shape, and a label column without empty cells or a mix of numbers and
+text. A refusal is a 422 listing up to 20 problems by 1-based line (row) and field; the caller
+keeps nothing of a refused file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pa_parquet
+
+from api.uploads.arrow import BLOCK_BYTES, batches, type_change, with_growing_blocks
+from gradacc.errors import InvalidRequest
+from trainer_core.spec.chat import (
+    MAX_PROBLEMS,
+    ResolvedFormat,
+    message_problems,
+    prompt_completion_problems,
+    resolve_format,
+)
+
+BATCH_ROWS = 10_000
+_NUMBER = r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$"
+
+
+def found_format(columns: list[str]) -> ResolvedFormat | None:
+    """What the columns suggest under the default column names (a job may name others)."""
+    fmt = resolve_format(
+        columns, "auto", messages_column="messages", prompt_column="prompt",
+        completion_column="completion",
+    )  # fmt: skip
+    return None if fmt == "text" and "text" not in columns else fmt
+
+
+def lines_format(path: Path, fmt: str) -> ResolvedFormat | None:
+    """The format the keys of JSON lines suggest, read as Python (for files pyarrow refused)."""
+    if fmt not in ("jsonl", "json"):
+        return None
+    keys: set[str] = set()
+    try:
+        for _, row in _rows(path, fmt, []):
+            keys.update(row)
+    except ValueError:  # not JSON at all: the reader's refusal stands
+        return None
+    return found_format(sorted(keys))
+
+
+def _rows(
+    path: Path, fmt: str, columns: list[str], block: int = BLOCK_BYTES
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based line or row, the row's values of ``columns``)."""
+    if fmt in ("jsonl", "json"):
+        if fmt == "json" and _is_array(path):  # one array of objects (parsed whole: bounded)
+            for number, row in enumerate(json.loads(path.read_bytes()), start=1):
+                yield number, row if isinstance(row, dict) else {}
+            return
+        with path.open("rb") as lines:
+            for number, line in enumerate(lines, start=1):
+                if line.strip():
+                    row = json.loads(line)
+                    yield number, row if isinstance(row, dict) else {}
+        return
+    read: Iterator[pa.RecordBatch]
+    if fmt == "parquet":
+        read = pa_parquet.ParquetFile(path).iter_batches(BATCH_ROWS, columns=columns)
+    else:
+        read = batches(path, "csv", block, columns)
+    number = 0
+    for batch in read:
+        for row in batch.to_pylist():
+            number += 1
+            yield number, row
+
+
+def check_rows(path: Path, fmt: str, found: ResolvedFormat | None) -> None:
+    """Every conversation or prompt-completion row has the shape its format needs."""
+    check: Callable[[dict[str, Any]], list[str]]
+    if found == "messages":
+        columns = ["messages"]
+
+        def check(row: dict[str, Any]) -> list[str]:
+            return message_problems(row.get("messages"))
+    elif found == "prompt-completion":
+        columns = ["prompt", "completion"]
+
+        def check(row: dict[str, Any]) -> list[str]:
+            return prompt_completion_problems(row, "prompt", "completion")
+    else:
+        return
+    where = "line" if fmt in ("jsonl", "json") else "row"
+
+    def scan(block: int) -> list[str]:
+        return [
+            f"{where} {number}: {problem}"
+            for number, row in _rows(path, fmt, columns, block)
+            for problem in check(row)
+        ]
+
+    problems = with_growing_blocks(scan)
+    if problems:
+        shown = problems[:MAX_PROBLEMS]
+        more = f" (and {len(problems) - len(shown)} more)" if len(problems) > len(shown) else ""
+        raise InvalidRequest(
+            f"{len(problems)} problems in this {found} file{more}: " + "; ".join(shown),
+            param="file",
+            errors=shown,
+        )
+
+
+def _label_columns(path: Path, fmt: str, column: str, block: int) -> Iterator[pa.Array]:
+    if fmt == "parquet":
+        for batch in pa_parquet.ParquetFile(path).iter_batches(BATCH_ROWS, columns=[column]):
+            yield batch.column(0)
+        return
+    if fmt == "json" and _is_array(path):  # one array of objects: parsed whole (bounded)
+        yield pa.array([row.get(column) for _, row in _rows(path, fmt, [column])])
+        return
+    for batch in batches(path, "csv" if fmt == "csv" else "jsonl", block, [column]):
+        yield batch.column(batch.schema.get_field_index(column))
+
+
+def _is_array(path: Path) -> bool:
+    with path.open("rb") as source:
+        return source.read(64).lstrip()[:1] == b"["
+
+
+def check_labels(path: Path, fmt: str, column: str, *, param: str) -> None:
+    """No empty label, and labels all numbers or all text, else a 422 naming the first row at
+    fault (1-based; a CSV's header is not a row)."""
+    try:
+        with_growing_blocks(lambda block: _scan_labels(path, fmt, column, block, param))
+    except pa.ArrowInvalid as exc:
+        refusal = type_change(exc, param=param)
+        if refusal is None:
+            raise
+        raise refusal from exc
+
+
+def _scan_labels(path: Path, fmt: str, column: str, block: int, param: str) -> None:
+    seen = 0
+    numeric: bool | None = None  # the first row's kind; every later row must be the same
+    for values in _label_columns(path, fmt, column, block):
+        text = pc.cast(values, pa.string())
+        empty = pc.fill_null(pc.or_kleene(pc.is_null(values), pc.equal(text, "")), True)
+        if pc.any(empty).as_py():
+            row = seen + pc.index(empty, True).as_py() + 1
+            raise InvalidRequest(f"row {row} of column {column!r} is empty", param=param)
+        numbers = pc.match_substring_regex(text, _NUMBER)
+        if numeric is None and len(numbers):
+            numeric = bool(numbers[0].as_py())
+        odd = pc.index(numbers, not numeric).as_py()
+        if odd >= 0:
+            kind, kinds = ("text", "numbers") if numeric else ("a number", "text")
+            raise InvalidRequest(
+                f"row {seen + odd + 1} of column {column!r} mixes {kind} into {kinds} labels: "
+                "use one or the other",
+                param=param,
+            )
+        seen += len(values)

@@ -1,0 +1,96 @@
+"""A job's stream rows: its events, and its epoch and step records (the fine-tuning API's
+metrics events with them). Writers take the job's stream lock so that ids follow commit order."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, text
+from sqlalchemy.orm import Session
+
+from gradacc.db import upsert
+from gradacc.openai.names import openai_metrics
+from gradacc.tables import EpochMetric, JobEvent, StepMetric, utcnow
+
+
+def lock_job_stream(session: Session, *, job_id: str) -> None:
+    """PostgreSQL: writers of one job's stream rows (events, step and epoch records) take turns
+    until commit, so that the ids of a job's rows follow their commit order. The stream's cursor
+    is the last id sent (``api.stream.reads``): a row that got a lower id but committed after a
+    higher one would otherwise never be sent. (SQLite has one writer at a time anyway.)"""
+    if session.get_bind().dialect.name == "postgresql":
+        key = text("SELECT pg_advisory_xact_lock(hashtext('gradacc-stream'), hashtext(:job))")
+        # No autoflush: the lock needs no pending row written, and a row's own error (a POST's
+        # idempotency race on the job it adds) belongs to the caller's commit, not to here.
+        with session.no_autoflush:
+            session.execute(key, {"job": job_id})
+
+
+def add_event(
+    session: Session,
+    *,
+    job_id: str,
+    kind: str,
+    message: str,
+    at: datetime | None = None,
+    data: dict[str, Any] | None = None,
+) -> None:
+    lock_job_stream(session, job_id=job_id)
+    moment = at or utcnow()
+    session.add(JobEvent(job_id=job_id, kind=kind, message=message, created_at=moment, data=data))
+
+
+METRICS_EVENT = "metrics"  # the fine-tuning API's metrics events; /v1/jobs leaves them out
+
+
+def _metrics_event(session: Session, *, job_id: str, record: dict[str, Any]) -> None:
+    data = openai_metrics(record)
+    message = f"Step {data['step']}: training loss={_short(data['train_loss'])}"
+    add_event(session, job_id=job_id, kind=METRICS_EVENT, message=message, data=data)
+
+
+def _short(value: Any) -> str:
+    return "n/a" if value is None else f"{float(value):.4f}"
+
+
+def record_epoch_metrics(session: Session, *, job_id: str, record: dict[str, Any]) -> None:
+    """Insert one epoch's record, or replace it: (job, epoch) is unique, a rewrite never doubles."""
+    lock_job_stream(session, job_id=job_id)
+    values = {
+        "job_id": job_id,
+        "epoch": int(record["epoch"]),
+        "train_loss": _float_or_none(record.get("train_loss")),
+        "eval_loss": _float_or_none(record.get("eval_loss")),
+        "record": record,
+        "created_at": utcnow(),
+    }
+    update = ["train_loss", "eval_loss", "record"]
+    upsert(session, EpochMetric, values, keys=["job_id", "epoch"], update=update)
+
+
+def record_step_metrics(
+    session: Session, *, job_id: str, records: list[dict[str, Any]], metrics_events: bool = False
+) -> None:
+    """Insert step records, or replace them: a run resumed from a checkpoint logs its steps
+    after the checkpoint again, and (job, step) is unique. ``metrics_events``: a fine-tuning
+    job's, which the fine-tuning API also lists as events."""
+    if not records:
+        return
+    lock_job_stream(session, job_id=job_id)
+    rows = [{"job_id": job_id, "step": int(r["step"]), "record": r, "created_at": utcnow()}
+            for r in records]  # fmt: skip
+    upsert(session, StepMetric, rows, keys=["job_id", "step"], update=["record"])
+    if metrics_events:
+        # Replaced like the records themselves: a resume's steps are never listed twice.
+        steps = [row["step"] for row in rows]
+        again = (JobEvent.job_id == job_id) & (JobEvent.kind == METRICS_EVENT)
+        session.execute(
+            delete(JobEvent).where(again, JobEvent.data["step"].as_integer().in_(steps))
+        )
+        for record in records:
+            _metrics_event(session, job_id=job_id, record=record)
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -1,0 +1,1 @@
+"""Our names and files in OpenAI's shapes: the results file."""

@@ -1,0 +1,69 @@
+"""A fine-tuning job's results file: its step metrics as the CSV OpenAI writes (purpose
+``fine-tune-results``, read with ``files.content``), stored as the tenant's file in the same
+transaction that marks the job succeeded, so a client that sees "succeeded" finds the file."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gradacc.openai.names import RESULT_COLUMNS
+from gradacc.settings import Settings
+from gradacc.sources.files import file_dir, new_file_id
+from gradacc.tables import EpochMetric, File, FilePurpose, Job, StepMetric
+
+RESULTS_NAME = "step_metrics.csv"
+
+
+def results_csv(steps: list[dict[str, Any]], epochs: list[dict[str, Any]]) -> str:
+    """One row per step record; an epoch's evaluation fills the row of the step it ended at."""
+    at_step = {int(e["optimizer_steps"]): e for e in epochs if "optimizer_steps" in e}
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(RESULT_COLUMNS.values())
+    for record in steps:
+        step = int(record["step"])
+        evaluated = record if "eval_loss" in record else at_step.get(step, {})
+        row = record | {
+            key: evaluated.get(key) for key in ("eval_loss", "eval_mean_token_accuracy")
+        }
+        writer.writerow([step, *(_cell(row.get(key)) for key in list(RESULT_COLUMNS)[1:])])
+    return out.getvalue()
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else repr(float(value))
+
+
+def write_results(session: Session, settings: Settings, *, job: Job) -> None:
+    """Write the file and record it (and the trained tokens) on the job. Does not commit."""
+    if job.fine_tuning is None or job.fine_tuning.get("result_files"):
+        return
+    query = select(StepMetric.record).where(StepMetric.job_id == job.id)
+    steps = list(session.scalars(query.order_by(StepMetric.step)))
+    query_epochs = select(EpochMetric.record).where(EpochMetric.job_id == job.id)
+    epochs = list(session.scalars(query_epochs.order_by(EpochMetric.epoch)))
+    data = results_csv(steps, epochs).encode()
+    file_id = new_file_id()
+    folder = file_dir(settings, file_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RESULTS_NAME).write_bytes(data)
+    session.add(
+        File(
+            id=file_id,
+            tenant=job.tenant,
+            purpose=FilePurpose.FINE_TUNE_RESULTS,
+            filename=RESULTS_NAME,
+            stored_name=RESULTS_NAME,
+            bytes=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+            details={"format": "csv", "rows": len(steps), "columns": list(RESULT_COLUMNS.values())},
+        )
+    )
+    trained = sum(int(e.get("train_items") or 0) for e in epochs)
+    job.fine_tuning = {**job.fine_tuning, "result_files": [file_id], "trained_tokens": trained}

@@ -1,0 +1,363 @@
+"""ORM models: jobs, their epoch and step records and events, the webhook outbox and secrets,
+API keys, the worker registry and uploaded files. The API's schemas live in ``api.schemas.jobs``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    false,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in and out; SQLite stores them naive, so UTC is re-attached on load."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    # Asked to pause (the fine-tuning API's pause): it checkpoints at the next window boundary
+    # and lets go of its device; resume queues it again, and it goes on from that checkpoint.
+    PAUSED = "paused"
+
+
+# A job holds resources (a queue slot, a worker) until it leaves these.
+ACTIVE_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.RUNNING})
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+# Not finished: its files stay in use, and it cannot be deleted (a paused job will resume).
+UNFINISHED_STATUSES = ACTIVE_STATUSES | {JobStatus.PAUSED}
+FINE_TUNING_API = "fine_tuning"  # jobs.api of a job created through /v1/fine_tuning/jobs
+
+
+DEFAULT_TENANT = "default"  # every job's tenant while authentication is off
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN (" + ", ".join(f"'{status}'" for status in JobStatus) + ")", name="status"
+        ),
+        Index("ix_jobs_status_id", "status", "id"),
+        Index("ix_jobs_tenant_id", "tenant", "id"),
+        # The claim's walk over tenants and their heads (gradacc.scheduling.order): only queued
+        # rows, so it stays as small as the queue however long the history grows.
+        Index(
+            "ix_jobs_queued_tenant_priority_id",
+            "tenant",
+            "priority",
+            "id",
+            "num_processes",
+            postgresql_where=text("status = 'queued'"),
+            sqlite_where=text("status = 'queued'"),
+        ),
+        # Two POSTs with one key race to this constraint; the loser returns the winner's job.
+        UniqueConstraint("tenant", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),
+    )
+
+    # "job_" + 12 hex digits of milliseconds + 8 random: ids sort by creation time (keyset pages).
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(
+        String(64), default=DEFAULT_TENANT, server_default=DEFAULT_TENANT
+    )
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_hash: Mapped[str | None] = mapped_column(String(64), doc="sha256 of the spec")
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    effective_batch_size: Mapped[int] = mapped_column(Integer)
+    # Higher starts first (docs/scheduling.md). num_processes is the spec's, in a column so that
+    # the claim compares it with a worker's devices and sums the devices a tenant has in use.
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    num_processes: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # Machines the processes span (gang scheduling, gradacc.scheduling.gang): num_processes / num_machines
+    # devices on each; a worker fits the job when it has that many.
+    num_machines: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # The queued job of higher priority that preempts this running one: its worker checkpoints
+    # it and queues it again (gradacc.scheduling.preemption).
+    preempted_by: Mapped[str | None] = mapped_column(String(32))
+    # In force now: the spec's, chosen by the machine ("auto"), or halved after running out of
+    # memory; micro-batch x K x num_processes is always effective_batch_size.
+    micro_batch_size: Mapped[int | None] = mapped_column(Integer)
+    gradient_accumulation_steps: Mapped[int | None] = mapped_column(Integer)
+    # text, messages or prompt-completion: known at POST for built-in and uploaded data.
+    dataset_format: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+    enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker: Mapped[str | None] = mapped_column(String(255))  # who claimed it last
+    # When that worker let go of it (process gone, last rows written); None while it holds it.
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    pid: Mapped[int | None] = mapped_column(Integer)
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    total_steps: Mapped[int | None] = mapped_column(Integer)
+    latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The latest step record's train_loss, samples_per_second and eta_seconds (progress).
+    live_progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    # POSTed (signed) on every final status, and after each epoch with webhook_on_epoch.
+    webhook_url: Mapped[str | None] = mapped_column(String(2048))
+    # A person's own name and labels for the job (POST /v1/jobs); the list filters on them.
+    name: Mapped[str | None] = mapped_column(String(128))
+    job_metadata: Mapped[dict[str, str] | None] = mapped_column("metadata", JSON)
+    webhook_on_epoch: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # "fine_tuning" for a job created through /v1/fine_tuning/jobs (None: /v1/jobs). Its OpenAI
+    # fields live in ``fine_tuning``: suffix, metadata, method, hyperparameters, result_files,
+    # integrations and, once its model is deleted through /v1/models, model_deleted.
+    api: Mapped[str | None] = mapped_column(String(16))
+    fine_tuning: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+    metrics: Mapped[list[EpochMetric]] = relationship(
+        back_populates="job", cascade="all, delete-orphan", order_by="EpochMetric.epoch"
+    )
+    events: Mapped[list[JobEvent]] = relationship(
+        back_populates="job", cascade="all, delete-orphan", order_by="JobEvent.id"
+    )
+
+
+class EpochMetric(Base):
+    __tablename__ = "epoch_metrics"
+    __table_args__ = (UniqueConstraint("job_id", "epoch", name="uq_epoch_metrics_job_id_epoch"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    epoch: Mapped[int] = mapped_column(Integer)
+    train_loss: Mapped[float | None] = mapped_column(Float)
+    eval_loss: Mapped[float | None] = mapped_column(Float)
+    record: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    job: Mapped[Job] = relationship(back_populates="metrics")
+
+
+class StepMetric(Base):
+    """One record every ``logging_steps`` optimizer steps (``TrainingCallback.on_step_metrics``)."""
+
+    __tablename__ = "step_metrics"
+    __table_args__ = (UniqueConstraint("job_id", "step", name="uq_step_metrics_job_id_step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    record: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class JobEvent(Base):
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
+    # kind "metrics" (one per step record, for the fine-tuning API's events): the record's
+    # step, losses and token accuracies. /v1/jobs' events and the stream leave those out.
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    job: Mapped[Job] = relationship(back_populates="events")
+
+
+class WebhookDelivery(Base):
+    """An outbox row: one webhook to send (written with the status change or epoch it reports,
+    in the same transaction), then its attempts' outcome."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_status_next", "status", "next_attempt_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    event: Mapped[str] = mapped_column(String(32))  # job.succeeded, job.failed, job.epoch, ...
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # delivered, failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class WebhookSecret(Base):
+    """A tenant's webhook signing secret (created on first use)."""
+
+    __tablename__ = "webhook_secrets"
+
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    secret: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ApiKey(Base):
+    """A bearer token's sha256 (never the token) and the tenant it acts for."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Worker(Base):
+    """A Celery worker that is up: written by the worker itself when it is ready, refreshed by a
+    heartbeat thread, deleted at its warm shutdown. A row whose heartbeat is old is a worker that
+    died without saying so; it is not counted alive (``gradacc.workers``)."""
+
+    __tablename__ = "workers"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)  # host:pid, as on jobs
+    hostname: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    devices: Mapped[list[str]] = mapped_column(JSON)
+    # GRADACC_DEVICES: the most num_processes it takes (its gloo processes on a CPU worker).
+    num_devices: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    current_job: Mapped[str | None] = mapped_column(String(32))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class GangSlot(Base):
+    """One machine's part of a job over several machines (``gradacc.scheduling.gang``): the worker holding
+    W/M devices there for it, and where the others reach it. Node 0 (the job's claimer) also
+    records the rendezvous port. One slot per machine and per node rank of a job."""
+
+    __tablename__ = "gang_slots"
+    __table_args__ = (UniqueConstraint("job_id", "machine", name="uq_gang_slots_job_id_machine"),)
+
+    job_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    node_rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    worker: Mapped[str] = mapped_column(String(255))
+    machine: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str] = mapped_column(String(255))
+    port: Mapped[int | None] = mapped_column(Integer)
+    held_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class TenantTurn(Base):
+    """When a tenant last had a job started: of tenants with as few devices in use, the next job
+    goes to the one whose turn came longest ago (``gradacc.scheduling.claim``)."""
+
+    __tablename__ = "tenant_turns"
+
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    last_started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class FilePurpose(StrEnum):
+    DATASET = "dataset"
+    MODEL = "model"
+    FINE_TUNE = "fine-tune"  # OpenAI's: a messages or prompt-completion JSONL dataset
+    FINE_TUNE_RESULTS = "fine-tune-results"  # a fine-tuning job's metrics CSV (written by it)
+
+
+class File(Base):
+    """An uploaded dataset or model; its bytes live under ``settings.files_dir / id``."""
+
+    __tablename__ = "files"
+    __table_args__ = (
+        CheckConstraint(
+            "purpose IN (" + ", ".join(f"'{p}'" for p in FilePurpose) + ")", name="purpose"
+        ),
+        Index("ix_files_tenant_id", "tenant", "id"),
+    )
+
+    # "file-" + 12 hex digits of milliseconds + 8 random: ids sort by creation time (keyset pages).
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    purpose: Mapped[str] = mapped_column(String(32))
+    filename: Mapped[str] = mapped_column(String(255), doc="as the client named it")
+    stored_name: Mapped[str] = mapped_column(String(64), doc="the upload's name on disk")
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, doc="what validation found")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class PredictionStatus(StrEnum):
+    PENDING = "pending"  # waiting for a worker's predict server
+    RUNNING = "running"  # one has taken it
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Prediction(Base):
+    """One POST /v1/jobs/{id}/predict: the API writes the request and waits; a worker's predict
+    server (``worker.predict``) takes it, answers, and the API returns the answer. The table is the
+    queue both stacks share (no broker round trip, no result backend)."""
+
+    __tablename__ = "predictions"
+    __table_args__ = (Index("ix_predictions_status_id", "status", "id"),)
+
+    # "pred_" + 12 hex digits of milliseconds + 8 random: taken oldest first.
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id", ondelete="CASCADE"))
+    tenant: Mapped[str] = mapped_column(String(64))
+    step: Mapped[int | None] = mapped_column(Integer, doc="a checkpoint's step; null: model/")
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default=PredictionStatus.PENDING)
+    response: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    worker: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    answered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
