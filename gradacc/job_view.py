@@ -100,7 +100,6 @@ class JobRead(BaseModel):
     def of(
         cls,
         job: Job | Row[Any],
-        outputs: dict[str, int] | None = None,
         spot: QueueSpot | None = None,
     ) -> JobRead:
         """From a ``Job``, or a row with its columns (``services.read_job``); ``spot``: where a
@@ -126,7 +125,7 @@ class JobRead(BaseModel):
             progress=Progress.of(job),
             metrics=job.latest_metrics,
             error=error,
-            outputs=outputs or {},
+            outputs=job.outputs or {},
             summary=public_summary(job.summary),
             webhook_url=job.webhook_url,
             name=job.name,

@@ -153,6 +153,8 @@ class Job(Base):
     # The latest step record's train_loss, samples_per_second and eta_seconds (progress).
     live_progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Its outputs on disk, name -> bytes, recorded by its worker when they change (gradacc.outputs).
+    outputs: Mapped[dict[str, int] | None] = mapped_column(JSON)
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)
     # POSTed (signed) on every final status, and after each epoch with webhook_on_epoch.

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from gradacc.settings import Settings
+from trainer_core.spec.fields import BUILTIN_MODEL_TASKS
 from trainer_core.spec.job import BUILTIN_DATASETS, BUILTIN_MODELS, COLUMN_PATTERN, HUB_ID_PATTERN
 from trainer_core.spec.sources import FILE_ID_PREFIX, LOCAL_DATA_SUFFIXES
 
@@ -39,6 +40,10 @@ def _source(builtins: list[str], pattern: str, nullable: bool = False) -> dict[s
     return {"anyOf": options}
 
 
+def _models_without(task: str) -> list[str]:
+    return [model for model, tasks in BUILTIN_MODEL_TASKS.items() if task not in tasks]
+
+
 def _task_rules() -> list[dict[str, Any]]:
     """Which model and data each task accepts (JSON Schema if/then, OpenAPI 3.1)."""
     causal = {"properties": {"task": {"const": "causal-lm"}}, "required": ["task"]}
@@ -48,12 +53,13 @@ def _task_rules() -> list[dict[str, Any]]:
             "if": causal,
             "then": {
                 "properties": {
-                    "model": {"not": {"const": "builtin:tiny-bert"}},
+                    "model": {"not": {"enum": _models_without("causal-lm")}},
                     "label_column": {"type": "null"},
                 }
             },
             "else": {
                 "properties": {
+                    "model": {"not": {"enum": _models_without("sequence-classification")}},
                     "dataset": {"not": {"enum": unlabelled}},
                     "eval_dataset": {"not": {"enum": unlabelled}},
                 }
@@ -78,7 +84,8 @@ def _state_spec_rules(spec: dict[str, Any], settings: Settings) -> None:
     props["eval_dataset"].pop("type", None)
     for name in ("model", "dataset"):
         props[name].pop("type", None)
-    props["text_column"]["pattern"] = COLUMN_PATTERN
+    for name in ("text_column", "messages_column", "prompt_column", "completion_column"):
+        props[name]["pattern"] = COLUMN_PATTERN
     for option in props["label_column"]["anyOf"]:
         if option.get("type") == "string":
             option["pattern"] = COLUMN_PATTERN

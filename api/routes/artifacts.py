@@ -12,6 +12,7 @@ from api.schemas.jobs import ArtifactList, CheckpointList, ErrorResponse
 from api.services import artifacts
 from api.services import checkpoints as checkpoint_list
 from api.services import jobs as job_services
+from gradacc import outputs
 from trainer_core.spec.outputs import TRAIN_LOG
 
 router = APIRouter(
@@ -27,9 +28,7 @@ async def list_artifacts(
 ) -> ArtifactList:
     """The files in a job's output folder: path, bytes and kind."""
     job_services.read_job(engine, job_id=job_id, tenant=tenant)
-    return ArtifactList.model_validate(
-        {"data": artifacts.list_artifacts(settings.jobs_dir / job_id)}
-    )
+    return ArtifactList.model_validate({"data": outputs.list_artifacts(settings.jobs_dir / job_id)})
 
 
 @router.get(
@@ -45,7 +44,7 @@ async def get_artifact(
     support."""
     job_services.read_job(engine, job_id=job_id, tenant=tenant)
     root = settings.jobs_dir / job_id
-    if path in artifacts.FOLDERS or artifacts.CHECKPOINT_NAME.fullmatch(path):
+    if path in artifacts.FOLDERS or outputs.CHECKPOINT_NAME.fullmatch(path):
         folder = artifacts.folder_path(root, path)
         name = f"{job_id}-{path}"
         headers = {"Content-Disposition": f'attachment; filename="{name}.tar.gz"'}

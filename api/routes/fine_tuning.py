@@ -40,6 +40,9 @@ After = Annotated[str | None, Query(min_length=1, max_length=128)]
     "",
     response_model=FineTuningJob,
     summary="Create a fine-tuning job (OpenAI's API)",
+    description="OpenAI's body (model, training_file, validation_file, method, suffix, seed, "
+    "metadata); our own fields (backend, K, LoRA, precision) in `gradacc`. Queued at once; "
+    "`Idempotency-Key` makes a retry return the same job.",
     responses={429: {"model": ErrorResponse}, 503: {"model": ErrorResponse}},
 )
 def create_fine_tuning_job(
@@ -71,7 +74,13 @@ async def list_fine_tuning_jobs(
     return FineTuningJobList(data=[ft.to_openai(j) for j in jobs], has_more=more)
 
 
-@router.get("/{job_id}", response_model=FineTuningJob, summary="Retrieve a fine-tuning job")
+@router.get(
+    "/{job_id}",
+    response_model=FineTuningJob,
+    summary="Retrieve a fine-tuning job",
+    description="Its status, hyperparameters as resolved, trained tokens, result files, "
+    "`fine_tuned_model` once it succeeded, and the error if it failed.",
+)
 async def retrieve_fine_tuning_job(
     job_id: str, session: ReadSessionDep, tenant: TenantDep
 ) -> FineTuningJob:
@@ -83,6 +92,8 @@ async def retrieve_fine_tuning_job(
     response_model=FineTuningJob,
     responses={409: {"model": ErrorResponse}},
     summary="Cancel a fine-tuning job",
+    description="Queued, running or paused: cancelled (a running one stops within a window). "
+    "Already finished: 409.",
 )
 def cancel_fine_tuning_job(job_id: str, session: SessionDep, tenant: TenantDep) -> FineTuningJob:
     ft.get_fine_tuning_job(session, job_id=job_id, tenant=tenant)
@@ -94,6 +105,8 @@ def cancel_fine_tuning_job(job_id: str, session: SessionDep, tenant: TenantDep) 
     response_model=FineTuningJob,
     responses={409: {"model": ErrorResponse}},
     summary="Pause a fine-tuning job: checkpoint at the next window boundary, release the device",
+    description="Running: it checkpoints at the next window boundary and releases its device. "
+    "Queued: it waits, paused. Anything else: 409. Resume continues from the checkpoint.",
 )
 def pause_fine_tuning_job(job_id: str, session: SessionDep, tenant: TenantDep) -> FineTuningJob:
     ft.get_fine_tuning_job(session, job_id=job_id, tenant=tenant)
@@ -105,6 +118,8 @@ def pause_fine_tuning_job(job_id: str, session: SessionDep, tenant: TenantDep) -
     response_model=FineTuningJob,
     responses={409: {"model": ErrorResponse}},
     summary="Resume a paused fine-tuning job from its checkpoint",
+    description="Paused: queued again, and it continues from its checkpoint with the same "
+    "result as an uninterrupted run. Anything else: 409.",
 )
 def resume_fine_tuning_job(
     job_id: str, session: SessionDep, celery: CeleryDep, settings: SettingsDep, tenant: TenantDep

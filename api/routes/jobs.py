@@ -26,7 +26,7 @@ from api.schemas.jobs import (
     MetricsList,
 )
 from api.services import jobs as job_services
-from api.services.artifacts import evaluations, outputs
+from api.services.artifacts import evaluations
 from api.services.fine_tuning import metadata_filters
 from api.services.queue import spot_of, spots_of
 from api.stream.hub import StreamHub, messages
@@ -99,7 +99,7 @@ def create_job(
     )
     response.status_code = 201 if created else 200
     spot = spots_of(session, jobs=[job], settings=settings).get(job.id)
-    return JobRead.of(job, outputs(settings.jobs_dir / job.id), spot)
+    return JobRead.of(job, spot)
 
 
 @router.get(
@@ -129,7 +129,7 @@ async def list_jobs(
     )  # fmt: skip
     last_id = jobs[-1].id if jobs else None
     spots = spots_of(session, jobs=jobs, settings=settings)
-    data = [JobRead.of(j, outputs(settings.jobs_dir / j.id), spots.get(j.id)) for j in jobs]
+    data = [JobRead.of(j, spots.get(j.id)) for j in jobs]
     return JobList(data=data, has_more=has_more, last_id=last_id)
 
 
@@ -147,7 +147,7 @@ async def get_job(
     # The poll endpoint: serialised once by pydantic, skipping FastAPI's second validation pass.
     row = job_services.read_job(engine, job_id=job_id, tenant=tenant)
     spot = spot_of(engine, job_id=row.id, status=row.status, settings=settings)
-    job = JobRead.of(row, outputs(settings.jobs_dir / row.id), spot)
+    job = JobRead.of(row, spot)
     return Response(job.model_dump_json(), media_type="application/json")
 
 

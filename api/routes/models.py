@@ -22,7 +22,13 @@ async def list_models(session: ReadSessionDep, tenant: TenantDep) -> ModelList:
     return ModelList(data=model_services.list_models(session, tenant=tenant))
 
 
-@router.get("/{model:path}", response_model=ModelObject, summary="Retrieve a model")
+@router.get(
+    "/{model:path}",
+    response_model=ModelObject,
+    summary="Retrieve a model",
+    description="A base model, or one of your fine-tuned models (`ft:…`, or a checkpoint's "
+    "name); another tenant's is a 404.",
+)
 async def retrieve_model(model: str, session: ReadSessionDep, tenant: TenantDep) -> ModelObject:
     return model_services.get_model(session, model=model, tenant=tenant)
 

@@ -27,7 +27,11 @@ class Supervised(Strict):
 
 
 class Method(Strict):
-    type: Literal["supervised", "dpo", "reinforcement"]
+    # OpenAI's three names are known (a clear refusal names the one gradacc trains); the schema
+    # states the one accepted.
+    type: Literal["supervised", "dpo", "reinforcement"] = Field(
+        json_schema_extra={"enum": ["supervised"]}
+    )
     supervised: Supervised | None = None
     dpo: dict[str, Any] | None = None
     reinforcement: dict[str, Any] | None = None

@@ -18,10 +18,18 @@ class ChatMessage(BaseModel):
     content: LongText
 
 
+def _given(name: str) -> dict[str, Any]:
+    return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+
+
 class PredictRequest(BaseModel):
     """A classifier takes ``inputs``; a causal LM a ``prompt`` or chat ``messages``."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Exactly one of the three, as the schema says too (a null counts as not given).
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"oneOf": [_given(n) for n in ("inputs", "prompt", "messages")]},
+    )
     inputs: list[Text] | None = Field(
         default=None, min_length=1, max_length=32, description="Classification: texts to label"
     )

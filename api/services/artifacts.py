@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import struct
 import tarfile
 import zlib
@@ -21,70 +20,25 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gradacc.errors import ArtifactNotFound
+from gradacc.outputs import CHECKPOINT_NAME, visible
 from gradacc.sources.fine_tuned import kept_checkpoints
 from trainer_core.spec.outputs import (
     ADAPTER_DIR,
     CHECKPOINT_DIR,
     EVALUATIONS_FILE,
-    METRICS_FILE,
     MODEL_DIR,
-    SUMMARY_FILE,
-    TRAIN_LOG,
-    WORKER_JOURNAL,
 )
 
 FOLDERS = (MODEL_DIR, ADAPTER_DIR, CHECKPOINT_DIR)  # downloaded as tar.gz (adapter: LoRA's)
-CHECKPOINT_NAME = re.compile(r"checkpoint-(\d{1,12})")  # a kept checkpoint, by its step
-KINDS = {
-    MODEL_DIR: "model",
-    ADAPTER_DIR: "model",
-    CHECKPOINT_DIR: "checkpoint",
-    TRAIN_LOG: "log",
-    METRICS_FILE: "metrics",
-    SUMMARY_FILE: "summary",
-}
-HIDDEN = {WORKER_JOURNAL}  # the worker's own journal, not an output
 CHUNK = 1 << 20
 BLOCK = tarfile.BLOCKSIZE
 STORED_SUFFIXES = (".safetensors", ".pt", ".bin", ".pth")  # weights and optimizer state
 
 
-def _visible(name: str) -> bool:
-    return name not in HIDDEN and not name.startswith(".") and ".tmp" not in name
-
-
-def list_artifacts(root: Path) -> list[dict[str, Any]]:
-    """Every regular file under the job's folder: path, bytes, kind (by its top-level name)."""
-    found: list[dict[str, Any]] = []
-    if not root.is_dir():
-        return found
-    for folder, dirs, files in os.walk(root):  # does not follow symbolic links
-        dirs[:] = sorted(d for d in dirs if _visible(d))
-        for name in sorted(files):
-            path = Path(folder, name)
-            relative = path.relative_to(root).as_posix()
-            top = relative.split("/", 1)[0]
-            if not _visible(top) or path.is_symlink() or not path.is_file():
-                continue
-            size = path.stat().st_size
-            kind = "checkpoint" if CHECKPOINT_NAME.fullmatch(top) else KINDS.get(top, "other")
-            found.append({"path": relative, "bytes": size, "kind": kind})
-    return found
-
-
-def outputs(root: Path) -> dict[str, int]:
-    """What the job has written so far, top-level name -> bytes (a folder: its files' total)."""
-    totals: dict[str, int] = {}
-    for artifact in list_artifacts(root):
-        top = artifact["path"].split("/", 1)[0]
-        totals[top] = totals.get(top, 0) + artifact["bytes"]
-    return totals
-
-
 def artifact_path(root: Path, path: str) -> Path:
     """The regular file ``path`` names inside ``root``; no ``..``, no links, nothing outside."""
     parts = PurePosixPath(path).parts
-    if not parts or path.startswith("/") or ".." in parts or not _visible(parts[0]):
+    if not parts or path.startswith("/") or ".." in parts or not visible(parts[0]):
         raise ArtifactNotFound(path)
     candidate = root.joinpath(*parts)
     real_root = root.resolve()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import ColumnElement, Update, func, select, text, update
@@ -22,6 +23,7 @@ from gradacc.errors import InvalidTransition, JobNotFound
 from gradacc.ids import id_pattern, time_ordered_id
 from gradacc.jobs.records import add_event
 from gradacc.jobs.webhook_outbox import queue_webhook
+from gradacc.outputs import outputs
 from gradacc.tables import TERMINAL_STATUSES, Job, JobEvent, JobStatus, utcnow
 
 S = JobStatus
@@ -212,11 +214,12 @@ def lock_tenant(session: Session, *, tenant: str) -> None:
         session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": tenant})
 
 
-def release_job(session: Session, *, job_id: str, worker: str) -> None:
+def release_job(session: Session, *, job_id: str, worker: str, jobs_dir: Path) -> None:
     """The worker that claimed the job has let go of it: its training process is gone and its
-    last rows are written, so a finished job may now be deleted (``may_delete``). Does not
-    commit."""
-    stmt = update(Job).where(Job.id == job_id, Job.worker == worker).values(released_at=utcnow())
+    last rows are written, so a finished job may now be deleted (``may_delete``). Its outputs
+    are what they will stay, and recorded as such. Does not commit."""
+    values = {"released_at": utcnow(), "outputs": outputs(jobs_dir / job_id)}
+    stmt = update(Job).where(Job.id == job_id, Job.worker == worker).values(**values)
     session.execute(stmt)
 
 

@@ -13,6 +13,7 @@ from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.jobs.records import add_event
 from gradacc.jobs.states import fail_job, transition_job
 from gradacc.openai.results import write_results
+from gradacc.outputs import outputs
 from gradacc.retry import retry
 from gradacc.settings import Settings
 from gradacc.sources.files import resolve_file_sources
@@ -103,7 +104,9 @@ def _record_result(settings: Settings, job_id: str, result: TrainResult) -> int:
             return exit_codes.PREEMPTED
         target = JobStatus.SUCCEEDED if result.status == "completed" else JobStatus.CANCELLED
         summary = jsonable(result.summary)
-        if transition_job(session, job_id=job_id, to=target, finished_at=utcnow(), summary=summary):
+        sizes = outputs(settings.jobs_dir / job_id)
+        done = {"finished_at": utcnow(), "summary": summary, "outputs": sizes}
+        if transition_job(session, job_id=job_id, to=target, **done):
             add_event(session, job_id=job_id, kind=str(target), message=f"training {target}")
             job = session.get(Job, job_id)
             if target == JobStatus.SUCCEEDED and job is not None and job.api is not None:

@@ -22,6 +22,7 @@ from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.jobs.records import add_event, record_epoch_metrics, record_step_metrics
 from gradacc.jobs.states import LIVE_STATUSES, update_running_job
 from gradacc.jobs.webhook_outbox import queue_webhook
+from gradacc.outputs import outputs
 from gradacc.retry import Backoff, retry
 from gradacc.settings import Settings
 from gradacc.tables import Job, utcnow
@@ -199,6 +200,7 @@ class DatabaseCallback(TrainingCallback):
     def on_epoch_end(self, record: dict[str, Any]) -> None:
         self._send_steps()  # the epoch's last steps before its record
         self._submit({"kind": "epoch", "record": jsonable(record), "at": _now()})
+        self._update(outputs=outputs(self.settings.jobs_dir / self.job_id))  # metrics.jsonl grew
 
     def on_batch_size(self, info: dict[str, Any]) -> None:
         b, k = info["micro_batch_size"], info["gradient_accumulation_steps"]
@@ -215,12 +217,9 @@ class DatabaseCallback(TrainingCallback):
         self._update(("batch_size", message), micro_batch_size=b, gradient_accumulation_steps=k)
 
     def on_checkpoint(self, info: dict[str, Any]) -> None:
-        self._update(
-            (
-                "checkpoint",
-                f"checkpoint saved at epoch {info.get('epoch')}, step {info.get('step')}",
-            )
-        )
+        message = f"checkpoint saved at epoch {info.get('epoch')}, step {info.get('step')}"
+        sizes = outputs(self.settings.jobs_dir / self.job_id)
+        self._update(("checkpoint", message), outputs=sizes)
 
 
 def _now() -> str:

@@ -172,5 +172,5 @@ def end_of_gang(settings: Settings, *, job_id: str, worker: str) -> None:
     """Node 0 let go (its run ended, or the gang never started): no slot is left held."""
     with session_scope(settings) as session:
         clear_gang(session, job_id=job_id)
-        release_job(session, job_id=job_id, worker=worker)
+        release_job(session, job_id=job_id, worker=worker, jobs_dir=settings.jobs_dir)
         session.commit()

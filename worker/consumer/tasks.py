@@ -98,7 +98,7 @@ def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:
             fail_job(
                 session, job_id=job_id, code="invalid_request", message=refusal, owned_by=worker
             )
-            release_job(session, job_id=job_id, worker=worker)
+            release_job(session, job_id=job_id, worker=worker, jobs_dir=settings.jobs_dir)
             session.commit()
             return "failed"
         gang = job.num_machines > 1
