@@ -86,6 +86,11 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
+def processes_per_machine(num_processes: int, num_machines: int) -> int:
+    """The devices a job takes on each machine: the queue of workers that have them."""
+    return num_processes // num_machines
+
+
 class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (
@@ -175,6 +180,10 @@ class Job(Base):
     events: Mapped[list[JobEvent]] = relationship(
         back_populates="job", cascade="all, delete-orphan", order_by="JobEvent.id"
     )
+
+    @property
+    def processes_per_machine(self) -> int:
+        return processes_per_machine(self.num_processes, self.num_machines)
 
 
 class EpochMetric(Base):

@@ -19,6 +19,7 @@ from api.services.files import get_file
 from gradacc.errors import FileNotFound, InvalidRequest
 from gradacc.settings import Settings
 from gradacc.tables import FilePurpose, Job
+from trainer_core.spec.batching import micro_batch_for
 from trainer_core.spec.job import JobSpec
 
 # spec field -> the OpenAI field that sets it (its errors are reported under that name)
@@ -147,18 +148,17 @@ def _job_create(body: FineTuningJobCreate, resolved: dict[str, Any]) -> JobCreat
         spec["learning_rate"] = base_rate * resolved["learning_rate_multiplier"]
     else:
         spec["learning_rate"] = base_rate  # the spec's own check names it
-    # The micro-batch follows from batch_size and K, unless given (then K follows). A K that is
-    # no integer is left to the spec's own check, which names it.
+    # The micro-batch follows from batch_size, K and the process count, unless given (then K
+    # follows). A K or a count that is no integer is left to the spec's own check, which names it.
     accumulation = ours.get("gradient_accumulation_steps") or 1
-    usable = isinstance(accumulation, int) and accumulation >= 1
+    world = ours.get("num_processes") or 1
+    usable = all(isinstance(n, int) and n >= 1 for n in (accumulation, world))
     if "per_device_train_batch_size" not in ours and usable:
-        if batch % accumulation:
-            raise InvalidRequest(
-                f"batch_size {batch} is not a multiple of gradient_accumulation_steps "
-                f"{accumulation}",
-                param="gradacc.gradient_accumulation_steps",
-            )
-        spec["per_device_train_batch_size"] = batch // accumulation
+        try:
+            spec["per_device_train_batch_size"] = micro_batch_for(batch, accumulation, world)
+        except ValueError as exc:
+            message = f"batch_size {exc}"
+            raise InvalidRequest(message, param="gradacc.gradient_accumulation_steps") from None
     try:
         return JobCreate.model_validate(spec)
     except ValidationError as exc:

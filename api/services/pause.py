@@ -43,6 +43,5 @@ def resume_job(
     )
     add_event(session, job_id=job_id, kind="resumed", message="resumed: queued again")
     session.commit()
-    processes = job.num_processes // job.num_machines  # on each machine: its queue
-    enqueue(session, job=job, celery=celery, settings=settings, processes=processes)
+    enqueue(session, job=job, celery=celery, settings=settings, processes=job.processes_per_machine)
     return get_job(session, job_id=job_id, tenant=tenant)

@@ -29,7 +29,7 @@ from gradacc.db import upsert
 from gradacc.jobs.states import claim_statement, lock_tenant
 from gradacc.scheduling.order import ordered
 from gradacc.settings import Settings
-from gradacc.tables import Job, JobStatus, TenantTurn, utcnow
+from gradacc.tables import Job, JobStatus, TenantTurn, processes_per_machine, utcnow
 
 MAX_TRIES = 32  # tenants found at their limit only after the claim (a concurrent claim won)
 
@@ -47,7 +47,7 @@ class Claimed:
     @property
     def node_processes(self) -> int:
         """The devices it takes on each machine: its queue's (``gradacc.scheduling.queue.job_queue``)."""
-        return self.num_processes // self.num_machines
+        return processes_per_machine(self.num_processes, self.num_machines)
 
 
 @lru_cache(maxsize=64)

@@ -30,7 +30,7 @@ from gradacc.jobs.records import add_event
 from gradacc.scheduling.claim import Claimed
 from gradacc.scheduling.queue import job_queue
 from gradacc.settings import Settings
-from gradacc.tables import Job, JobEvent, JobStatus, utcnow
+from gradacc.tables import Job, JobEvent, JobStatus, processes_per_machine, utcnow
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def settle_message(
     ).one_or_none()
     if row is None:
         return Settled("settled")  # deleted, so finished: its message was a spare one
-    queue = job_queue(settings, row.num_processes // row.num_machines)
+    queue = job_queue(settings, processes_per_machine(row.num_processes, row.num_machines))
     same_queue = claimed is not None and job_queue(settings, claimed.node_processes) == queue
     if claimed is not None and claimed.had_message and same_queue:
         return Settled("inherited")
@@ -86,7 +86,7 @@ def forget_message(session: Session, *, job_id: str, settings: Settings) -> None
     if row is None:
         return
     target = job_id if row.status == JobStatus.QUEUED and row.enqueued_at is not None else None
-    queue = job_queue(settings, row.num_processes // row.num_machines)
+    queue = job_queue(settings, processes_per_machine(row.num_processes, row.num_machines))
     target = target or _counting_on_one(session, settings=settings, queue=queue)
     if _clear_one(session, first=target, settings=settings, queue=queue) is not None:
         session.commit()

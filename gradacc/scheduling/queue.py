@@ -7,14 +7,20 @@ included. Importing it is cheap (Celery, no torch).
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery
+from sqlalchemy import select, update
 
+from gradacc.db import session_scope
 from gradacc.scheduling.broker_files import TRANSPORT as FILE_TRANSPORT
 from gradacc.settings import Settings
+from gradacc.tables import Job, processes_per_machine
+
+log = logging.getLogger(__name__)
 
 RUN_JOB_TASK = "gradacc.run_job"
 # Wakes a worker to take a slot in a gathering gang job (``gradacc.scheduling.gang``). Not counted by
@@ -103,3 +109,23 @@ def send_join(celery: Celery, settings: Settings, job_id: str, node_processes: i
     task_id = f"{job_id}-join-{secrets.token_hex(4)}"
     queue = job_queue(settings, node_processes)
     celery.send_task(JOIN_GANG_TASK, args=[job_id], queue=queue, task_id=task_id)
+
+
+def send_or_leave(celery: Celery, settings: Settings, job_id: str) -> bool:
+    """Send the job's run message to the queue of workers with its devices per machine. When the
+    broker is down, the job stops counting on a message (``enqueued_at`` cleared) and the
+    reconciler sends it later; False then."""
+    with session_scope(settings) as session:
+        row = session.execute(
+            select(Job.num_processes, Job.num_machines).where(Job.id == job_id)
+        ).one_or_none()
+    processes = 1 if row is None else processes_per_machine(*row)
+    try:
+        enqueue_job(celery, settings, job_id, processes)
+    except Exception as exc:  # the broker is down: the reconciler sends it later
+        log.warning("job %s: its message could not be sent (%s)", job_id, exc)
+        with session_scope(settings) as session:
+            session.execute(update(Job).where(Job.id == job_id).values(enqueued_at=None))
+            session.commit()
+        return False
+    return True

@@ -16,9 +16,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from api.main import create_app
-from api.services.fine_tuning_create import auto_batch_size, auto_epochs
+from api.schemas.openai import FineTuningJobCreate
+from api.services.fine_tuning_create import _job_create, auto_batch_size, auto_epochs
 from gradacc.auth import create_api_key
 from gradacc.db import session_scope
+from gradacc.errors import InvalidRequest
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import WebhookDelivery
@@ -218,3 +220,37 @@ def test_webhooks_carry_openais_event_names(app_client: TestClient) -> None:
             select(WebhookDelivery.event).where(WebhookDelivery.job_id == job.id)
         )
         assert list(events) == ["fine_tuning.job.cancelled"]
+
+
+FILE = "file-" + "0" * 20  # the shape of an uploaded file's id (the mapping reads no file)
+
+
+@pytest.mark.parametrize(
+    ("gradacc", "micro_batch"),
+    [({}, 16), ({"gradient_accumulation_steps": 2}, 8), ({"num_processes": 2}, 8),
+     ({"num_processes": 2, "gradient_accumulation_steps": 4}, 2)],
+)  # fmt: skip
+def test_the_micro_batch_follows_batch_size_k_and_the_processes(
+    gradacc: dict[str, Any], micro_batch: int
+) -> None:
+    """b = batch_size / (K x num_processes): a job over 2 processes with no micro-batch given is
+    taken, with the effective batch OpenAI's batch_size."""
+    body = FineTuningJobCreate.model_validate(
+        {"model": "builtin:tiny-chat", "training_file": FILE, "gradacc": gradacc}
+    )
+    resolved = {"batch_size": 16, "n_epochs": 1, "learning_rate_multiplier": 1.0}
+    spec = _job_create(body, resolved)
+    assert spec.per_device_train_batch_size == micro_batch and spec.effective_batch_size == 16
+
+
+def test_a_batch_size_the_processes_do_not_divide_names_the_rule() -> None:
+    body = FineTuningJobCreate.model_validate(
+        {"model": "builtin:tiny-chat", "training_file": FILE, "gradacc": {"num_processes": 3}}
+    )
+    resolved = {"batch_size": 16, "n_epochs": 1, "learning_rate_multiplier": 1.0}
+    with pytest.raises(InvalidRequest) as refused:
+        _job_create(body, resolved)
+    assert refused.value.param == "gradacc.gradient_accumulation_steps"
+    assert refused.value.message.endswith(
+        "batch_size 16 is not a multiple of gradient_accumulation_steps 1 x num_processes 3"
+    )

@@ -25,6 +25,18 @@ def accumulation_for(effective: int, micro_batch: int, world: int) -> int:
     return effective // per_step
 
 
+def micro_batch_for(effective: int, accumulation: int, world: int) -> int:
+    """b = effective / (K x world size): the micro-batch that the effective batch, K and the
+    process count decide."""
+    per_micro_batch = accumulation * world
+    if effective % per_micro_batch:
+        processes = f" x num_processes {world}" if world > 1 else ""
+        raise ValueError(
+            f"{effective} is not a multiple of gradient_accumulation_steps {accumulation}{processes}"
+        )
+    return effective // per_micro_batch
+
+
 def resolve_effective_batch(
     micro_batch: int | Literal["auto"],
     accumulation: int | None,

@@ -5,17 +5,18 @@ the named job's message is accounted for, so that every queued job still has one
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import select, update
+from celery import Celery
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gradacc.db import session_scope
 from gradacc.jobs.states import claim_job
 from gradacc.scheduling.claim import claim_next
 from gradacc.scheduling.messages import forget_message, settle_message
+from gradacc.scheduling.queue import send_or_leave
 from gradacc.settings import Settings
 from gradacc.tables import Job, JobStatus, utcnow
 
@@ -31,32 +32,21 @@ class Taken:
     note: str = ""
 
 
-def take_for_message(
-    settings: Settings, *, named: str, worker: str, send: Callable[[str], None]
-) -> Taken:
-    """Claim for the message that names ``named``; ``send(job_id)`` enqueues a job again."""
+def take_for_message(settings: Settings, *, named: str, worker: str, app: Celery) -> Taken:
+    """Claim for the message that names ``named``; a job whose message is owed is sent again
+    through ``app``."""
     with session_scope(settings) as session:
         if _take_over(session, named=named, worker=worker, settings=settings):
             return Taken(named)
         claimed = claim_next(session, worker=worker, settings=settings)
         settled = settle_message(session, named=named, claimed=claimed, settings=settings)
     if settled.outcome == "resend" and settled.job_id is not None:
-        _send(settings, settled.job_id, send)
+        send_or_leave(app, settings, settled.job_id)
     if claimed is None:
         return Taken(None, "throttled" if settled.outcome == "waiting" else "")
     if claimed.job_id != named:
         log.info("the message of job %s started job %s (best first)", named, claimed.job_id)
     return Taken(claimed.job_id)
-
-
-def _send(settings: Settings, job_id: str, send: Callable[[str], None]) -> None:
-    try:
-        send(job_id)
-    except Exception as exc:  # the broker is down: the reconciler sends it later
-        log.warning("job %s: its message could not be sent (%s)", job_id, exc)
-        with session_scope(settings) as session:
-            session.execute(update(Job).where(Job.id == job_id).values(enqueued_at=None))
-            session.commit()
 
 
 def _take_over(session: Session, *, named: str, worker: str, settings: Settings) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from celery import Celery
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from gradacc.db import session_scope
 from gradacc.jobs.states import release_job, update_running_job
@@ -33,7 +33,7 @@ from gradacc.scheduling.gang import (
     open_gang,
     release_gang,
 )
-from gradacc.scheduling.queue import enqueue_job, send_join
+from gradacc.scheduling.queue import send_join, send_or_leave
 from gradacc.settings import Settings
 from gradacc.tables import Job, JobStatus, utcnow
 from worker.consumer import registry
@@ -69,7 +69,7 @@ def open_and_gather(settings: Settings, app: Celery, *, job: Job, worker: str) -
         port = rendezvous_port(settings)
         open_gang(session, job_id=job.id, worker=worker, machine=settings.machine, host=host,
                   port=port)  # fmt: skip
-    per_node = job.num_processes // job.num_machines
+    per_node = job.processes_per_machine
     for _ in range(job.num_machines - 1):
         send_join(app, settings, job.id, per_node)
     log.info("job %s: gang of %d opened on %s (rendezvous %s:%d)",
@@ -95,7 +95,7 @@ def gather(settings: Settings, app: Celery, *, job_id: str, worker: str, node0: 
                 if node0:
                     released = release_gang(session, job_id=job_id, worker=worker, why=why)
                     if released == "released":  # queued again: it counts on a message
-                        _send_again(settings, app, job_id)
+                        send_or_leave(app, settings, job_id)
                     let_go = released != "complete"
                 else:
                     let_go = leave_gang(session, job_id=job_id, worker=worker)
@@ -115,28 +115,13 @@ def _why_let_go(settings: Settings, *, expired: bool, older: str | None) -> str 
     return None
 
 
-def _send_again(settings: Settings, app: Celery, job_id: str) -> None:
-    """The released job is queued with ``enqueued_at`` set: it counts on a message, sent here."""
-    with session_scope(settings) as session:
-        job = session.get(Job, job_id)
-        per_node = 1 if job is None else job.num_processes // job.num_machines
-    try:
-        enqueue_job(app, settings, job_id, per_node)
-    except Exception as exc:  # the broker is down: the reconciler sends it
-        log.warning("job %s: its message could not be sent (%s)", job_id, exc)
-        with session_scope(settings) as session:
-            stmt = update(Job).where(Job.id == job_id).values(enqueued_at=None)
-            session.execute(stmt)
-            session.commit()
-
-
 def join_and_run(settings: Settings, app: Celery, *, job_id: str, worker: str) -> str:
     """A join message (or a yield to an older gang): take a slot, wait, run this node."""
     with session_scope(settings) as session:
         joined = join_gang(session, job_id=job_id, worker=worker, machine=settings.machine,
                            host=settings.resolved_advertise_host(), wait_s=settings.gang_wait_s)  # fmt: skip
         job = session.get(Job, job_id)
-        per_node = 1 if job is None else job.num_processes // job.num_machines
+        per_node = 1 if job is None else job.processes_per_machine
     if joined == "closed":
         return "skipped"
     if joined == "here":  # another machine's worker must take it

@@ -21,7 +21,13 @@ from gradacc.errors import InvalidRequest
 from gradacc.jobs.records import add_event
 from gradacc.jobs.states import fail_job, release_job
 from gradacc.scheduling.gang import machines_of
-from gradacc.scheduling.queue import JOIN_GANG_TASK, RUN_JOB_TASK, create_celery_app, enqueue_job
+from gradacc.scheduling.queue import (
+    JOIN_GANG_TASK,
+    RUN_JOB_TASK,
+    create_celery_app,
+    enqueue_job,
+    send_or_leave,
+)
 from gradacc.settings import Settings, get_settings
 from gradacc.sources.limits import check_spec_allowed
 from gradacc.tables import Job
@@ -73,10 +79,7 @@ def handle_job(job_id: str) -> str:
         leave_for_others(settings, named=job_id)
         return "skipped"
 
-    def send(named: str) -> None:
-        enqueue_job(app, settings, named, _processes_of(settings, named))
-
-    taken = take_for_message(settings, named=job_id, worker=worker, send=send)
+    taken = take_for_message(settings, named=job_id, worker=worker, app=app)
     if taken.job_id is None:
         if taken.note == "throttled":
             log.info("job %s waits: its tenant is at its running-job limit", job_id)
@@ -128,12 +131,12 @@ def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:
     # (its preempt request reached rank 0 through the shared job directory). Hand it on now.
     stopping = outcome == "preempted" and (shutdown_requested.is_set() or gang)
     if stopping and release_preempted(settings, job_id=job_id):
-        enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
+        send_or_leave(app, settings, job_id)
         outcome = "released"
     elif outcome == "restarting" and release_preempted(
         settings, job_id=job_id, message="a rank died: the gang gathers again and resumes"
     ):  # the next node 0 takes it over from the queue (gradacc.jobs.restarts)
-        enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
+        send_or_leave(app, settings, job_id)
     elif outcome == "requeued":  # preempted by a job of higher priority: queued again
         try:
             enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
@@ -181,7 +184,7 @@ def _processes_of(settings: Settings, job_id: str) -> int:
     have them."""
     with session_scope(settings) as session:
         job = session.get(Job, job_id)
-        return job.num_processes // job.num_machines if job is not None else 1
+        return job.processes_per_machine if job is not None else 1
 
 
 @worker_ready.connect
