@@ -21,12 +21,12 @@ from typing import Any
 
 from gradacc.errors import ArtifactNotFound
 from gradacc.outputs import CHECKPOINT_NAME, visible
-from gradacc.sources.fine_tuned import kept_checkpoints
 from trainer_core.spec.outputs import (
     ADAPTER_DIR,
     CHECKPOINT_DIR,
     EVALUATIONS_FILE,
     MODEL_DIR,
+    kept_checkpoints,
 )
 
 FOLDERS = (MODEL_DIR, ADAPTER_DIR, CHECKPOINT_DIR)  # downloaded as tar.gz (adapter: LoRA's)

@@ -10,11 +10,11 @@ from typing import Any
 from api.schemas.jobs import CheckpointList, CheckpointRead
 from gradacc.sources import fine_tuned
 from gradacc.tables import Job
-from trainer_core.spec.outputs import CHECKPOINT_STATE
+from trainer_core.spec.outputs import CHECKPOINT_STATE, kept_checkpoints
 
 
 def list_checkpoints(job: Job, job_dir: Path) -> CheckpointList:
-    kept = fine_tuned.kept_checkpoints(job_dir)
+    kept = kept_checkpoints(job_dir)
     if not kept:
         return CheckpointList(data=[])
     newest = kept[0][2]

@@ -25,7 +25,7 @@ from gradacc.openai.names import openai_metrics
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import FINE_TUNING_API, Job, JobEvent, JobStatus
-from trainer_core.spec.outputs import CHECKPOINT_STATE
+from trainer_core.spec.outputs import CHECKPOINT_STATE, kept_checkpoints
 
 WARN_KINDS = frozenset(
     {"warning", "restarted", "replanned", "stopped", "enqueue_failed", "throttled", "requeued"}
@@ -137,7 +137,7 @@ def list_checkpoints(
     settings: Settings, *, job: Job, after: str | None, limit: int
 ) -> tuple[list[FineTuningCheckpoint], bool]:
     """The kept checkpoints, newest first; ``after`` is a checkpoint id from an earlier page."""
-    found = fine_tuned.kept_checkpoints(settings.jobs_dir / job.id)
+    found = kept_checkpoints(settings.jobs_dir / job.id)
     if after is not None:
         step = _number(after, f"{CHECKPOINT_PREFIX}{job.id}-", "after")
         found = [item for item in found if item[0] < step]

@@ -19,8 +19,8 @@ from gradacc.db import session_scope
 from gradacc.jobs.records import add_event
 from gradacc.jobs.states import fail_job
 from gradacc.settings import Settings
-from gradacc.sources.fine_tuned import kept_checkpoints
 from gradacc.tables import Job, JobEvent, JobStatus
+from trainer_core.spec.outputs import kept_checkpoints
 
 EVENT = "restarted"
 DEFAULT_MAX_RESTARTS = 3

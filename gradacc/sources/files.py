@@ -24,6 +24,7 @@ from gradacc.ids import time_ordered_id
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import UNFINISHED_STATUSES, File, FilePurpose, Job
+from trainer_core.spec.chat import no_template
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.fields import (
     BUILTIN_CHAT_MODELS,
@@ -115,19 +116,14 @@ def check_job_data(session: Session, *, spec: JobSpec, tenant: str) -> str | Non
         columns: list[str] = session.get_one(File, refs[field]).details["columns"]
         found = spec.format_for(columns)
         fmt = found if field == "dataset" else fmt
-        for spec_field, column in spec.needed_columns(found):
-            if column not in columns:
-                raise InvalidRequest(
-                    f"column {column!r} is not in {refs[field]} ({found} data; its columns: "
-                    f"{', '.join(columns)})",
-                    param=spec_field,
-                )
+        for spec_field, column in spec.missing_columns(found, columns)[:1]:
+            raise InvalidRequest(
+                f"column {column!r} is not in {refs[field]} ({found} data; its columns: "
+                f"{', '.join(columns)})",
+                param=spec_field,
+            )
     if fmt == "messages" and spec.chat_template is None and not _has_template(session, spec, refs):
-        raise InvalidRequest(
-            f"{refs.get('model', spec.model)} has no chat template: give chat_template ('chatml' "
-            "or a Jinja template), or a model whose tokenizer has one",
-            param="chat_template",
-        )
+        raise InvalidRequest(no_template(refs.get("model", spec.model)), param="chat_template")
     return fmt
 
 

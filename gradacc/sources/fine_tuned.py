@@ -11,13 +11,11 @@ turns the name into the folder it loads (``local_model``), as it does an uploade
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -26,7 +24,7 @@ from gradacc.ids import id_pattern
 from gradacc.settings import Settings
 from gradacc.tables import FINE_TUNING_API, Job, JobStatus
 from trainer_core.spec.errors import JobError
-from trainer_core.spec.outputs import CHECKPOINT_DIR, CHECKPOINT_STATE, MODEL_DIR
+from trainer_core.spec.outputs import MODEL_DIR, kept_checkpoints
 from trainer_core.spec.sources import FINE_TUNED_PREFIX
 
 _CKPT = re.compile(r"^ckpt-step-(\d{1,12})$")
@@ -73,20 +71,6 @@ def name_of(job: Job) -> str:
 
 def checkpoint_name(job: Job, step: int) -> str:
     return f"{name_of(job)}:ckpt-step-{step}"
-
-
-def kept_checkpoints(job_dir: Path) -> list[tuple[int, Path, dict[str, Any]]]:
-    """(global step, folder, saved state) of each complete checkpoint kept, newest first."""
-    found = []
-    for folder in job_dir.glob(f"{CHECKPOINT_DIR}*"):
-        if folder.name != CHECKPOINT_DIR and not folder.name.startswith(f"{CHECKPOINT_DIR}-"):
-            continue
-        try:
-            state = json.loads((folder / CHECKPOINT_STATE).read_text())
-            found.append((int(state["global_step"]), folder, state))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # being written, or left half-made by a kill: not a checkpoint
-    return sorted(found, key=lambda item: item[0], reverse=True)
 
 
 def find_job(

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import PreTrainedModel
 
-from trainer_core.spec.outputs import CHECKPOINT_STATE
+from trainer_core.spec.outputs import CHECKPOINT_STATE, step_of
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -67,14 +67,6 @@ def read_state_json(path: Path) -> dict[str, Any] | None:
         return None
     state: dict[str, Any] = json.loads(file.read_text())
     return state
-
-
-def step_of(folder: Path) -> int:
-    """The global step a checkpoint folder was written at (-1: not a complete checkpoint)."""
-    try:
-        return int(json.loads((folder / CHECKPOINT_STATE).read_text())["global_step"])
-    except (OSError, ValueError, KeyError):
-        return -1
 
 
 def best_checkpoint(latest: Path, step: int) -> Path:

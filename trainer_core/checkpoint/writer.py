@@ -36,9 +36,8 @@ from trainer_core.checkpoint.format import (
     TRAINER_STATE,
     WEIGHTS,
     rng_state,
-    step_of,
 )
-from trainer_core.spec.outputs import CHECKPOINT_STATE
+from trainer_core.spec.outputs import CHECKPOINT_STATE, step_of
 
 if TYPE_CHECKING:
     from transformers import TrainerState

@@ -14,7 +14,7 @@ from transformers import PreTrainedTokenizerBase
 from trainer_core.data.cache_key import backend_json
 from trainer_core.data.chat import encode_messages, encode_prompt_completion
 from trainer_core.data.tokenized import encode_batch
-from trainer_core.spec.chat import TEMPLATES, ResolvedFormat
+from trainer_core.spec.chat import ResolvedFormat, no_template, template_text
 from trainer_core.spec.errors import DatasetError, ModelError
 from trainer_core.spec.job import JobSpec
 
@@ -36,16 +36,12 @@ def max_length(spec: JobSpec, tokenizer: PreTrainedTokenizerBase) -> int:
 
 def chat_template_of(spec: JobSpec, tokenizer: PreTrainedTokenizerBase) -> str:
     """The template a messages job renders with: the spec's (a name or Jinja), or the
-    tokenizer's own; it is saved with the model (``model.load.apply_chat_template``)."""
+    tokenizer's own; it is saved with the model (``model.load.load_tokenizer``)."""
     if spec.chat_template is not None:
-        return TEMPLATES.get(spec.chat_template, spec.chat_template)
+        return template_text(spec.chat_template)
     template = getattr(tokenizer, "chat_template", None)
     if not isinstance(template, str):  # None, or a dict of named templates
-        raise ModelError(
-            f"chat_template: {spec.model} has no chat template of its own; give chat_template "
-            "('chatml' or a Jinja template), or use a model whose tokenizer has one",
-            param="chat_template",
-        )
+        raise ModelError(f"chat_template: {no_template(spec.model)}", param="chat_template")
     return template
 
 
@@ -89,10 +85,9 @@ def encoding_for(
 
 
 def check_columns(spec: JobSpec, fmt: ResolvedFormat, columns: Sequence[str], param: str) -> None:
-    for spec_field, column in spec.needed_columns(fmt):
-        if column not in columns:
-            raise DatasetError(
-                f"{spec_field}: column {column!r} not found in {param} (format {fmt}; columns: "
-                f"{list(columns)})",
-                param=spec_field,
-            )
+    for spec_field, column in spec.missing_columns(fmt, columns)[:1]:
+        raise DatasetError(
+            f"{spec_field}: column {column!r} not found in {param} (format {fmt}; columns: "
+            f"{list(columns)})",
+            param=spec_field,
+        )

@@ -19,7 +19,7 @@ from transformers import (
 )
 
 from trainer_core.builtin.models import builtin_config, builtin_tokenizer
-from trainer_core.spec.chat import TEMPLATES
+from trainer_core.spec.chat import template_text
 from trainer_core.spec.errors import ModelError
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.sources import classify_source, local_path
@@ -50,7 +50,7 @@ def load_tokenizer(spec: JobSpec) -> PreTrainedTokenizerBase:
         except Exception as exc:
             raise unavailable("a tokenizer for", spec.model, exc) from exc
     if spec.chat_template is not None:  # the job's template: used, and saved with the model
-        tokenizer.chat_template = TEMPLATES.get(spec.chat_template, spec.chat_template)
+        tokenizer.chat_template = template_text(spec.chat_template)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ModelError("model: tokenizer has neither a pad nor an eos token", param="model")

@@ -37,6 +37,19 @@ CHATML_TEMPLATE = (
 TEMPLATES = {"chatml": CHATML_TEMPLATE}
 
 
+def template_text(chat_template: str) -> str:
+    """A spec's ``chat_template``: a name of ours (``TEMPLATES``) or the Jinja text itself."""
+    return TEMPLATES.get(chat_template, chat_template)
+
+
+def no_template(model: str) -> str:
+    """Why a messages job cannot train on ``model``: at POST and at run time alike."""
+    return (
+        f"{model} has no chat template: give chat_template ('chatml' or a Jinja template), or a "
+        "model whose tokenizer has one"
+    )
+
+
 def resolve_format(
     columns: Iterable[str],
     requested: DatasetFormat,

@@ -11,7 +11,7 @@ from pydantic import (
     field_validator,
 )
 
-from trainer_core.spec.chat import DatasetFormat, ResolvedFormat, resolve_format
+from trainer_core.spec.chat import DatasetFormat, ResolvedFormat, no_template, resolve_format
 from trainer_core.spec.fields import (
     BUILTIN_CHAT_MODELS,
     BUILTIN_DATASET_FORMATS,
@@ -145,10 +145,7 @@ class DataFields(SpecBase):
         fmt = info.data.get("dataset_format", "auto")
         messages = fmt == "messages" or (fmt == "auto" and dataset in BUILTIN_DATASET_FORMATS)
         if messages and model in BUILTIN_MODELS and model not in BUILTIN_CHAT_MODELS:
-            raise ValueError(
-                f"{model} has no chat template: give chat_template ('chatml' or a Jinja "
-                f"template), or a model whose tokenizer has one ({', '.join(BUILTIN_CHAT_MODELS)})"
-            )
+            raise ValueError(no_template(model))
         return None
 
     @field_validator("text_column", "label_column", "messages_column", "prompt_column",
@@ -181,6 +178,12 @@ class DataFields(SpecBase):
                     ("completion_column", self.completion_column)]  # fmt: skip
         label = self.resolved_label_column
         return [("text_column", self.text_column)] + ([("label_column", label)] if label else [])
+
+    def missing_columns(self, fmt: ResolvedFormat, columns: Sequence[str]) -> list[tuple[str, str]]:
+        """(spec field, column) that rows of this format must have and ``columns`` lacks."""
+        return [
+            (field, column) for field, column in self.needed_columns(fmt) if column not in columns
+        ]
 
     @property
     def resolved_label_column(self) -> str | None:

@@ -22,6 +22,10 @@ them and the service that serves them (``api.services.artifacts``) or reads them
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 # Under GRADACC_HOME: the tokenized-data cache the service's workers and the core's CLI share.
 DATA_CACHE_DIR = "cache/data"
 MODEL_DIR = "model"
@@ -38,3 +42,25 @@ WORKER_JOURNAL = "pending_writes.jsonl"
 # A multi-process job's files, written by the worker's rank launcher and its ranks.
 PREEMPT_FILE = "preempt.request"
 RANK0_EXIT_FILE = "rank0.exit"
+
+
+def step_of(folder: Path) -> int:
+    """The global step a checkpoint folder was written at (-1: not a complete checkpoint)."""
+    try:
+        return int(json.loads((folder / CHECKPOINT_STATE).read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return -1
+
+
+def kept_checkpoints(job_dir: Path) -> list[tuple[int, Path, dict[str, Any]]]:
+    """(global step, folder, saved state) of each complete checkpoint kept, newest first."""
+    found = []
+    for folder in job_dir.glob(f"{CHECKPOINT_DIR}*"):
+        if folder.name != CHECKPOINT_DIR and not folder.name.startswith(f"{CHECKPOINT_DIR}-"):
+            continue
+        try:
+            state = json.loads((folder / CHECKPOINT_STATE).read_text())
+            found.append((int(state["global_step"]), folder, state))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being written, or left half-made by a kill: not a checkpoint
+    return sorted(found, key=lambda item: item[0], reverse=True)

@@ -24,9 +24,8 @@ from gradacc.jobs.restarts import restart_or_fail
 from gradacc.jobs.states import fail_job, release_job, update_running_job
 from gradacc.scheduling.preemption import requeue_preempted
 from gradacc.settings import Settings
-from gradacc.sources.fine_tuned import kept_checkpoints
 from gradacc.tables import Job, JobStatus, utcnow
-from trainer_core.spec.outputs import TRAIN_LOG
+from trainer_core.spec.outputs import TRAIN_LOG, kept_checkpoints
 from worker import exit_codes
 from worker.consumer.launcher import TrainingProcess, start
 
