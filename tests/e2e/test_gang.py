@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from gradacc.db import session_scope
-from gradacc.scheduling.claim import capacity
+from gradacc.scheduling import capacity
 from gradacc.settings import Settings
 from gradacc.tables import GangSlot, JobEvent, Worker
 from tests.conftest import TINY

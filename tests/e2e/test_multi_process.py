@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gradacc.db import session_scope
-from gradacc.scheduling.claim import capacity
+from gradacc.scheduling import capacity
 from gradacc.settings import Settings
 from gradacc.tables import Job
 from tests.conftest import TINY

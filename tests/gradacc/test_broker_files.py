@@ -17,7 +17,7 @@ from kombu.exceptions import DecodeError
 from kombu.transport import filesystem
 from kombu.transport.virtual import Channel
 
-from gradacc.scheduling.claim import broker_files
+from gradacc.scheduling import broker_files
 from gradacc.scheduling.queue import broker_transport_options, create_celery_app, enqueue_job
 from gradacc.settings import Settings
 

@@ -7,7 +7,7 @@ import pytest
 from celery import Celery
 
 from gradacc.errors import InvalidRequest
-from gradacc.scheduling.claim import capacity
+from gradacc.scheduling import capacity
 from gradacc.scheduling.queue import job_queue, worker_queues
 from gradacc.settings import Settings
 from trainer_core.spec.job import JobSpec

@@ -98,14 +98,20 @@ def test_a_finished_job_is_held_until_its_worker_lets_go(db_settings: Settings) 
         session.refresh(job)
         assert held_by_worker(job, stale_after_s=60)  # cancelled, but its worker still stops it
         assert not held_by_worker(job, stale_after_s=60, now=utcnow() + timedelta(minutes=5))
-        release_job(session, job_id=job_id, worker="someone else")
+        jobs_dir = db_settings.jobs_dir
+        release_job(session, job_id=job_id, worker="someone else", jobs_dir=jobs_dir)
         session.commit()
         session.refresh(job)
-        assert held_by_worker(job, stale_after_s=60)
-        release_job(session, job_id=job_id, worker="w")
+        assert held_by_worker(job, stale_after_s=60) and job.outputs is None
+        (jobs_dir / job_id / "model").mkdir(parents=True)
+        (jobs_dir / job_id / "model" / "config.json").write_text("{}")
+        (jobs_dir / job_id / "train.log").write_text("12345")
+        release_job(session, job_id=job_id, worker="w", jobs_dir=jobs_dir)
         session.commit()
         session.refresh(job)
         assert not held_by_worker(job, stale_after_s=60)
+        # What it leaves on disk is recorded as it lets go: a poll reads the row alone.
+        assert job.outputs == {"model": 2, "train.log": 5}
 
 
 def test_a_resumed_runs_step_records_replace_their_metrics_events(db_settings: Settings) -> None:
