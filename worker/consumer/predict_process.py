@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from gradacc.settings import Settings
+from worker.child.ranks.launcher import die_with_parent
 from worker.consumer.supervisor import worker_name
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,9 @@ def start(settings: Settings) -> None:
     if not settings.predict_server or _process is not None:
         return
     env = {**os.environ, "GRADACC_PREDICT_WORKER": worker_name()}
-    _process = subprocess.Popen([sys.executable, "-m", "worker.predict"], env=env)
+    # Dies with the worker (a kill -9 leaves no server polling behind; it also checks its parent).
+    command = [sys.executable, "-m", "worker.predict"]
+    _process = subprocess.Popen(command, env=env, preexec_fn=die_with_parent)
     log.info("predict server started (pid %d)", _process.pid)
 
 

@@ -1,6 +1,7 @@
 """The predict server's loop: take the oldest pending request, load (or reuse) its model, answer.
 On the worker's GPU when the worker holds no job, else on the CPU, so a prediction never takes
-memory from a training job."""
+memory from a training job. torch and transformers are imported at the first request: an idle
+server (most workers' most of the time) costs a database poll, not a second copy of torch."""
 
 from __future__ import annotations
 
@@ -9,16 +10,18 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.predictions import answer_prediction, take_prediction
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import Job, Worker
-from worker.predict.models import ModelCache, classify, generate
+
+if TYPE_CHECKING:
+    import torch
+
+    from worker.predict.models import ModelCache
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,8 @@ def _take(settings: Settings, worker: str) -> tuple[Task | None, str | None]:
 
 
 def _device(settings: Settings, worker: str) -> torch.device:
+    import torch
+
     if not torch.cuda.is_available():
         return torch.device("cpu")
     with session_scope(settings) as session:
@@ -64,6 +69,8 @@ def _device(settings: Settings, worker: str) -> torch.device:
 
 
 def answer(cache: ModelCache, task: Task, device: torch.device) -> dict[str, Any]:
+    from worker.predict.models import classify, generate
+
     loaded = cache.get(task.folder, causal=task.causal, device=device)
     if task.causal:
         return generate(loaded, task.request)
@@ -71,9 +78,11 @@ def answer(cache: ModelCache, task: Task, device: torch.device) -> dict[str, Any
 
 
 def serve(settings: Settings, worker: str, stop: threading.Event) -> None:
-    cache = ModelCache(settings.predict_cache_models)
+    cache: ModelCache | None = None  # built, with torch imported, at the first request
     parent = os.getppid()
-    log.info("predict server of %s ready (up to %d models)", worker, cache.capacity)
+    if parent == 1:  # the worker died while this process started: nobody to serve
+        return
+    log.info("predict server of %s ready (up to %d models)", worker, settings.predict_cache_models)
     while not stop.is_set() and os.getppid() == parent:  # the worker went: so does this
         try:
             task, _ = _take(settings, worker)
@@ -85,6 +94,10 @@ def serve(settings: Settings, worker: str, stop: threading.Event) -> None:
             continue
         response, error = None, None
         try:
+            if cache is None:
+                from worker.predict.models import ModelCache
+
+                cache = ModelCache(settings.predict_cache_models)
             response = answer(cache, task, _device(settings, worker))
         except Exception as exc:  # the request's answer, not the server's end
             log.exception("prediction %s failed", task.id)
