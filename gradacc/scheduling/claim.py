@@ -22,14 +22,14 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import ScalarSelect, func, select
+from sqlalchemy import ScalarSelect
 from sqlalchemy.orm import Session, aliased
 
 from gradacc.db import upsert
 from gradacc.jobs.states import claim_statement, lock_tenant
-from gradacc.scheduling.order import ordered
+from gradacc.scheduling.order import ordered, running_count
 from gradacc.settings import Settings
-from gradacc.tables import Job, JobStatus, TenantTurn, processes_per_machine, utcnow
+from gradacc.tables import Job, TenantTurn, processes_per_machine, utcnow
 
 MAX_TRIES = 32  # tenants found at their limit only after the claim (a concurrent claim won)
 
@@ -102,8 +102,7 @@ def claim_next(session: Session, *, worker: str, settings: Settings) -> Claimed 
 def _runs(session: Session, *, tenant: str) -> int:
     """The tenant's running jobs, counted under its lock (``lock_tenant``), this claim's too."""
     lock_tenant(session, tenant=tenant)
-    count = select(func.count()).where(Job.tenant == tenant, Job.status == JobStatus.RUNNING)
-    return int(session.scalar(count) or 0)
+    return int(session.scalar(running_count(tenant)) or 0)
 
 
 def _record_turn(session: Session, *, tenant: str, at: datetime) -> None:

@@ -11,7 +11,9 @@ queue's count; ``settle_message`` gives it back:
 - it claimed a job that had none, or one from another queue (a worker with more devices took a
   smaller job): one job of this queue that counted on a message is sent a new one now ("resend");
 - it claimed nothing (every candidate's tenant is at its running limit): one such job has its
-  ``enqueued_at`` cleared and waits, with a ``throttled`` event, for the reconciler ("waiting").
+  ``enqueued_at`` cleared and waits, with a ``throttled`` event, for the reconciler ("waiting");
+  but a job found here whose tenant is under its limit was queued (or its tenant let a job go)
+  after the claim looked: the worker claims again ("retry") instead of charging that job.
 
 The job chosen is the named one when it counted on a message, else the oldest queued job of the
 queue that did. If the count was short all the same (a broker that lost messages), the
@@ -23,11 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from gradacc.jobs.records import add_event
 from gradacc.scheduling.claim import Claimed
+from gradacc.scheduling.order import running_count
 from gradacc.scheduling.queue import job_queue
 from gradacc.settings import Settings
 from gradacc.tables import Job, JobEvent, JobStatus, processes_per_machine, utcnow
@@ -37,14 +40,23 @@ from gradacc.tables import Job, JobEvent, JobStatus, processes_per_machine, utcn
 class Settled:
     """What ``settle_message`` did, and the job it did it to ("resend": send it a message)."""
 
-    outcome: Literal["settled", "inherited", "resend", "waiting"]
+    outcome: Literal["settled", "inherited", "resend", "waiting", "retry"]
     job_id: str | None = None
 
 
 def settle_message(
-    session: Session, *, named: str, claimed: Claimed | None, settings: Settings
+    session: Session,
+    *,
+    named: str,
+    claimed: Claimed | None,
+    settings: Settings,
+    may_retry: bool = False,
 ) -> Settled:
-    """Give the consumed message (which named ``named``) back to its queue's count. Commits."""
+    """Give the consumed message (which named ``named``) back to its queue's count. Commits.
+
+    ``may_retry``: when nothing was claimed but the job it would take off the count may start
+    now (its tenant is under its running limit: it was queued, or its tenant let a job go, after
+    the claim looked), change nothing and answer "retry": the caller claims again."""
     if claimed is not None and claimed.job_id == named:
         return Settled("settled")
     row = session.execute(
@@ -62,6 +74,9 @@ def settle_message(
     counted = named if named_queued and row.enqueued_at is not None else None
     target = counted or _counting_on_one(session, settings=settings, queue=queue)
     if claimed is None:
+        if may_retry and target and _under_limit(session, job_id=target, settings=settings):
+            session.commit()
+            return Settled("retry", target)
         cleared = _clear_one(session, first=target, settings=settings, queue=queue)
         for job_id in {job for job in (cleared, named if named_queued else None) if job}:
             _throttled(session, job_id=job_id, settings=settings)
@@ -121,6 +136,13 @@ def _clear_one(
     return None
 
 
+def _under_limit(session: Session, *, job_id: str, settings: Settings) -> bool:
+    """The job's tenant runs fewer jobs than its limit: a claim may start the job now."""
+    tenant = select(Job.tenant).where(Job.id == job_id).scalar_subquery()
+    running = running_count(tenant)
+    return int(session.scalar(running) or 0) < settings.max_running_per_tenant
+
+
 def _throttled(session: Session, *, job_id: str, settings: Settings) -> None:
     """It waits for its tenant's running limit, with ``enqueued_at`` cleared; one event."""
     queued = (Job.id == job_id) & (Job.status == JobStatus.QUEUED)
@@ -128,7 +150,7 @@ def _throttled(session: Session, *, job_id: str, settings: Settings) -> None:
     seen = select(JobEvent.id).where(JobEvent.job_id == job_id, JobEvent.kind == "throttled")
     if session.scalar(seen.limit(1)) is None:
         tenant = select(Job.tenant).where(Job.id == job_id).scalar_subquery()
-        running = select(func.count()).where(Job.tenant == tenant, Job.status == JobStatus.RUNNING)
+        running = running_count(tenant)
         limit = settings.max_running_per_tenant
         message = f"waiting: tenant runs {session.scalar(running)} jobs (limit {limit})"
         add_event(session, job_id=job_id, kind="throttled", message=message)

@@ -99,3 +99,9 @@ def candidates(
         job, devices=devices, max_running=max_running, skip_tenants=skip_tenants
     )
     return query
+
+
+def running_count(tenant: Any) -> Select[int]:
+    """How many jobs ``tenant`` (a name, or a column expression) runs now: its running limit's
+    count, for the claim, the throttle and the message accounting alike."""
+    return select(func.count()).where(Job.tenant == tenant, Job.status == JobStatus.RUNNING)

@@ -29,9 +29,9 @@ from tests.support import free_port, wait_ready
 
 pytestmark = pytest.mark.integration
 
-KEYS = 60  # each POSTed 8-28 times with one body; a third of them once more with another body
-KEYLESS = 40
-QUEUED_LIMIT = 130  # above the 100 jobs of the first burst; a second burst of 200 hits it
+KEYS = 40  # each POSTed 16-36 times with one body; a third of them once more with another body
+KEYLESS = 20
+QUEUED_LIMIT = 80  # above the 60 jobs of the first burst; a second burst of 200 hits it
 # The smallest real job: two optimizer steps, an evaluation, a checkpoint and the final model.
 SMALL = {**TINY, "max_train_samples": 32, "max_eval_samples": 16}
 
@@ -75,7 +75,7 @@ def requests_to_send() -> list[tuple[str | None, dict[str, Any]]]:
     rng = random.Random(5)
     sent: list[tuple[str | None, dict[str, Any]]] = []
     for i in range(KEYS):
-        sent += [(f"key-{i}", SMALL)] * rng.randint(8, 28)
+        sent += [(f"key-{i}", SMALL)] * rng.randint(16, 36)
         if i % 3 == 0:
             sent.append((f"key-{i}", {**SMALL, "seed": 7}))
     sent += [(None, SMALL)] * KEYLESS

@@ -2,7 +2,8 @@
 Redis: two workers that declare different machines (``GRADACC_MACHINE``, loopback addresses), one
 device each (two on m1 where a one-machine run of W=2 is the reference). A gang job W=2, M=2 ends equal to one process at 2K and to W=2 on one machine; two
 competing gang jobs both finish; a gang job with one machine live releases its slot after the
-bounded wait and runs once the second machine's worker is up. Cancels and lost nodes:
+bounded wait and runs once the second machine's worker is up (first: the other two share one
+pair of workers, started after it). Cancels and lost nodes:
 ``test_gang_faults.py``."""
 
 from __future__ import annotations
@@ -82,13 +83,49 @@ def no_slot_held(settings: Settings) -> None:
     wait_until(none, timeout=60, what="every gang slot released")
 
 
-def test_a_gang_job_over_two_machines_equals_one_process_at_2k(
+def test_a_gang_waits_for_its_second_machine(
     api: TestClient, pg_redis_settings: Settings, start_worker: StartWorker
 ) -> None:
     settings = pg_redis_settings
-    # m1 has 2 devices for the one-machine run; the gang job takes 1 on each machine.
-    workers = [machine(start_worker, "m1", devices=2), machine(start_worker, "m2")]
-    registered(settings, *workers)
+    first = machine(start_worker, "m1")
+    registered(settings, first)
+    job_id = post_when_accepted(api, GANG)
+    wait_until(lambda: messages(settings, job_id, "gang_released"), timeout=120,
+               what="the gang released after its wait")  # fmt: skip
+    assert "1 of 2 machines held (m1)" in messages(settings, job_id, "gang_released")[0]
+    assert "started" not in event_kinds(api, job_id)
+    second = machine(start_worker, "m2")
+    succeeded(api, job_id, first, second)
+    assert event_kinds(api, job_id).count("started") == 1
+    assert api.get(f"/v1/jobs/{job_id}").json()["attempts"] == 1  # the waits count no attempt
+    no_slot_held(settings)
+
+
+@pytest.fixture(scope="module")
+def two_machines(pg_redis_settings: Settings) -> Iterator[list[WorkerProcess]]:
+    """m1 (2 devices, for the one-machine run; a gang job takes 1 on each machine) and m2, shared
+    by the tests that only run jobs on them: started once, after the test that needs m2 absent."""
+    env = {"GRADACC_ADVERTISE_HOST": "127.0.0.1", "GRADACC_GANG_WAIT_S": WAIT_S}
+    workers = [
+        WorkerProcess(
+            pg_redis_settings, "m1", {**env, "GRADACC_MACHINE": "m1", "GRADACC_DEVICES": "2"}
+        ),
+        WorkerProcess(
+            pg_redis_settings, "m2", {**env, "GRADACC_MACHINE": "m2", "GRADACC_DEVICES": "1"}
+        ),
+    ]
+    try:
+        registered(pg_redis_settings, *workers)
+        yield workers
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+def test_a_gang_job_over_two_machines_equals_one_process_at_2k(
+    api: TestClient, pg_redis_settings: Settings, two_machines: list[WorkerProcess]
+) -> None:
+    settings, workers = pg_redis_settings, two_machines
     gang = post_when_accepted(api, GANG)
     succeeded(api, gang, *workers)
     (started,) = messages(settings, gang, "started")
@@ -109,33 +146,14 @@ def test_a_gang_job_over_two_machines_equals_one_process_at_2k(
 
 
 def test_two_competing_gang_jobs_both_finish(
-    api: TestClient, pg_redis_settings: Settings, start_worker: StartWorker
+    api: TestClient, pg_redis_settings: Settings, two_machines: list[WorkerProcess]
 ) -> None:
-    """Both posted at once to two free one-device machines: each machine's worker may claim one
-    of them as node 0. Neither holds the other's machine for ever: the older gang wins it."""
-    settings = pg_redis_settings
-    workers = [machine(start_worker, "m1"), machine(start_worker, "m2")]
-    registered(settings, *workers)
+    """Both posted at once to two free machines (each worker runs one job at a time): each
+    machine's worker may claim one of them as node 0. Neither holds the other's machine for
+    ever: the older gang wins it."""
+    settings, workers = pg_redis_settings, two_machines
     jobs = [post_when_accepted(api, {**GANG, "seed": seed}) for seed in (1, 2)]
     for job_id in jobs:
         succeeded(api, job_id, *workers)
         assert event_kinds(api, job_id).count("started") == 1
-    no_slot_held(settings)
-
-
-def test_a_gang_waits_for_its_second_machine(
-    api: TestClient, pg_redis_settings: Settings, start_worker: StartWorker
-) -> None:
-    settings = pg_redis_settings
-    first = machine(start_worker, "m1")
-    registered(settings, first)
-    job_id = post_when_accepted(api, GANG)
-    wait_until(lambda: messages(settings, job_id, "gang_released"), timeout=120,
-               what="the gang released after its wait")  # fmt: skip
-    assert "1 of 2 machines held (m1)" in messages(settings, job_id, "gang_released")[0]
-    assert "started" not in event_kinds(api, job_id)
-    second = machine(start_worker, "m2")
-    succeeded(api, job_id, first, second)
-    assert event_kinds(api, job_id).count("started") == 1
-    assert api.get(f"/v1/jobs/{job_id}").json()["attempts"] == 1  # the waits count no attempt
     no_slot_held(settings)

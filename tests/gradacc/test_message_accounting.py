@@ -67,6 +67,34 @@ def test_nothing_to_claim_leaves_a_job_for_the_reconciler(db_settings: Settings)
         )
 
 
+def test_a_job_queued_after_the_claim_looked_is_claimed_not_throttled(
+    db_settings: Settings,
+) -> None:
+    """A spare message (its job failed) claims nothing; a job POSTed just after that claim's
+    query, before the message is settled, was not throttled (its tenant runs nothing): it is
+    claimed again, not charged with the spare message (cleared, with a false "throttled" event,
+    while its own message is in flight). Found by tests/e2e/test_pg_redis.py's redelivery test:
+    the spare message logged "waits: its tenant is at its running-job limit", and no message
+    was left to log "not claimable"."""
+    settings = db_settings
+    failed = add_jobs(settings, "a", 1, status="failed")[0]
+    with session_scope(settings) as session:
+        assert claim_next(session, worker="w", settings=settings) is None
+        late = add_jobs(settings, "a", 1)[0]  # committed between the claim and the settling
+        settled = settle_message(
+            session, named=failed, claimed=None, settings=settings, may_retry=True
+        )
+        assert settled == Settled("retry", late)
+        assert sent_at(session, late) is not None  # still counted: its own message is sent
+        kinds = session.scalars(select(JobEvent.kind).where(JobEvent.job_id == late)).all()
+        assert "throttled" not in kinds
+        taken = claim_next(session, worker="w", settings=settings)  # the retry
+        assert taken is not None and taken.job_id == late and taken.had_message
+        assert settle_message(session, named=failed, claimed=taken, settings=settings) == (
+            Settled("inherited")
+        )
+
+
 def test_a_job_claimed_meanwhile_passes_the_count_to_the_next(db_settings: Settings) -> None:
     """A message that claimed nothing takes one job off the count; if the job it picked was
     claimed by another worker in between (that claim took it off already), the next job counting

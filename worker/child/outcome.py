@@ -18,11 +18,11 @@ from gradacc.retry import retry
 from gradacc.settings import Settings
 from gradacc.sources.files import resolve_file_sources
 from gradacc.tables import Job, JobStatus, utcnow
-from trainer_core.loop.replan import RanksReplan
 from trainer_core.spec.callbacks import TrainResult
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import WORKER_JOURNAL
+from trainer_core.spec.replan import RanksReplan
 from worker import exit_codes
 from worker.child.reporting import DatabaseCallback, describe_error, jsonable
 from worker.child.stop import DatabaseStopCheck

@@ -5,10 +5,10 @@ the named job's message is accounted for, so that every queued job still has one
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from celery import Celery
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -16,11 +16,12 @@ from gradacc.db import session_scope
 from gradacc.jobs.states import claim_job
 from gradacc.scheduling.claim import claim_next
 from gradacc.scheduling.messages import forget_message, settle_message
-from gradacc.scheduling.queue import send_or_leave
 from gradacc.settings import Settings
 from gradacc.tables import Job, JobStatus, utcnow
 
 log = logging.getLogger(__name__)
+
+CLAIM_TRIES = 3  # a claim that found nothing, while a job it could take was queued meanwhile
 
 
 @dataclass(frozen=True)
@@ -32,16 +33,23 @@ class Taken:
     note: str = ""
 
 
-def take_for_message(settings: Settings, *, named: str, worker: str, app: Celery) -> Taken:
-    """Claim for the message that names ``named``; a job whose message is owed is sent again
-    through ``app``."""
+def take_for_message(
+    settings: Settings, *, named: str, worker: str, send: Callable[[str], object]
+) -> Taken:
+    """Claim for the message that names ``named``; ``send(job_id)`` sends a job whose message is
+    owed (``gradacc.scheduling.queue.send_or_leave``)."""
     with session_scope(settings) as session:
         if _take_over(session, named=named, worker=worker, settings=settings):
             return Taken(named)
-        claimed = claim_next(session, worker=worker, settings=settings)
-        settled = settle_message(session, named=named, claimed=claimed, settings=settings)
+        for tries_left in reversed(range(CLAIM_TRIES)):
+            claimed = claim_next(session, worker=worker, settings=settings)
+            settled = settle_message(
+                session, named=named, claimed=claimed, settings=settings, may_retry=tries_left > 0
+            )
+            if settled.outcome != "retry":  # "retry": a job became claimable after the claim
+                break
     if settled.outcome == "resend" and settled.job_id is not None:
-        send_or_leave(app, settings, settled.job_id)
+        send(settled.job_id)
     if claimed is None:
         return Taken(None, "throttled" if settled.outcome == "waiting" else "")
     if claimed.job_id != named:

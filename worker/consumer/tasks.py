@@ -79,7 +79,10 @@ def handle_job(job_id: str) -> str:
         leave_for_others(settings, named=job_id)
         return "skipped"
 
-    taken = take_for_message(settings, named=job_id, worker=worker, app=app)
+    def send(named: str) -> bool:
+        return send_or_leave(app, settings, named)
+
+    taken = take_for_message(settings, named=job_id, worker=worker, send=send)
     if taken.job_id is None:
         if taken.note == "throttled":
             log.info("job %s waits: its tenant is at its running-job limit", job_id)

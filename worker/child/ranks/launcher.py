@@ -15,7 +15,7 @@ training process reaches every rank:
   starts again from the last checkpoint, up to the spec's ``max_restarts`` (``gradacc.jobs.restarts``;
   ``worker.child.ranks.agent`` says which rank failed and how);
 - a rank that ran out of memory: every rank starts again at half the micro-batch and twice K
-  (``trainer_core.loop.replan``), not counted as a restart.
+  (``trainer_core.spec.replan``), not counted as a restart.
 
 Its exit status is rank 0's (``RANK0_EXIT_FILE``), or torchrun's when rank 0 left none. A job over
 several machines runs one such launcher per machine (``Rendezvous``), all in the one shared job
@@ -41,7 +41,7 @@ from gradacc.jobs.restarts import restart_or_fail, resume_point
 from gradacc.jobs.states import fail_job
 from gradacc.settings import Settings
 from gradacc.tables import Job, JobStatus
-from trainer_core.loop import replan
+from trainer_core.spec import replan
 from trainer_core.spec.outputs import PREEMPT_FILE, RANK0_EXIT_FILE
 from worker import exit_codes
 
@@ -98,7 +98,7 @@ def launch_ranks(
     settings: Settings, job_id: str, num_processes: int, rendezvous: Rendezvous | None = None
 ) -> int:
     """Run the job's ranks under torchrun until they end, starting them all again after a rank
-    died (``gradacc.jobs.restarts``) or ran out of memory (``trainer_core.loop.replan``); the job's
+    died (``gradacc.jobs.restarts``) or ran out of memory (``trainer_core.spec.replan``); the job's
     exit status."""
     job_dir = settings.jobs_dir / job_id
     preempt = job_dir / PREEMPT_FILE

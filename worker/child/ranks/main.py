@@ -12,10 +12,10 @@ import os
 import sys
 
 from gradacc.settings import Settings, get_settings
-from trainer_core.loop.replan import RanksReplan
 from trainer_core.spec.callbacks import NULL_CALLBACK, never_stop
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.outputs import RANK0_EXIT_FILE
+from trainer_core.spec.replan import RanksReplan
 from worker import exit_codes
 from worker.child.logs import configure_job_logging
 from worker.child.outcome import fail_early, running_spec, train_and_record
