@@ -31,6 +31,10 @@ PG_ADMIN_URL = os.environ.get(
 REDIS_URL = os.environ.get("GRADACC_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# One compute thread per test process (inherited by every process a test starts): the suite runs
+# two or more processes on 2 cores, and the tiny models gain nothing from a second thread while
+# OpenMP's idle threads spin. Measured on test_equivalence.py alone: 22 % less CPU, same wall time.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # One tiny built-in job (64 rows, 1 epoch, a few seconds): what the service tests submit.
 TINY: dict[str, Any] = {

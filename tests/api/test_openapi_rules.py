@@ -10,12 +10,17 @@ import jsonschema_rs  # schemathesis's own validator
 import pytest
 from fastapi.testclient import TestClient
 
+from api.main import create_app
+from gradacc.settings import Settings
 from trainer_core.spec.fields import BUILTIN_MODEL_TASKS
 
 
-@pytest.fixture
-def document(client: TestClient) -> dict[str, Any]:
-    return client.get("/openapi.json").json()  # type: ignore[no-any-return]
+@pytest.fixture(scope="module")
+def document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The document as served (built once: it reads no database)."""
+    settings = Settings(home=tmp_path_factory.mktemp("home"))
+    with TestClient(create_app(settings)) as client:
+        return client.get("/openapi.json").json()  # type: ignore[no-any-return]
 
 
 def test_every_operation_has_a_description(document: dict[str, Any]) -> None:
