@@ -1,7 +1,6 @@
 """Gang jobs (``gradacc.scheduling.gang``) that are stopped or lose a part, over two workers on machines m1
 and m2 (PostgreSQL + Redis), every run parked at the hold failpoint: a cancel stops a gathering
-gang and every rank of a running one; kill -9 of node 0's worker hands the job on and it resumes
-from its checkpoint; kill -9 of one rank, then a rank out of memory, restart the job from its
+gang and every rank of a running one (a lost node: ``test_gang_lost_node.py``); kill -9 of one rank, then a rank out of memory, restart the job from its
 checkpoint (every node stops, a gang gathers again) to a clean result. No slot is left held."""
 
 from __future__ import annotations
@@ -10,12 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
 
 from gradacc.db import session_scope
 from gradacc.scheduling import capacity
 from gradacc.settings import Settings
-from gradacc.tables import GangSlot, Job
+from gradacc.tables import GangSlot
 from tests.e2e.conftest import StartWorker
 from tests.e2e.test_gang import GANG, REFERENCE, machine, messages, no_slot_held, registered
 from tests.e2e.test_multi_process import (
@@ -70,41 +68,6 @@ def test_cancel_stops_a_gathering_and_a_running_gang_on_every_node(
     assert wait_final(api, running, timeout=60)["status"] == "cancelled"
     no_slot_held(settings)
     hold.release()
-
-
-@pytest.mark.parametrize("lost", ["node 0 killed", "node 1 stopped"])
-def test_a_lost_node_hands_the_job_on_and_it_resumes_when_a_machine_is_back(
-    api: TestClient, pg_redis_settings: Settings, start_worker: StartWorker, lost: str
-) -> None:
-    """kill -9 of node 0's worker mid-run, or a warm stop of node 1's: that node's launcher asks
-    rank 0 (through the shared job directory) to checkpoint, every rank on both machines stops,
-    no slot is left held, and the job is handed on (node 0 lost: its heartbeat goes stale; node
-    1 stopped: node 0 releases it at once), and resumes from the checkpoint once a second
-    machine is back."""
-    settings = pg_redis_settings
-    hold = Hold(settings.home / f"lost-hold-{lost[5]}", 1)
-    workers = [machine(start_worker, "m1", env=hold.env()), machine(start_worker, "m2",
-               env=hold.env())]  # fmt: skip
-    registered(settings, *workers)
-    job_id = post_when_accepted(api, LONG)
-    hold.held(timeout=180)
-    ranks = rank_processes(job_id)
-    with session_scope(settings) as session:
-        owner = str(session.scalar(select(Job.worker).where(Job.id == job_id)))
-    (node0,) = [w for w in workers if owner.endswith(f":{w.process.pid}")]
-    (node1,) = [w for w in workers if w is not node0]
-    if lost == "node 0 killed":
-        node0.kill()
-    else:
-        node1.stop()
-    assert all_gone(ranks, timeout=60), "a rank outlived the lost node"
-    no_slot_held(settings)
-    hold.release()
-    machine(start_worker, "m3")
-    job = wait_final(api, job_id, timeout=240)
-    assert job["status"] == "succeeded", (job, [w.log() for w in workers])
-    assert job["attempts"] == 2 and event_kinds(api, job_id).count("started") == 2
-    assert any("resumed at step" in m for m in messages(settings, job_id, "training"))
 
 
 def test_a_killed_rank_and_a_rank_out_of_memory_restart_the_gang_to_a_clean_result(
