@@ -57,6 +57,20 @@ def lint_with(tmp_path: Path, plant: dict[str, str]) -> subprocess.CompletedProc
             {"worker/child/training.py": "import celery"},
             "worker.child is not allowed to import celery",
         ),
+        # the API by layer: what wraps every request knows no use case, a use case no route
+        (
+            {"api/http/openapi.py": "import api.services.jobs"},
+            "api.http is not allowed to import api.services",
+        ),
+        (
+            {"api/services/files.py": "import api.routes.files"},
+            "api.services is not allowed to import api.routes",
+        ),
+        # torchrun's processes are their own room: the child's outcome does not reach into them
+        (
+            {"worker/child/outcome.py": "import worker.child.ranks.launcher"},
+            "No cycles are allowed in worker.child.",
+        ),
     ],
 )
 def test_a_planted_import_breaks_its_contract(
