@@ -15,7 +15,11 @@ pagination deep into the table: the latency of one keyset page (limit 100) at in
 Prints tables; asserts nothing.
 
     .venv/bin/python bench/service_poll.py [--jobs 10000] [--clients 50] [--seconds 8]
-        [--rate 1500] [--auth] [--uvicorn-args "--loop asyncio --http h11"]
+        [--rate 1500] [--auth] [--uvicorn-args "--loop asyncio --http h11"] [--checkpoints 2]
+
+``--checkpoints N`` gives every job the output folder a finished job has (``model/``, the latest
+checkpoint and N-1 older kept ones, the logs and summary), and records its sizes on the row as
+the worker does: what a poll costs when it reads the row, against walking the folder.
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ import json
 import os
 import secrets
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -48,8 +54,29 @@ from gradacc.jobs.states import new_job_id
 from gradacc.tables import EpochMetric, Job, utcnow
 from trainer_core.spec.job import JobSpec, example_spec
 
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth",
+                    "trainer_state.json", "gradacc_state.json")  # fmt: skip
 
-def seed(url: str, jobs: int) -> list[str]:
+
+def write_outputs(jobs_dir: Path, job_id: str, checkpoints: int) -> dict[str, int]:
+    """A finished job's folder (tiny files: the walk, not the bytes, is what a poll paid for)."""
+    folder = jobs_dir / job_id
+    files = {f"model/{name}": 64 for name in ("config.json", "model.safetensors", "tokenizer.json")}
+    for n in range(checkpoints):
+        name = "checkpoint" if n == 0 else f"checkpoint-{n * 100}"
+        files |= {f"{name}/{file}": 32 for file in CHECKPOINT_FILES}
+    files |= {"metrics.jsonl": 300, "summary.json": 500, "train.log": 2000}
+    totals: dict[str, int] = {}
+    for relative, size in files.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * size)
+        top = relative.split("/", 1)[0]
+        totals[top] = totals.get(top, 0) + size
+    return totals
+
+
+def seed(url: str, jobs: int, jobs_dir: Path | None = None, checkpoints: int = 0) -> list[str]:
     spec = JobSpec.model_validate(example_spec())
     now = utcnow()
     ids = [new_job_id() for _ in range(jobs)]
@@ -60,6 +87,11 @@ def seed(url: str, jobs: int) -> list[str]:
                  "effective_batch_size": spec.effective_batch_size, "created_at": now - timedelta(seconds=jobs - n),
                  "updated_at": now, "finished_at": now, "attempts": 1, "epoch": 3, "step": 189, "total_steps": 189,
                  "latest_metrics": {**record, "epoch": 3}} for n, i in enumerate(ids)]  # fmt: skip
+    if jobs_dir is not None and checkpoints:
+        for row in job_rows:
+            sizes = write_outputs(jobs_dir, row["id"], checkpoints)
+            if hasattr(Job, "outputs"):  # recorded on the row, as the worker does
+                row["outputs"] = sizes
     metric_rows = [{"job_id": i, "epoch": e, "train_loss": 0.5, "eval_loss": 0.4, "record": {**record, "epoch": e},
                     "created_at": now} for i in ids for e in (1, 2, 3)]  # fmt: skip
     engine = create_engine(url)
@@ -105,7 +137,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1500.0, help="open loop: requests/s offered")
     parser.add_argument("--auth", action="store_true", help="GRADACC_REQUIRE_AUTH=true, a key")
     parser.add_argument("--uvicorn-args", default="", help='e.g. "--loop asyncio --http h11"')
+    parser.add_argument("--checkpoints", type=int, default=0, help="kept checkpoints per job")
     args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="gradacc-poll-"))
     load_before = os.getloadavg()[0]
     database = f"gradacc_bench_{secrets.token_hex(4)}"
     url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
@@ -114,6 +148,7 @@ def main() -> None:
         "GRADACC_DATABASE_URL": url,
         "GRADACC_BROKER_URL": "redis://127.0.0.1:6379/0",
         "GRADACC_REQUIRE_AUTH": str(args.auth).lower(),
+        "GRADACC_HOME": str(home),
     }
     with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{database}"')
@@ -125,7 +160,7 @@ def main() -> None:
             check=True,
             capture_output=True,
         )
-        ids = seed(url, args.jobs)
+        ids = seed(url, args.jobs, home / "jobs", args.checkpoints)
         headers = {}
         if args.auth:
             with Session(create_engine(url)) as session:
@@ -154,9 +189,11 @@ def main() -> None:
             server.wait(timeout=30)
         with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        shutil.rmtree(home, ignore_errors=True)
     print(
         f"# poll throughput: {args.jobs:,} jobs in PostgreSQL, one uvicorn process "
         f"({args.uvicorn_args or 'auto: uvloop + httptools'}), auth {'on' if args.auth else 'off'}, "
+        f"{args.checkpoints} kept checkpoints per job, "
         f"{args.clients} connections, {args.seconds:.0f} s per row; "
         f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     )
