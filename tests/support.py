@@ -87,9 +87,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_ready(client: httpx.Client, *, timeout_s: float = 60.0, workers: bool = True) -> None:
+def wait_ready(client: httpx.Client, *, timeout_s: float = 180.0, workers: bool = True) -> None:
     """``/readyz`` answers 200 (database, broker and a worker alive). ``workers=False``: an API
-    started without workers, for which 503 ``no_workers`` will do."""
+    started without workers, for which 503 ``no_workers`` will do. A condition, not a timing: a
+    worker is ready once its fork server imported torch at low priority, which took over 60 s
+    with two suites at once on 2 cores."""
 
     def ready() -> bool:
         try:

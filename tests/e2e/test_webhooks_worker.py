@@ -46,5 +46,10 @@ def test_a_worker_delivers_the_webhook_while_no_api_runs(
     assert headers["Gradacc-Event"] == "job.succeeded"
     assert verify(secret, body, headers[SIGNATURE_HEADER], now=int(json.loads(body)["finished_at"]))
     assert json.loads(bodies[-1])["id"] == job_id
-    events = api.get(f"/v1/jobs/{job_id}/events").json()["data"]
-    assert any("delivered" in e["message"] for e in events if e["kind"] == "webhook"), events
+    # The sender records the delivery after the receiver answered: wait for its event.
+
+    def delivered_event() -> bool:
+        events = api.get(f"/v1/jobs/{job_id}/events").json()["data"]
+        return any("delivered" in e["message"] for e in events if e["kind"] == "webhook")
+
+    wait_until(delivered_event, timeout=60, what="the delivery's event")

@@ -1,6 +1,6 @@
 """The training child is a process apart from the Celery worker: importing its entry points (the
-cold one and the fork server's) loads neither Celery nor the queue; the API, the Celery worker
-and an idle predict server load no torch."""
+cold one and the fork server's) loads neither Celery nor the queue; the API and the Celery
+worker load no torch."""
 
 from __future__ import annotations
 
@@ -36,10 +36,10 @@ def test_the_api_loads_no_torch() -> None:
     assert _loaded("api.main", ("torch", "transformers", "worker")) == "[]"
 
 
-def test_the_celery_worker_and_the_predict_server_load_no_torch() -> None:
-    """torch lives in the fork server, the training processes and a predict server that got a
-    request: a Celery worker imported it (4.5 s of CPU at every start) through the launcher's
-    re-plan file reader, and an idle predict server another copy."""
+def test_the_celery_worker_and_the_launcher_load_no_torch() -> None:
+    """torch lives in the fork server, the training processes and the predict server's own import
+    thread: a Celery worker imported it (4.5 s of CPU at every start) through the launcher's
+    re-plan file reader; the predict server's loop module does not need it to start polling."""
     for module in ("worker.consumer.tasks", "worker.predict.server", "worker.child.ranks.launcher"):
         assert _loaded(module, ("torch", "transformers")) == "[]", module
 

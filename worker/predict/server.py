@@ -1,7 +1,7 @@
 """The predict server's loop: take the oldest pending request, load (or reuse) its model, answer.
 On the worker's GPU when the worker holds no job, else on the CPU, so a prediction never takes
-memory from a training job. torch and transformers are imported at the first request: an idle
-server (most workers' most of the time) costs a database poll, not a second copy of torch."""
+memory from a training job. torch and transformers are imported in a thread beside the loop, so
+the server polls at once and the first request does not pay for the whole import."""
 
 from __future__ import annotations
 
@@ -77,11 +77,18 @@ def answer(cache: ModelCache, task: Task, device: torch.device) -> dict[str, Any
     return classify(loaded, task.request["inputs"], task.max_length)
 
 
+def _import_models() -> None:
+    import worker.predict.models  # noqa: F401  (torch and transformers, once)
+
+
 def serve(settings: Settings, worker: str, stop: threading.Event) -> None:
-    cache: ModelCache | None = None  # built, with torch imported, at the first request
+    cache: ModelCache | None = None  # built at the first request
     parent = os.getppid()
     if parent == 1:  # the worker died while this process started: nobody to serve
         return
+    # torch and transformers are imported beside the loop, not before it: the loop answers
+    # "model gone" at once, and the first real request waits only for what is left of the import.
+    threading.Thread(target=_import_models, name="predict-imports", daemon=True).start()
     log.info("predict server of %s ready (up to %d models)", worker, settings.predict_cache_models)
     while not stop.is_set() and os.getppid() == parent:  # the worker went: so does this
         try:
