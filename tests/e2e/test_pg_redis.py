@@ -85,7 +85,7 @@ def test_cancel_stops_a_running_job_and_frees_its_process(
     hold = Hold(pg_redis_settings.home / "cancel", 1)  # running, and held there: no race
     job_id = api.post("/v1/jobs", json=TINY).json()["id"]
     start_worker("cancel", hold.env())
-    pid = hold.held(timeout=60)
+    pid = hold.held(timeout=180)
     cancelled = api.post(f"/v1/jobs/{job_id}/cancel")
     assert cancelled.json()["status"] == "cancelled"
     # Stopped by the worker (seconds: its status poll, then SIGTERM and the kill grace), not
@@ -104,7 +104,7 @@ def test_a_worker_killed_mid_queue_still_runs_every_job_once(
     ids = [api.post("/v1/jobs", json=spec).json()["id"] for spec in specs]
     hold = Hold(pg_redis_settings.home / "crash", 1)
     crashed = start_worker("crashing", hold.env())
-    orphan = hold.held(timeout=60)
+    orphan = hold.held(timeout=180)
     crashed.kill()
     # The orphaned training process notices its worker is gone, keeps a checkpoint and exits.
     assert process_gone(orphan, timeout=20), "the training process outlived its worker"
@@ -132,7 +132,7 @@ def test_a_stopping_worker_preempts_its_job_and_another_resumes_it(
     job_id = api.post("/v1/jobs", json=spec).json()["id"]
     hold = Hold(pg_redis_settings.home / "stopping", 5)
     stopping = start_worker("stopping", hold.env())
-    hold.held(timeout=60)
+    hold.held(timeout=180)
     stopping.process.send_signal(signal.SIGTERM)  # docker stop: warm shutdown
     assert stopping.process.wait(timeout=30) == 0, "the worker held its shutdown for the job"
     assert "preempted" in event_kinds(api, job_id)
