@@ -111,17 +111,21 @@ def send_join(celery: Celery, settings: Settings, job_id: str, node_processes: i
     celery.send_task(JOIN_GANG_TASK, args=[job_id], queue=queue, task_id=task_id)
 
 
-def send_or_leave(celery: Celery, settings: Settings, job_id: str) -> bool:
-    """Send the job's run message to the queue of workers with its devices per machine. When the
-    broker is down, the job stops counting on a message (``enqueued_at`` cleared) and the
-    reconciler sends it later; False then."""
+def processes_of(settings: Settings, job_id: str) -> int:
+    """The devices the job takes on each machine: the queue its message goes to (1: gone)."""
     with session_scope(settings) as session:
         row = session.execute(
             select(Job.num_processes, Job.num_machines).where(Job.id == job_id)
         ).one_or_none()
-    processes = 1 if row is None else processes_per_machine(*row)
+    return 1 if row is None else processes_per_machine(*row)
+
+
+def send_or_leave(celery: Celery, settings: Settings, job_id: str) -> bool:
+    """Send the job's run message to the queue of workers with its devices per machine. When the
+    broker is down, the job stops counting on a message (``enqueued_at`` cleared) and the
+    reconciler sends it later; False then."""
     try:
-        enqueue_job(celery, settings, job_id, processes)
+        enqueue_job(celery, settings, job_id, processes_of(settings, job_id))
     except Exception as exc:  # the broker is down: the reconciler sends it later
         log.warning("job %s: its message could not be sent (%s)", job_id, exc)
         with session_scope(settings) as session:

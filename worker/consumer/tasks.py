@@ -26,6 +26,7 @@ from gradacc.scheduling.queue import (
     RUN_JOB_TASK,
     create_celery_app,
     enqueue_job,
+    processes_of,
     send_or_leave,
 )
 from gradacc.settings import Settings, get_settings
@@ -142,7 +143,7 @@ def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:
         send_or_leave(app, settings, job_id)
     elif outcome == "requeued":  # preempted by a job of higher priority: queued again
         try:
-            enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
+            enqueue_job(app, settings, job_id, processes_of(settings, job_id))
         except Exception as exc:  # the broker is down: the reconciler sends it later
             log.warning("job %s: its message could not be sent (%s)", job_id, exc)
             leave_for_others(settings, named=job_id)
@@ -177,17 +178,9 @@ def _start_reconciler(sender: Any = None, **_: Any) -> None:
     app = current_app._get_current_object()
 
     def enqueue(job_id: str) -> None:
-        enqueue_job(app, settings, job_id, _processes_of(settings, job_id))
+        enqueue_job(app, settings, job_id, processes_of(settings, job_id))
 
     start_reconciler_thread(settings, enqueue=enqueue, stop=_stopping)
-
-
-def _processes_of(settings: Settings, job_id: str) -> int:
-    """The devices the job needs on each machine: it goes back to the queue of workers that
-    have them."""
-    with session_scope(settings) as session:
-        job = session.get(Job, job_id)
-        return job.processes_per_machine if job is not None else 1
 
 
 @worker_ready.connect
