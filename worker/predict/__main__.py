@@ -15,6 +15,8 @@ from worker.predict.server import serve
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    # torch logs at INFO at exit (its fake-tensor cache statistics): not this server's story
+    logging.getLogger("torch").setLevel(logging.WARNING)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
