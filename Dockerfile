@@ -4,7 +4,8 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    GRADACC_HOME=/data
+    GRADACC_HOME=/data \
+    GRADACC_REQUIRE_AUTH=true
 
 WORKDIR /app
 # Dependencies first, so that a code change does not reinstall torch.

@@ -35,6 +35,7 @@ from gradacc.errors import (
     PredictionFailed,
     PredictionTimeout,
     TooManyJobs,
+    TooManyStreams,
     Unauthorized,
 )
 from trainer_core.spec.hints import unknown_field_hint
@@ -55,6 +56,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     JobBusy: 409,
     IdempotencyConflict: 409,
     TooManyJobs: 429,
+    TooManyStreams: 429,
     NotReady: 503,
     NoWorkers: 503,
     NotTrained: 409,
@@ -151,10 +153,11 @@ async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     if raw[0].get("type") == "json_invalid":
         status = openai_status(request, 422)
         return error_response(status, "invalid_json", "the request body is not valid JSON")
-    if isinstance(raw[0].get("input"), bytes) and tuple(raw[0].get("loc", ())) == ("body",):
-        # FastAPI reads a body as JSON only with a JSON content type (or none): say so, rather
-        # than "Input should be a valid dictionary".
-        got = request.headers.get("content-type", "")
+    got = request.headers.get("content-type", "")
+    body_unread = isinstance(raw[0].get("input"), bytes | str) and "json" not in got.lower()
+    if body_unread and tuple(raw[0].get("loc", ())) == ("body",):
+        # FastAPI reads a body as JSON only with a JSON content type: say so, rather than
+        # "Input should be a valid dictionary".
         message = f"send the body as JSON with content-type: application/json (got {got!r})"
         return error_response(415, "unsupported_media_type", message, "content-type")
     errors = [_field_error(error) for error in raw]

@@ -16,6 +16,7 @@ from api.errors import install_error_handlers
 from api.http.auth_gate import RequireAuth
 from api.http.body_limit import BodySizeLimit
 from api.http.docs import install_docs
+from api.http.host_gate import HostGate
 from api.http.openapi import install_openapi
 from api.http.prometheus import TimingMiddleware
 from api.http.schema_gate import SchemaGate
@@ -60,9 +61,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         docs_url=None,  # served offline by api.http.docs
         redoc_url=None,
-        # A body with no content type at all (curl --data-binary without -H) is read as JSON;
-        # one with another type is refused with a message saying so (api.errors).
-        strict_content_type=False,
+        # A body must say it is JSON: a page on another site can send one without a content
+        # type (fetch with mode "no-cors") but not with application/json. Refused: 415 (api.errors).
+        strict_content_type=True,
         lifespan=_lifespan,
     )
     app.state.settings = settings
@@ -80,9 +81,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.require_auth:  # before size checks, routing and parsing
         new_session = app.state.read_sessionmaker
         app.add_middleware(RequireAuth, key_cache=app.state.key_cache, new_session=new_session)
-    # Added last, so it runs first: no request (an API key's lookup included) reads a database
-    # whose schema is not migrated.
+    # Added after the others, so it runs before them: no request (an API key's lookup
+    # included) reads a database whose schema is not migrated.
     app.add_middleware(SchemaGate, engine=app.state.read_engine)
+    hosts = settings.host_patterns()
+    if hosts is not None:  # outermost: a rebinding page's request is read no further
+        app.add_middleware(HostGate, patterns=hosts)
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")

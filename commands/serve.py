@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import signal
@@ -109,11 +110,37 @@ def announce_when_ready(url: str, stop: threading.Event) -> None:
             continue
 
 
+class InsecureBind(SystemExit):
+    """Raised before anything starts: the exit status is its message."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def refuse_open_bind(settings: Settings, host: str) -> None:
+    """Without API keys, an address other than loopback would hand every job, file and model to
+    whoever reaches the port: refused unless ``GRADACC_ALLOW_INSECURE_BIND`` says so."""
+    if settings.require_auth or settings.allow_insecure_bind or is_loopback(host):
+        return
+    raise InsecureBind(
+        f"refusing to serve on {host} without API keys: set GRADACC_REQUIRE_AUTH=true (and "
+        "create keys with `gradacc create-api-key`), bind 127.0.0.1, or set "
+        "GRADACC_ALLOW_INSECURE_BIND=true to serve every tenant's data to anyone who can connect"
+    )
+
+
 def serve(settings: Settings, *, host: str, port: int, workers: int) -> int:
     """Until SIGINT or SIGTERM (Docker, systemd and ``kill`` send the latter): then the API
     stops, each worker preempts its job and exits, and nothing is left running."""
     import uvicorn
 
+    refuse_open_bind(settings, host)
     if settings.is_embedded:
         upgrade_database(settings)
     # uvicorn handles SIGTERM itself, then re-raises it once it has stopped: with the default

@@ -16,6 +16,8 @@ from trainer_core.spec.outputs import DATA_CACHE_DIR
 # A job's priority lies in [-PRIORITY_BOUND, PRIORITY_BOUND] (the schema's bounds); what a
 # tenant may ask above 0 is ``Settings.max_priority``.
 PRIORITY_BOUND = 1000
+# The names a browser uses for this machine's loopback: the Host headers answered without keys.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 
 
 class Settings(BaseSettings):
@@ -64,6 +66,9 @@ class Settings(BaseSettings):
     advertise_host: str | None = Field(default=None, description="Default: the machine name")
     rdzv_port: int = Field(default=0, ge=0, le=65535)
     gang_wait_s: float = Field(default=60.0, gt=0)
+    # A gang released this many times while fewer live machines could hold it than it needs
+    # fails (error gang_unsatisfiable); each such release backs its next try off (doubling).
+    gang_max_releases: int = Field(default=5, ge=1)
     # ``gradacc serve`` and its workers: "info" prints one line per component ready and per job
     # event (libraries at WARNING); "debug" brings back every library's log and Celery's banner.
     log_level: Literal["info", "debug"] = "info"
@@ -91,13 +96,30 @@ class Settings(BaseSettings):
     # Local model and dataset paths must lie under one of these directories (``os.pathsep``
     # separated). Default: ``home/data``. Builtins and hub ids are not paths.
     data_roots: str | None = None
-    # Bearer API keys, one tenant each. Off for the embedded local default; on in compose.
+    # Bearer API keys, one tenant each. Off for the embedded local default; on in compose and
+    # in the image.
     require_auth: bool = False
+    # Without keys, ``gradacc serve`` refuses an address other than loopback unless this says
+    # so: anyone who reaches the port would own every job, file and model.
+    allow_insecure_bind: bool = False
+    # Host headers the API answers (comma-separated; ``*.example.com`` matches subdomains).
+    # Unset: loopback names only without keys (a page cannot rebind its DNS name to us), any
+    # host with keys. ``*``: any.
+    allowed_hosts: str | None = None
+    # Tenants that see the workers' host names and pids in /v1/workers (comma-separated). With
+    # keys off there is one tenant, and it is the operator.
+    operator_tenants: str = ""
     # The API remembers a key's tenant this long (per process) instead of a lookup per request:
     # a revoked key keeps working for up to this many seconds. 0: look up every request.
     api_key_cache_s: float = Field(default=5.0, ge=0)
+    # Jobs one tenant may have waiting, queued or paused (a POST or a resume past it: 429).
     max_queued_per_tenant: int = Field(default=1000, ge=1)
     max_running_per_tenant: int = Field(default=8, ge=1)
+    # Open GET /v1/jobs/{id}/stream connections one tenant may hold, per API process (more: 429).
+    max_streams_per_tenant: int = Field(default=16, ge=1)
+    # A queued job's queue_position replays at most this many jobs of the queue per read (one
+    # poll, one list page); a job further back reads as this plus one (docs/scheduling.md).
+    queue_position_limit: int = Field(default=1000, ge=1)
     # The highest ``priority`` a job may ask for (above: 422). Lower than 0 is always allowed:
     # it only lets the tenant's own job wait behind others (docs/scheduling.md).
     max_priority: int = Field(default=10, ge=0, le=PRIORITY_BOUND)
@@ -110,6 +132,12 @@ class Settings(BaseSettings):
     predict_cache_models: int = Field(default=2, ge=1, le=64)
     predict_timeout_s: float = Field(default=60.0, gt=0)
     predict_poll_interval_s: float = Field(default=0.02, gt=0)
+    # A chat template renders in a child of the predict server with this much more address space
+    # and this long (wall clock); past either, that request fails and the next one is answered.
+    predict_render_timeout_s: float = Field(default=10.0, gt=0)
+    predict_render_memory_mb: int = Field(default=1024, ge=64)
+    # Predict requests one tenant may have waiting at once (more: 429).
+    max_predicts_per_tenant: int = Field(default=16, ge=1)
     predict_server: bool = Field(default=True, description="Workers start a predict server")
     # The job stream's one reader per API process polls the database this often: the delay of
     # a stream message is at most about this plus the training process's own write interval.
@@ -121,6 +149,9 @@ class Settings(BaseSettings):
     webhook_max_attempts: int = Field(default=6, ge=1)
     webhook_retry_first_s: float = Field(default=2.0, gt=0, description="doubles per attempt")
     webhook_timeout_s: float = Field(default=10.0, gt=0)
+    # The whole of one attempt (connect, send, the answer's headers): a receiver that drips its
+    # answer is cut off here. A claimed row is leased for this plus 30 s.
+    webhook_deadline_s: float = Field(default=30.0, gt=0, le=600)
     webhook_poll_interval_s: float = Field(default=1.0, gt=0)
     # /metrics shows aggregates only and answers anyone who can reach it; set this and a scrape
     # needs ``Authorization: Bearer <token>`` (Prometheus: ``authorization.credentials``).
@@ -156,6 +187,19 @@ class Settings(BaseSettings):
         if self.webhook_allowed_hosts is None:
             return None
         return {h.strip().lower() for h in self.webhook_allowed_hosts.split(",") if h.strip()}
+
+    def is_operator(self, tenant: str) -> bool:
+        if not self.require_auth:
+            return True
+        return tenant in {t.strip() for t in self.operator_tenants.split(",") if t.strip()}
+
+    def host_patterns(self) -> list[str] | None:
+        """The Host names the API answers (``None``: any)."""
+        if self.allowed_hosts is None:
+            open_door = self.require_auth or self.allow_insecure_bind
+            return None if open_door else list(LOOPBACK_HOSTS)
+        names = [h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()]
+        return None if "*" in names else names
 
     def resolved_data_roots(self) -> list[Path]:
         if not self.data_roots:

@@ -35,6 +35,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # two or more processes on 2 cores, and the tiny models gain nothing from a second thread while
 # OpenMP's idle threads spin. Measured on test_equivalence.py alone: 22 % less CPU, same wall time.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Starlette's test client sends ``Host: testserver``; without keys the API answers only loopback
+# names (api/http/host_gate.py, tested with the default in tests/api/test_browser_attacks.py).
+os.environ.setdefault("GRADACC_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 
 # One tiny built-in job (64 rows, 1 epoch, a few seconds): what the service tests submit.
 TINY: dict[str, Any] = {

@@ -22,12 +22,12 @@ async def healthz() -> Health:
     response_model=Health,
     summary="Readiness: database, broker and at least one live worker",
     description="503 `not_ready` names what cannot be reached; 503 `no_workers` while no worker "
-    "is alive (a job accepted then would wait). 200 lists the workers and their current jobs.",
+    "is alive (a job accepted then would wait). 200 counts the workers; without API keys it "
+    "lists them and their current jobs too (with keys that is /v1/workers, for operators).",
     responses={503: {"model": ErrorResponse, "description": "Not ready"}},
 )
 def readyz(session: SessionDep, celery: CeleryDep, settings: SettingsDep) -> Health:
     checks, workers = worker_services.check_readiness(session, celery=celery, settings=settings)
-    # Unauthenticated: job ids are shown only when there are no tenants to keep apart.
-    show = not settings.require_auth
-    listed = [WorkerRead.of(w, show_job=show) for w in workers]
+    # Unauthenticated: workers are listed only when there are no tenants to keep apart.
+    listed = [] if settings.require_auth else [WorkerRead.of(w) for w in workers]
     return Health(status="ready", checks=checks, workers=listed)

@@ -15,10 +15,13 @@ router = APIRouter(prefix="/workers", tags=["workers"])
     "",
     response_model=WorkerList,
     summary="List the live workers",
-    description="Name, devices, current job and last heartbeat of each worker alive now. "
-    "A job of another tenant shows as null.",
+    description="Devices, current job and last heartbeat of each worker alive now; its name, "
+    "host name and pid for operators only (GRADACC_OPERATOR_TENANTS). A job of another tenant "
+    "shows as null.",
     responses={401: {"model": ErrorResponse}, 503: {"model": ErrorResponse}},
 )
 def list_workers(session: ReadSessionDep, settings: SettingsDep, tenant: TenantDep) -> WorkerList:
     workers, own_jobs = worker_services.list_workers_for(session, settings=settings, tenant=tenant)
-    return WorkerList(data=[WorkerRead.of(w, show_job=w.current_job in own_jobs) for w in workers])
+    host = settings.is_operator(tenant)
+    listed = [WorkerRead.of(w, show_job=w.current_job in own_jobs, show_host=host) for w in workers]
+    return WorkerList(data=listed)

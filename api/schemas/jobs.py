@@ -220,20 +220,20 @@ class ErrorResponse(BaseModel):
 
 class WorkerRead(BaseModel):
     object: Literal["worker"] = "worker"
-    name: str = Field(description="host:pid, as in a job's events")
-    hostname: str
-    pid: int
+    name: str | None = Field(description="host:pid, as in a job's events (operators only)")
+    hostname: str | None = Field(description="Operators only (GRADACC_OPERATOR_TENANTS)")
+    pid: int | None = Field(description="Operators only")
     devices: list[str] = Field(description="cpu, and cuda:N for each GPU the host has")
     current_job: str | None = Field(description="The job it is running, if any (and yours)")
     started_at: int = Field(description="Unix seconds")
     heartbeat_at: int = Field(description="Unix seconds; alive while recent")
 
     @classmethod
-    def of(cls, worker: Worker, *, show_job: bool = True) -> WorkerRead:
+    def of(cls, worker: Worker, *, show_job: bool = True, show_host: bool = True) -> WorkerRead:
         return cls(
-            name=worker.name,
-            hostname=worker.hostname,
-            pid=worker.pid,
+            name=worker.name if show_host else None,
+            hostname=worker.hostname if show_host else None,
+            pid=worker.pid if show_host else None,
             devices=list(worker.devices),
             current_job=worker.current_job if show_job else None,
             started_at=int(worker.started_at.timestamp()),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,13 @@ def compose_binary() -> Path:
     return binary
 
 
-def compose_config(path: Path, *profiles: str) -> subprocess.CompletedProcess[str]:
+def compose_config(
+    path: Path, *profiles: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     chosen = [arg for profile in profiles for arg in ("--profile", profile)]
     return subprocess.run(
         [str(compose_binary()), "-f", str(path), *chosen, "config", "--format", "json"],
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,
@@ -52,12 +56,23 @@ def test_compose_file_is_valid_and_has_what_the_service_needs() -> None:
         assert services[name]["healthcheck"]["test"]
 
 
-def test_flower_runs_only_with_the_monitoring_profile() -> None:
-    result = compose_config(COMPOSE_FILE, "monitoring")
+def test_flower_runs_only_with_the_monitoring_profile_and_a_password() -> None:
+    result = compose_config(COMPOSE_FILE, "monitoring", env={"FLOWER_BASIC_AUTH": "ops:s3cret"})
     assert result.returncode == 0, result.stderr
     services: dict[str, Any] = json.loads(result.stdout)["services"]
-    assert services["flower"]["profiles"] == ["monitoring"]
-    assert "flower" in services["flower"]["command"]
+    flower = services["flower"]
+    assert flower["profiles"] == ["monitoring"]
+    assert flower["environment"]["FLOWER_BASIC_AUTH"] == "ops:s3cret"
+    assert [p["host_ip"] for p in flower["ports"]] == ["127.0.0.1"]  # this machine only
+    # The command, run by a real shell: no password, no flower; with one, flower gets it.
+    script = flower["command"][-1].replace("$$", "$").replace("exec celery", "echo celery")
+    run = {**os.environ, "FLOWER_BASIC_AUTH": ""}
+    refused = subprocess.run(["sh", "-c", script], env=run, capture_output=True, text=True)
+    assert refused.returncode == 1 and "FLOWER_BASIC_AUTH" in refused.stderr
+    run["FLOWER_BASIC_AUTH"] = "ops:s3cret"
+    started = subprocess.run(["sh", "-c", script], env=run, capture_output=True, text=True)
+    assert started.returncode == 0 and "flower" in started.stdout
+    assert "--basic-auth=ops:s3cret" in started.stdout, started.stdout
     assert services["api"]["environment"]["PROMETHEUS_MULTIPROC_DIR"]
 
 
