@@ -4,7 +4,12 @@ included): each polls for due rows, claims them (a conditional UPDATE: of severa
 sends a row, at least once), POSTs the job object signed with its tenant's secret, and records
 every attempt as a job event. A failure is retried with doubling delays up to
 ``webhook_max_attempts``; redirects are not followed, and the URL is checked again before each
-attempt (an address may have changed since the job was accepted)."""
+attempt (an address may have changed since the job was accepted).
+
+A receiver cannot hold the sender: each attempt is a task of its own with a total deadline
+(``webhook_deadline_s``: connecting, sending and the answer's headers), and the answer's body is
+never read, so a receiver that drips its answer, or sends gigabytes, costs one attempt its
+deadline and nothing else; other rows go out meanwhile."""
 
 from __future__ import annotations
 
@@ -31,8 +36,8 @@ from gradacc.settings import Settings
 from gradacc.tables import Job, WebhookDelivery, utcnow
 
 log = logging.getLogger(__name__)
-LEASE_S = 60.0  # a claimed row is due again after this if its sender died mid-attempt
-BATCH = 20
+LEASE_MARGIN_S = 30.0  # a claimed row is due again this long after its attempt's deadline
+BATCH = 20  # attempts in flight per sender at most
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,11 @@ class Attempt:
     secret: str
 
 
-def claim_due(sessions: sessionmaker[Session], *, limit: int = BATCH) -> list[Attempt]:
+def claim_due(
+    sessions: sessionmaker[Session], *, lease_s: float, limit: int = BATCH
+) -> list[Attempt]:
+    """Due rows, now this sender's for ``lease_s`` (if it dies mid-attempt, another takes them
+    after that)."""
     now = utcnow()
     with sessions() as session:
         due = session.scalars(
@@ -60,7 +69,7 @@ def claim_due(sessions: sessionmaker[Session], *, limit: int = BATCH) -> list[At
             claim = (
                 update(WebhookDelivery)
                 .where(WebhookDelivery.id == delivery_id, WebhookDelivery.next_attempt_at <= now)
-                .values(next_attempt_at=now + timedelta(seconds=LEASE_S))
+                .values(next_attempt_at=now + timedelta(seconds=lease_s))
             )
             if session.execute(claim).rowcount == 1:  # type: ignore[attr-defined]
                 claimed.append(delivery_id)
@@ -106,7 +115,17 @@ def record_outcome(
 
 
 async def send(client: httpx.AsyncClient, attempt: Attempt, settings: Settings) -> str | None:
-    """POST one attempt; None when the receiver answered 2xx, else what went wrong."""
+    """POST one attempt; None when the receiver answered 2xx, else what went wrong. Over after
+    ``webhook_deadline_s`` whatever the receiver does."""
+    deadline = settings.webhook_deadline_s
+    try:
+        async with asyncio.timeout(deadline):
+            return await _post(client, attempt, settings)
+    except TimeoutError:
+        return f"no answer within {deadline:g} s (GRADACC_WEBHOOK_DEADLINE_S)"
+
+
+async def _post(client: httpx.AsyncClient, attempt: Attempt, settings: Settings) -> str | None:
     try:
         address = await asyncio.to_thread(check_webhook_url, attempt.url, settings)
     except InvalidRequest as exc:
@@ -122,9 +141,13 @@ async def send(client: httpx.AsyncClient, attempt: Attempt, settings: Settings) 
     # Connect to the address just checked, never to a second resolution of the name; TLS still
     # names (SNI) and verifies the host.
     pinned = url.copy_with(host=address)
+    request = client.build_request("POST", pinned, content=attempt.body, headers=headers,
+                                   extensions={"sni_hostname": url.host})  # fmt: skip
     try:
-        response = await client.post(pinned, content=attempt.body, headers=headers,
-                                     extensions={"sni_hostname": url.host})  # fmt: skip
+        # Only the status counts: the body is never read (closing an unread answer drops the
+        # connection instead of draining it).
+        response = await client.send(request, stream=True)
+        await response.aclose()
     except httpx.HTTPError as exc:
         return f"{type(exc).__name__}"
     return None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
@@ -137,6 +160,7 @@ class WebhookSender:
     def __init__(self, sessions: sessionmaker[Session], settings: Settings) -> None:
         self.sessions, self.settings = sessions, settings
         self.task: asyncio.Task[None] | None = None
+        self.in_flight: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name="gradacc-webhooks")
@@ -164,25 +188,47 @@ class WebhookSender:
 
     async def _run(self) -> None:
         timeout = httpx.Timeout(self.settings.webhook_timeout_s)
-        waiting_for_schema = False
         async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
-            while True:
-                try:
-                    await self.run_once(client)
-                    waiting_for_schema = False
-                except Exception as exc:  # the database is away: try again next tick
-                    if not missing_schema(exc):
-                        log.exception("webhook pass failed")
-                    elif not waiting_for_schema:  # said once: not a traceback per tick
-                        log.warning("webhooks wait for the database schema (gradacc migrate)")
-                        waiting_for_schema = True
-                await asyncio.sleep(self.settings.webhook_poll_interval_s)
+            try:
+                await self._poll(client)
+            finally:  # stopping: attempts in flight end with the client (leases run out)
+                for task in list(self.in_flight):
+                    task.cancel()
+                await asyncio.gather(*self.in_flight, return_exceptions=True)
+
+    async def _poll(self, client: httpx.AsyncClient) -> None:
+        waiting_for_schema = False
+        while True:
+            try:
+                await self.run_once(client)
+                waiting_for_schema = False
+            except Exception as exc:  # the database is away: try again next tick
+                if not missing_schema(exc):
+                    log.exception("webhook pass failed")
+                elif not waiting_for_schema:  # said once: not a traceback per tick
+                    log.warning("webhooks wait for the database schema (gradacc migrate)")
+                    waiting_for_schema = True
+            await asyncio.sleep(self.settings.webhook_poll_interval_s)
 
     async def run_once(self, client: httpx.AsyncClient) -> int:
-        attempts = await asyncio.to_thread(claim_due, self.sessions)
-        errors = await asyncio.gather(*(send(client, a, self.settings) for a in attempts))
-        for attempt, error in zip(attempts, errors, strict=True):
+        """Claim what is due (as many as there is room for) and start an attempt per row; the
+        attempts run on their own, so a slow receiver holds its row only."""
+        room = BATCH - len(self.in_flight)
+        if room <= 0:
+            return 0
+        lease_s = self.settings.webhook_deadline_s + LEASE_MARGIN_S
+        attempts = await asyncio.to_thread(claim_due, self.sessions, lease_s=lease_s, limit=room)
+        for attempt in attempts:
+            task = asyncio.create_task(self._deliver(client, attempt))
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
+        return len(attempts)
+
+    async def _deliver(self, client: httpx.AsyncClient, attempt: Attempt) -> None:
+        error = await send(client, attempt, self.settings)
+        try:
             await asyncio.to_thread(
                 record_outcome, self.sessions, attempt, error=error, settings=self.settings
             )
-        return len(attempts)
+        except Exception:  # the database is away: the lease runs out and the row goes again
+            log.exception("could not record webhook attempt %d", attempt.delivery_id)

@@ -47,11 +47,21 @@ def check_webhook_url(url: str, settings: Settings, *, param: str = "webhook_url
     except (OSError, ValueError) as exc:
         raise InvalidRequest(f"host {host!r} does not resolve", param=param) from exc
     addresses = [ipaddress.ip_address(info[4][0]) for info in infos]
-    if not settings.webhook_allow_private and not all(a.is_global for a in addresses):
+    if not settings.webhook_allow_private and not all(_public(a) for a in addresses):
         raise InvalidRequest(
             f"host {host!r} is a private or loopback address; refused", param=param
         )
     return str(addresses[0])
+
+
+# Global by the registry, yet they lead to an IPv4 address where the host has a NAT64 gateway or a
+# 6to4 relay (64:ff9b::7f00:1 is 127.0.0.1 there): refused rather than trusted to be absent.
+_TRANSLATED = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"),
+               ipaddress.ip_network("2002::/16"))  # fmt: skip
+
+
+def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return address.is_global and not any(address in net for net in _TRANSLATED)
 
 
 def queue_webhook(session: Session, *, job_id: str, event: str, epoch_only: bool = False) -> None:
