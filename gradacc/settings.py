@@ -138,12 +138,6 @@ class Settings(BaseSettings):
     predict_render_memory_mb: int = Field(default=1024, ge=64)
     # Predict requests one tenant may have waiting at once (more: 429).
     max_predicts_per_tenant: int = Field(default=16, ge=1)
-    # A chat template renders in a child of the predict server with this much more address space
-    # and this long (wall clock); past either, that request fails and the next one is answered.
-    predict_render_timeout_s: float = Field(default=10.0, gt=0)
-    predict_render_memory_mb: int = Field(default=1024, ge=64)
-    # Predict requests one tenant may have waiting at once (more: 429).
-    max_predicts_per_tenant: int = Field(default=16, ge=1)
     predict_server: bool = Field(default=True, description="Workers start a predict server")
     # The job stream's one reader per API process polls the database this often: the delay of
     # a stream message is at most about this plus the training process's own write interval.
@@ -155,9 +149,6 @@ class Settings(BaseSettings):
     webhook_max_attempts: int = Field(default=6, ge=1)
     webhook_retry_first_s: float = Field(default=2.0, gt=0, description="doubles per attempt")
     webhook_timeout_s: float = Field(default=10.0, gt=0)
-    # The whole of one attempt (connect, send, the answer's headers): a receiver that drips its
-    # answer is cut off here. A claimed row is leased for this plus 30 s.
-    webhook_deadline_s: float = Field(default=30.0, gt=0, le=600)
     # The whole of one attempt (connect, send, the answer's headers): a receiver that drips its
     # answer is cut off here. A claimed row is leased for this plus 30 s.
     webhook_deadline_s: float = Field(default=30.0, gt=0, le=600)
