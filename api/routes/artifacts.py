@@ -1,4 +1,8 @@
-"""/v1/jobs/{id}/artifacts, /checkpoints and /logs: a finished (or running) job's outputs."""
+"""/v1/jobs/{id}/artifacts, /checkpoints and /logs: a finished (or running) job's outputs.
+
+Plain ``def`` routes: FastAPI runs them in its thread pool, so a tenant's large output folder or
+log is read beside the event loop, never on it (an ``async def`` route would stall every
+request of the process while it walks the disk)."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ router = APIRouter(
 
 
 @router.get("/{job_id}/artifacts", response_model=ArtifactList)
-async def list_artifacts(
+def list_artifacts(
     job_id: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
 ) -> ArtifactList:
     """The files in a job's output folder: path, bytes and kind."""
@@ -36,7 +40,7 @@ async def list_artifacts(
     response_class=Response,
     responses={200: {"content": {"application/gzip": {}, "application/octet-stream": {}}}},
 )
-async def get_artifact(
+def get_artifact(
     job_id: str, path: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
 ) -> Response:
     """`model`, `checkpoint` (the latest) or `checkpoint-<step>` (any kept one): the folder as
@@ -54,7 +58,7 @@ async def get_artifact(
 
 
 @router.get("/{job_id}/checkpoints", response_model=CheckpointList)
-async def list_checkpoints(
+def list_checkpoints(
     job_id: str, session: ReadSessionDep, settings: SettingsDep, tenant: TenantDep
 ) -> CheckpointList:
     """Every checkpoint the job keeps (the latest ``save_total_limit`` and the best), newest
@@ -66,7 +70,7 @@ async def list_checkpoints(
 @router.get(
     "/{job_id}/logs", response_class=Response, responses={200: {"content": {"text/plain": {}}}}
 )
-async def get_logs(
+def get_logs(
     job_id: str,
     engine: ReadEngineDep,
     settings: SettingsDep,

@@ -119,32 +119,57 @@ def _tar_members(folder: Path, arcname: str) -> Iterator[tuple[Path, str]]:
             yield path, f"{arcname}/{path.relative_to(folder).as_posix()}"
 
 
-def tail(path: Path, lines: int) -> bytes:
-    """The last ``lines`` lines of a file, read backwards in blocks (a log can be large)."""
+# A log tail or an evaluations page reads at most this much of the file's end: a tenant's huge
+# log (or one with few newlines) costs the API a bounded read, never the whole file.
+TAIL_MAX_BYTES = 16 * 1024 * 1024
+BLOCK_BYTES = 64 * 1024
+
+
+def lines_from_end(path: Path, *, max_bytes: int | None = None) -> Iterator[bytes]:
+    """The file's lines, last first, read backwards in blocks and at most ``max_bytes`` of it
+    (a line cut by that bound is not yielded). The last line is yielded even without its
+    newline; callers that need whole lines check it."""
     if not path.is_file():
-        return b""
+        return
     with path.open("rb") as log:
-        end = log.seek(0, os.SEEK_END)
-        data, position = b"", end
-        while position > 0 and data.count(b"\n") <= lines:
-            step = min(64 * 1024, position)
+        position = log.seek(0, os.SEEK_END)
+        floor = max(0, position - (TAIL_MAX_BYTES if max_bytes is None else max_bytes))
+        partial = b""
+        while position > floor:
+            step = min(BLOCK_BYTES, position - floor)
             position -= step
             log.seek(position)
-            data = log.read(step) + data
-    return b"\n".join(data.splitlines()[-lines:]) + (b"\n" if data else b"")
+            pieces = (log.read(step) + partial).split(b"\n")
+            partial = pieces[0]
+            yield from reversed(pieces[1:])
+        if floor == 0:
+            yield partial
 
 
-def evaluations(root: Path) -> list[dict[str, Any]]:
-    """The run's evaluation reports (``evaluations.jsonl``), newest first; a line being written
-    (not yet whole) is left out."""
-    try:
-        lines = (root / EVALUATIONS_FILE).read_text().splitlines()
-    except OSError:
-        return []
-    found = []
-    for line in reversed(lines):
+def tail(path: Path, lines: int) -> bytes:
+    """The last ``lines`` lines of a file (at most ``TAIL_MAX_BYTES`` of its end)."""
+    found: list[bytes] = []
+    for line in lines_from_end(path):
+        found.append(line)
+        if len(found) > lines:
+            break
+    if found and found[0] == b"":
+        found.pop(0)  # the file ends with a newline
+    kept = list(reversed(found[:lines]))
+    return b"\n".join(kept) + (b"\n" if kept else b"")
+
+
+def evaluations(root: Path, *, limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """The run's evaluation reports (``evaluations.jsonl``), newest first, ``limit`` of them and
+    whether there are more; read from the file's end. A line being written (not yet whole) is
+    left out."""
+    found: list[dict[str, Any]] = []
+    for line in lines_from_end(root / EVALUATIONS_FILE):
         try:
-            found.append(json.loads(line))
+            report = json.loads(line)
         except ValueError:
             continue
-    return found
+        if len(found) == limit:
+            return found, True
+        found.append(report)
+    return found, False
