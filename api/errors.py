@@ -34,6 +34,7 @@ from gradacc.errors import (
     NoWorkers,
     PredictionFailed,
     PredictionTimeout,
+    TooManyPredictions,
     TooManyJobs,
     TooManyStreams,
     Unauthorized,
@@ -62,6 +63,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     NotTrained: 409,
     PredictionFailed: 500,
     PredictionTimeout: 504,
+    TooManyPredictions: 429,
 }
 _LOCATIONS = {"body", "query", "path", "header"}
 _HTTP_CODES = {

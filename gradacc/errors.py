@@ -153,3 +153,16 @@ class PredictionTimeout(DomainError):
     """No worker answered within ``GRADACC_PREDICT_TIMEOUT_S``."""
 
     code = "prediction_timeout"
+
+
+class TooManyPredictions(DomainError):
+    """Over ``GRADACC_MAX_PREDICTS_PER_TENANT`` predict requests waiting at once."""
+
+    code = "too_many_predictions"
+    param = "GRADACC_MAX_PREDICTS_PER_TENANT"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"this tenant already has {limit} predict requests waiting (limit {limit}, "
+            f"{self.param}); retry when one is answered"
+        )

@@ -4,9 +4,10 @@ is one conditional UPDATE, so two servers never take the same request."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from gradacc.ids import time_ordered_id
@@ -26,6 +27,16 @@ def create_prediction(
     session.add(Prediction(id=prediction_id, job_id=job_id, tenant=tenant, step=step,
                            request=request, status=P.PENDING))  # fmt: skip
     return prediction_id
+
+
+def count_waiting(session: Session, *, tenant: str, since: datetime) -> int:
+    """The tenant's requests not yet answered, made after ``since`` (older ones belong to a wait
+    that is over: an API process that died while waiting)."""
+    unanswered = Prediction.status.in_([P.PENDING, P.RUNNING])
+    waiting = select(func.count()).where(
+        Prediction.tenant == tenant, unanswered, Prediction.created_at >= since
+    )
+    return int(session.scalar(waiting) or 0)
 
 
 def take_prediction(session: Session, *, worker: str) -> Prediction | None:

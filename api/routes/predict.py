@@ -11,7 +11,7 @@ from api.schemas.predict import Generation, LabelList, PredictRequest, answer_mo
 from api.services import predict as predict_services
 
 router = APIRouter(prefix="/jobs", tags=["predict"])
-ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 409, 422, 500, 504)} | {
+ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 409, 422, 429, 500, 504)} | {
     400: {"model": ErrorResponse, "description": "The body cannot be decoded"},
     413: {"model": ErrorResponse, "description": "Body over the configured size"},
 }
@@ -27,7 +27,8 @@ ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 409, 422, 500, 5
     '`{"messages": [...]}` (with `max_new_tokens` ≤ 512, `temperature`, `seed`) gives '
     '`{"text"}` (and, for messages, the assistant `message`). The succeeded job\'s model/, or '
     "a kept checkpoint (`checkpoint`: its step). A worker answers from its loaded models; none "
-    "within GRADACC_PREDICT_TIMEOUT_S is a 504.",
+    "within GRADACC_PREDICT_TIMEOUT_S is a 504; more than GRADACC_MAX_PREDICTS_PER_TENANT "
+    "requests of one tenant waiting at once is a 429.",
 )
 async def predict(
     job_id: str, body: PredictRequest, request: Request, settings: SettingsDep, tenant: TenantDep

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -12,11 +13,19 @@ from starlette.concurrency import run_in_threadpool
 
 from api.schemas.predict import PredictRequest
 from api.services.jobs import get_job
-from gradacc.errors import InvalidRequest, NotTrained, PredictionFailed, PredictionTimeout
-from gradacc.predictions import create_prediction, give_up, read_answer
+from gradacc.errors import (
+    InvalidRequest,
+    NotTrained,
+    PredictionFailed,
+    PredictionTimeout,
+    TooManyPredictions,
+)
+from gradacc.predictions import count_waiting, create_prediction, give_up, read_answer
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
-from gradacc.tables import JobStatus
+from gradacc.tables import JobStatus, utcnow
+
+POLL_CAP_S = 0.25  # a wait polls at predict_poll_interval_s first, doubling up to this
 
 
 def queue_prediction(
@@ -34,6 +43,9 @@ def queue_prediction(
         fine_tuned.model_folder(settings, job, body.checkpoint)
     except fine_tuned.ModelUnavailable as exc:
         raise InvalidRequest(exc.message, param="checkpoint") from None
+    since = utcnow() - timedelta(seconds=settings.predict_timeout_s)
+    if count_waiting(session, tenant=tenant, since=since) >= settings.max_predicts_per_tenant:
+        raise TooManyPredictions(settings.max_predicts_per_tenant)
     prediction = create_prediction(session, job_id=job_id, tenant=tenant, step=body.checkpoint,
                                    request=body.model_dump(exclude_none=True))  # fmt: skip
     session.commit()
@@ -44,6 +56,8 @@ async def wait_for_answer(
     sessions: sessionmaker[Session], settings: Settings, prediction_id: str
 ) -> dict[str, Any]:
     deadline = time.monotonic() + settings.predict_timeout_s
+    # A quick answer is seen quickly; a slow one costs a read every POLL_CAP_S, not every 20 ms.
+    delay = settings.predict_poll_interval_s
 
     def read() -> tuple[str, Any, str | None]:
         with sessions() as session:
@@ -63,4 +77,5 @@ async def wait_for_answer(
                 f"no worker answered within {settings.predict_timeout_s:g} s "
                 "(GRADACC_PREDICT_TIMEOUT_S); is a worker running?"
             )
-        await asyncio.sleep(settings.predict_poll_interval_s)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, max(POLL_CAP_S, settings.predict_poll_interval_s))

@@ -42,8 +42,21 @@ def rng_state() -> dict[str, Any]:
     return state
 
 
+# What numpy's RNG state (a tuple holding a uint32 array) needs beyond tensors and plain values:
+# the array's rebuilder and types, nothing that runs code. The Trainer allows the same.
+_NUMPY_RNG: list[Any] = [
+    np.zeros(1).__reduce__()[0],
+    np.ndarray,
+    np.dtype,
+    type(np.dtype(np.uint32)),
+]
+
+
 def restore_rng(path: Path) -> None:
-    state = torch.load(path / RNG, weights_only=False)
+    """Load with ``weights_only``: a pickle in the file that names anything else (a function to
+    call) is refused (``pickle.UnpicklingError``) instead of run."""
+    with torch.serialization.safe_globals(_NUMPY_RNG):
+        state = torch.load(path / RNG, weights_only=True)
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.random.set_rng_state(state["cpu"])

@@ -126,6 +126,11 @@ def check_chat_template(value: str) -> str:
             f"not a Jinja template ({exc.message}, line {exc.lineno}); give a Jinja chat "
             f"template or one of {', '.join(TEMPLATES)}"
         ) from None
+    except (RecursionError, MemoryError):  # deep nesting: the parser's stack, not a traceback
+        raise ValueError(
+            "nested too deeply to parse; give a flatter Jinja chat template or one of "
+            f"{', '.join(TEMPLATES)}"
+        ) from None
     if "messages" not in value:
         raise ValueError("a chat template renders `messages`; this one never reads them")
     return value
