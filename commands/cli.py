@@ -37,7 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     worker = subcommands.add_parser("worker", help="one Celery worker (one job at a time)")
     worker.add_argument("--name", default="worker")
     subcommands.add_parser("migrate", help="bring the database schema to the latest revision")
-    key = subcommands.add_parser("create-api-key", help="print a new API key for a tenant")
+    key = subcommands.add_parser(
+        "create-api-key",
+        help="print a new API key for a tenant, stored in the (migrated) database of "
+        "GRADACC_HOME or GRADACC_DATABASE_URL",
+    )
     key.add_argument("--tenant", required=True, help="1-64 letters, digits, '_', '.', '-'")
     demo = subcommands.add_parser("demo", help="serve, train a demo job per backend and K, stop")
     demo.add_argument("--port", type=int, default=0, help="default: any free port")
@@ -100,21 +104,9 @@ def configure_logging(settings: Settings, *, ours: int) -> None:
 
 
 def _create_api_key(settings: Settings, *, tenant: str) -> int:
-    """Print the new key on stdout, alone (scripts capture it); it is not stored anywhere."""
-    from gradacc.auth import create_api_key
-    from gradacc.db import session_scope
-    from gradacc.migrate import upgrade_database
+    from commands.keys import create_api_key_command
 
-    if settings.is_embedded:
-        upgrade_database(settings)  # as ``serve`` does; compose runs ``migrate`` first
-    try:
-        with session_scope(settings) as session:
-            token = create_api_key(session, tenant=tenant)
-    except ValueError as exc:
-        print(f"gradacc: {exc}", file=sys.stderr)
-        return 2
-    print(token)
-    return 0
+    return create_api_key_command(settings, tenant=tenant)
 
 
 if __name__ == "__main__":

@@ -68,8 +68,18 @@ class Client:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return self._json("POST", "/v1/jobs", json=spec, headers=headers)
 
-    def jobs(self, *, status: str | None = None, limit: int = 20) -> list[Any]:
+    def jobs(
+        self,
+        *,
+        status: str | None = None,
+        limit: int = 20,
+        name: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> list[Any]:
         params: dict[str, Any] = {"limit": limit} | ({"status": status} if status else {})
+        params |= ({"name": name} if name else {}) | {
+            f"metadata[{k}]": v for k, v in (metadata or {}).items()
+        }
         return list(self._json("GET", "/v1/jobs", params=params)["data"])
 
     def get(self, job_id: str) -> Any:

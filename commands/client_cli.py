@@ -111,16 +111,27 @@ def _show_final(client: Client, job: dict[str, Any], as_json: bool) -> None:
 @app.command()
 def jobs(
     status: Annotated[str | None, typer.Option(help="Only jobs in this status")] = None,
+    name: Annotated[str | None, typer.Option(help="Only jobs of this name")] = None,
+    metadata: Annotated[
+        list[str] | None, typer.Option("--metadata", help="KEY=VALUE, repeatable: jobs with it")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=100)] = 20,
     server: Server = DEFAULT_SERVER,
     api_key: ApiKey = None,
     as_json: Json = False,
 ) -> None:
-    """The newest jobs: status, backend, K, effective batch, progress, age."""
+    """The newest jobs: id (whole), name or suffix, model, status, progress, age; and backend
+    and bxK in a terminal of 120 columns or more."""
+    pairs = {}
+    for item in metadata or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"--metadata {item!r}: expected KEY=VALUE", EXIT_USAGE)
+        pairs[key] = value
 
     def work(client: Client) -> int:
-        found = client.jobs(status=status, limit=limit)
-        _print_json(found) if as_json else out.print(job_table(found))
+        found = client.jobs(status=status, limit=limit, name=name, metadata=pairs)
+        _print_json(found) if as_json else out.print(job_table(found, width=out.width))
         return EXIT_OK
 
     _call(server, api_key, work)
@@ -130,11 +141,12 @@ def jobs(
 def status(
     job_id: JobId, server: Server = DEFAULT_SERVER, api_key: ApiKey = None, as_json: Json = False
 ) -> None:
-    """One job: status, progress and latest metrics."""
+    """One job: status, progress, name, suffix, metadata, its model once it succeeded and the
+    latest metrics."""
 
     def work(client: Client) -> int:
         job = client.get(job_id)
-        _print_json(job) if as_json else out.print(job_table([job], detail=True))
+        _print_json(job) if as_json else out.print(job_table([job], detail=True, width=out.width))
         return EXIT_OK
 
     _call(server, api_key, work)

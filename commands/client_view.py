@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
@@ -37,28 +38,63 @@ def _age(created_at: int | None) -> str:
 
 def _progress_text(job: dict[str, Any]) -> str:
     progress = job["progress"]
-    text = f"step {progress['step']}/{progress.get('total_steps') or '?'}"
+    text = f"{progress['step']}/{progress.get('total_steps') or '?'}"
     if progress.get("train_loss") is not None:
         text += f" loss {progress['train_loss']:.4g}"
     return text
 
 
-def job_table(jobs: list[dict[str, Any]], *, detail: bool = False) -> Table:
-    table = Table("id", "status", "backend", "K", "eff. batch", "progress", "age")
+def _name(job: dict[str, Any]) -> str:
+    """The name given at POST and a fine-tuning job's suffix, whichever it has."""
+    return " / ".join(v for v in (job.get("name"), job.get("suffix")) if v)
+
+
+WIDE = 120  # narrower terminals leave out the backend and bxK columns (``status`` shows them)
+
+
+def job_table(jobs: list[dict[str, Any]], *, detail: bool = False, width: int = WIDE) -> Table:
+    """Ids whole (never cut: jobs created together share their first characters); the other
+    columns wrap to fit ``width``."""
+    wide = width >= WIDE
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("id", no_wrap=True, min_width=max((len(j["id"]) for j in jobs), default=2))
+    table.add_column("name", overflow="fold")
+    table.add_column("model", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    if wide:
+        table.add_column("backend", no_wrap=True)
+        table.add_column("bxK", no_wrap=True)
+    table.add_column("progress", overflow="fold")
+    table.add_column("age", no_wrap=True)
     for job in jobs:
         spec = job["spec"]
-        table.add_row(job["id"], job["status"], spec.get("backend", ""),
-                      str(spec.get("gradient_accumulation_steps", "")),
-                      str(job["effective_batch_size"]), _progress_text(job),
-                      _age(job.get("created_at")))  # fmt: skip
+        b = job.get("micro_batch_size") or spec.get("per_device_train_batch_size", "")
+        k = job.get("gradient_accumulation_steps") or spec.get("gradient_accumulation_steps", "")
+        batch = [spec.get("backend", ""), f"{b}x{k}"] if wide else []
+        table.add_row(job["id"], _name(job), spec.get("model", ""), job["status"], *batch,
+                      _progress_text(job), _age(job.get("created_at")))  # fmt: skip
     if detail and jobs:
-        job = jobs[0]
-        if job.get("error"):
-            table.caption = f"error ({job['error']['code']}): {job['error']['message']}"
-        elif job.get("metrics"):
-            shown = {k: _cell(v) for k, v in job["metrics"].items() if k in METRIC_COLUMNS}
-            table.caption = "latest epoch: " + ", ".join(f"{k}={v}" for k, v in shown.items())
+        table.caption = _caption(jobs[0])
+        table.caption_justify = "left"
     return table
+
+
+def _caption(job: dict[str, Any]) -> str:
+    """``status``'s lines under the table: what the user gave, the model it made, the latest
+    epoch's metrics or the error."""
+    spec = job["spec"]
+    k = job.get("gradient_accumulation_steps") or spec.get("gradient_accumulation_steps")
+    lines = [f"backend {spec.get('backend')}, K {k}, effective batch {job['effective_batch_size']}"]
+    if job.get("metadata"):
+        lines.append("metadata: " + ", ".join(f"{k}={v}" for k, v in job["metadata"].items()))
+    if job.get("fine_tuned_model"):
+        lines.append(f"fine_tuned_model: {job['fine_tuned_model']}")
+    if job.get("error"):
+        lines.append(f"error ({job['error']['code']}): {job['error']['message']}")
+    elif job.get("metrics"):
+        shown = {k: _cell(v) for k, v in job["metrics"].items() if k in METRIC_COLUMNS}
+        lines.append("latest epoch: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+    return "\n".join(lines)
 
 
 def metrics_table(records: list[dict[str, Any]]) -> Table:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 from sqlalchemy import Row
 
+from gradacc.sources import fine_tuned
 from gradacc.tables import Job, JobStatus
 
 if TYPE_CHECKING:
@@ -93,8 +94,18 @@ class JobRead(BaseModel):
         "versions",
     )
     webhook_url: str | None = None
-    name: str | None = None
-    metadata: dict[str, str] | None = None
+    name: str | None = Field(default=None, description="Yours, as given at POST")
+    metadata: dict[str, str] | None = Field(
+        default=None, description="Yours, as given at POST (here or at /v1/fine_tuning/jobs)"
+    )
+    suffix: str | None = Field(
+        default=None, description="A fine-tuning job's suffix (part of fine_tuned_model)"
+    )
+    fine_tuned_model: str | None = Field(
+        default=None,
+        description="Once succeeded: the name that trains or predicts with its model "
+        "(ft:<root model>:<tenant>:<suffix>:<job id>; docs/openai.md)",
+    )
 
     @classmethod
     def of(
@@ -104,6 +115,7 @@ class JobRead(BaseModel):
     ) -> JobRead:
         """From a ``Job``, or a row with its columns (``services.read_job``); ``spot``: where a
         queued job stands (``gradacc.scheduling.position``)."""
+        fine_tuning = job.fine_tuning or {}
         error = None
         if job.error_code is not None:
             error = JobErrorInfo(code=job.error_code, message=job.error_message or "")
@@ -129,8 +141,17 @@ class JobRead(BaseModel):
             summary=public_summary(job.summary),
             webhook_url=job.webhook_url,
             name=job.name,
-            metadata=job.job_metadata,
+            metadata=job.job_metadata or fine_tuning.get("metadata"),
+            suffix=fine_tuning.get("suffix"),
+            fine_tuned_model=_model_name(job),
         )
+
+
+def _model_name(job: Job | Row[Any]) -> str | None:
+    """A succeeded job's model name, until the model is deleted (/v1/models)."""
+    if job.status != JobStatus.SUCCEEDED or (job.fine_tuning or {}).get("model_deleted"):
+        return None
+    return fine_tuned.name_of(job)
 
 
 def public_summary(summary: dict[str, Any] | None) -> dict[str, Any] | None:

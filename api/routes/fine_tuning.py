@@ -153,6 +153,6 @@ async def list_fine_tuning_checkpoints(
 ) -> FineTuningCheckpointList:
     """The kept checkpoints, newest first; each is usable as `model` (fine-tune it again)."""
     job = ft.get_fine_tuning_job(session, job_id=job_id, tenant=tenant)
-    page, more = ft.list_checkpoints(settings, job=job, after=after, limit=limit)
+    page, more = ft.list_checkpoints(session, settings, job=job, after=after, limit=limit)
     first, last = (page[0].id, page[-1].id) if page else (None, None)
     return FineTuningCheckpointList(data=page, has_more=more, first_id=first, last_id=last)

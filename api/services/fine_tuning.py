@@ -24,7 +24,7 @@ from gradacc.jobs.records import METRICS_EVENT
 from gradacc.openai.names import openai_metrics
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
-from gradacc.tables import FINE_TUNING_API, Job, JobEvent, JobStatus
+from gradacc.tables import FINE_TUNING_API, Job, JobEvent, JobStatus, StepMetric
 from trainer_core.spec.outputs import CHECKPOINT_STATE, kept_checkpoints
 
 WARN_KINDS = frozenset(
@@ -134,21 +134,34 @@ def _number(value: str, prefix: str, param: str) -> int:
 
 
 def list_checkpoints(
-    settings: Settings, *, job: Job, after: str | None, limit: int
+    session: Session, settings: Settings, *, job: Job, after: str | None, limit: int
 ) -> tuple[list[FineTuningCheckpoint], bool]:
     """The kept checkpoints, newest first; ``after`` is a checkpoint id from an earlier page."""
     found = kept_checkpoints(settings.jobs_dir / job.id)
     if after is not None:
         step = _number(after, f"{CHECKPOINT_PREFIX}{job.id}-", "after")
         found = [item for item in found if item[0] < step]
-    page = [_checkpoint(job, step, folder, state) for step, folder, state in found[:limit]]
+    page = [
+        _checkpoint(job, step, folder, state, _step_record(session, job_id=job.id, step=step))
+        for step, folder, state in found[:limit]
+    ]
     return page, len(found) > limit
 
 
-def _checkpoint(job: Job, step: int, folder: Path, state: dict[str, Any]) -> FineTuningCheckpoint:
+def _step_record(session: Session, *, job_id: str, step: int) -> dict[str, Any]:
+    """The step record at (or last before) ``step``: its train_loss and token accuracy are the
+    checkpoint's, as OpenAI's checkpoint metrics are the step's."""
+    query = select(StepMetric.record).where(StepMetric.job_id == job_id, StepMetric.step <= step)
+    return session.scalars(query.order_by(StepMetric.step.desc()).limit(1)).first() or {}
+
+
+def _checkpoint(
+    job: Job, step: int, folder: Path, state: dict[str, Any], at_step: dict[str, Any]
+) -> FineTuningCheckpoint:
     epochs = state.get("metrics") or [{}]
     last = epochs[-1]
-    metrics = openai_metrics(last) | {"step": float(step)}
+    train = {k: at_step[k] for k in ("train_loss", "train_mean_token_accuracy") if k in at_step}
+    metrics = openai_metrics(last | train) | {"step": float(step)}
     # Evaluation here always covers the whole validation set.
     metrics |= {"full_valid_loss": metrics["valid_loss"]}
     metrics |= {"full_valid_mean_token_accuracy": metrics["valid_mean_token_accuracy"]}

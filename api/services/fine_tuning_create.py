@@ -144,6 +144,8 @@ def _job_create(body: FineTuningJobCreate, resolved: dict[str, Any]) -> JobCreat
     }
     if body.validation_file is not None:
         spec["eval_dataset"] = body.validation_file
+    if body.metadata is not None:  # /v1/jobs shows and filters on it too
+        spec["metadata"] = body.metadata
     if isinstance(base_rate, int | float) and not isinstance(base_rate, bool):
         spec["learning_rate"] = base_rate * resolved["learning_rate_multiplier"]
     else:

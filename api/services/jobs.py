@@ -197,7 +197,7 @@ _POLL_JOB = select(
     Job.gradient_accumulation_steps, Job.dataset_format, Job.created_at, Job.started_at,
     Job.finished_at, Job.attempts, Job.epoch, Job.step, Job.total_steps, Job.latest_metrics,
     Job.error_code, Job.error_message, Job.summary, Job.outputs, Job.live_progress, Job.webhook_url, Job.name,
-    Job.job_metadata.label("job_metadata"),
+    Job.job_metadata.label("job_metadata"), Job.tenant, Job.fine_tuning,
 ).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))  # fmt: skip
 JOB_COLUMNS = _POLL_JOB.selected_columns  # what JobRead.of needs of a row
 _POLL_METRICS = (

@@ -78,7 +78,10 @@ async function refreshList() {
       const tr = document.createElement("tr");
       const b = job.micro_batch_size ?? job.spec.per_device_train_batch_size;
       const k = job.gradient_accumulation_steps ?? job.spec.gradient_accumulation_steps;
-      const cells = [job.name || job.id, job.spec.model, job.spec.dataset, job.spec.backend,
+      // The name given, a fine-tuning job's suffix, or the id when it has neither.
+      const name = [job.name, job.suffix].filter(Boolean).join(" / ") || job.id;
+      const metadata = Object.entries(job.metadata || {}).map(([k, v]) => `${k}=${v}`).join(", ");
+      const cells = [name, metadata, job.spec.model, job.spec.dataset, job.spec.backend,
         `${b}×${k}`, job.status, progressText(job), job.priority, queueText(job), age(job.created_at)];
       for (const value of cells) {
         const td = document.createElement("td");
@@ -87,7 +90,7 @@ async function refreshList() {
       }
       tr.title = job.id;
       tr.dataset.id = job.id;
-      tr.children[5].className = `status-${job.status}`;
+      tr.children[6].className = `status-${job.status}`;
       tr.onclick = () => { location.hash = `#/jobs/${job.id}`; };
       return tr;
     });
@@ -106,6 +109,9 @@ async function submitJob(event) {
   spec.task = form.task.value || (generative ? "causal-lm" : "sequence-classification");
   if (spec.task === "causal-lm" && spec.dataset === "builtin:sentiment") {
     spec.dataset = spec.model === "builtin:tiny-chat" ? "builtin:chat-arithmetic" : "builtin:tiny-stories";
+  }
+  if (spec.task === "sequence-classification" && spec.dataset === "builtin:chat-arithmetic") {
+    spec.dataset = "builtin:sentiment"; // the form's chat default, with a classifier chosen
   }
   for (const name of ["eval_dataset", "text_column", "label_column", "name"]) {
     if (form[name].value.trim()) spec[name] = form[name].value.trim();
@@ -162,16 +168,20 @@ function showJob(job) {
   status.textContent = `${job.status} · ${progressText(job)}` + (job.error ? ` · ${job.error.code}: ${job.error.message}` : "");
   status.className = `status-${job.status}`;
   status.dataset.status = job.status;
+  $("job-details").textContent = jobDetails(job);
+  showControls(job);
   $("cancel").disabled = TERMINAL.includes(job.status);
   $("download").disabled = job.status !== "succeeded";
 }
 
 function onJobMessage(charts, kind, data) {
   if (kind === "job") {
+    if (current && current.job.status !== data.status) refreshCheckpoints(current.id);
     if (current) current.job = data;
     return showJob(data);
   }
   if (kind === "event") {
+    if (current) refreshCheckpoints(current.id); // a checkpoint, a pause: the list may change
     const li = document.createElement("li");
     li.textContent = `${new Date(data.created_at * 1000).toLocaleTimeString()} ${data.kind}: ${data.message}`;
     return $("events").appendChild(li);
@@ -213,7 +223,9 @@ async function openJob(jobId) {
   $("confusion-step").textContent = "";
   $("try-output").replaceChildren();
   $("confusion").closest("section").hidden = causal;
+  $("checkpoints").querySelector("tbody").replaceChildren();
   refreshReports(jobId);
+  refreshCheckpoints(jobId);
   readStream(jobId, abort.signal, (kind, data) => onJobMessage(charts, kind, data))
     .catch((error) => { if (!abort.signal.aborted) $("job-status").textContent += ` (stream: ${error.message})`; })
     .finally(() => refreshLog(jobId));
@@ -344,5 +356,7 @@ $("api-key").value = sessionStorage.getItem(KEY) || "";
 $("submit-form").onsubmit = submitJob;
 $("cancel").onclick = () => api(`/v1/jobs/${current.id}/cancel`, { method: "POST" }).catch((e) => alert(e.message));
 $("download").onclick = downloadModel;
+$("pause").onclick = () => control("pause");
+$("resume").onclick = () => control("resume");
 window.addEventListener("hashchange", route);
 route();

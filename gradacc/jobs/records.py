@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, text
+from sqlalchemy import delete, select, text
 from sqlalchemy.orm import Session
 
 from gradacc.db import upsert
@@ -46,16 +46,55 @@ METRICS_EVENT = "metrics"  # the fine-tuning API's metrics events; /v1/jobs leav
 
 def _metrics_event(session: Session, *, job_id: str, record: dict[str, Any]) -> None:
     data = openai_metrics(record)
+    add_event(session, job_id=job_id, kind=METRICS_EVENT, message=_message(data), data=data)
+
+
+def _message(data: dict[str, Any]) -> str:
     message = f"Step {data['step']}: training loss={_short(data['train_loss'])}"
-    add_event(session, job_id=job_id, kind=METRICS_EVENT, message=message, data=data)
+    if data.get("valid_loss") is not None:
+        message += f", validation loss={_short(data['valid_loss'])}"
+    if data.get("full_valid_loss") is not None:
+        message += f", full validation loss={_short(data['full_valid_loss'])}"
+    return message
+
+
+def _epoch_evaluation(session: Session, *, job_id: str, record: dict[str, Any]) -> None:
+    """An epoch's evaluation (of the whole validation set: OpenAI's ``full_valid_*`` too) joins
+    the metrics event of the step the epoch ended at, as it joins that step's row of the
+    results file; an event of its own when no step record fell there."""
+    if record.get("eval_loss") is None or record.get("optimizer_steps") is None:
+        return
+    step = int(record["optimizer_steps"])
+    figures = {
+        name: record.get(key)
+        for key, names in (("eval_loss", ("valid_loss", "full_valid_loss")),
+                           ("eval_mean_token_accuracy", ("valid_mean_token_accuracy",
+                                                         "full_valid_mean_token_accuracy")))
+        for name in names
+    }  # fmt: skip
+    query = select(JobEvent).where(
+        JobEvent.job_id == job_id,
+        JobEvent.kind == METRICS_EVENT,
+        JobEvent.data["step"].as_integer() == step,
+    )
+    event = session.scalars(query.order_by(JobEvent.id.desc()).limit(1)).first()
+    if event is None:
+        data = openai_metrics({"step": step}) | figures
+        add_event(session, job_id=job_id, kind=METRICS_EVENT, message=_message(data), data=data)
+        return
+    event.data = {**(event.data or {}), **figures}  # a new dict: the JSON column sees the change
+    event.message = _message(event.data)
 
 
 def _short(value: Any) -> str:
     return "n/a" if value is None else f"{float(value):.4f}"
 
 
-def record_epoch_metrics(session: Session, *, job_id: str, record: dict[str, Any]) -> None:
-    """Insert one epoch's record, or replace it: (job, epoch) is unique, a rewrite never doubles."""
+def record_epoch_metrics(
+    session: Session, *, job_id: str, record: dict[str, Any], metrics_events: bool = False
+) -> None:
+    """Insert one epoch's record, or replace it: (job, epoch) is unique, a rewrite never doubles.
+    ``metrics_events``: a fine-tuning job's; its evaluation joins them."""
     lock_job_stream(session, job_id=job_id)
     values = {
         "job_id": job_id,
@@ -67,6 +106,8 @@ def record_epoch_metrics(session: Session, *, job_id: str, record: dict[str, Any
     }
     update = ["train_loss", "eval_loss", "record"]
     upsert(session, EpochMetric, values, keys=["job_id", "epoch"], update=update)
+    if metrics_events:
+        _epoch_evaluation(session, job_id=job_id, record=record)
 
 
 def record_step_metrics(

@@ -21,13 +21,16 @@ RESULTS_NAME = "step_metrics.csv"
 
 
 def results_csv(steps: list[dict[str, Any]], epochs: list[dict[str, Any]]) -> str:
-    """One row per step record; an epoch's evaluation fills the row of the step it ended at."""
-    at_step = {int(e["optimizer_steps"]): e for e in epochs if "optimizer_steps" in e}
+    """One row per step record; an epoch's evaluation fills the row of the step it ended at (a
+    row of its own where no step record fell there, as in the metrics events)."""
+    at_step = {int(e["optimizer_steps"]): e for e in epochs
+               if "optimizer_steps" in e and e.get("eval_loss") is not None}  # fmt: skip
+    by_step = {int(s["step"]): s for s in steps}
+    by_step |= {step: {"step": step} for step in at_step if step not in by_step}
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(RESULT_COLUMNS.values())
-    for record in steps:
-        step = int(record["step"])
+    for step, record in sorted(by_step.items()):
         evaluated = record if "eval_loss" in record else at_step.get(step, {})
         row = record | {
             key: evaluated.get(key) for key in ("eval_loss", "eval_mean_token_accuracy")

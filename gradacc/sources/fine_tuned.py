@@ -1,5 +1,7 @@
 """Fine-tuned models as sources: ``ft:<base>:<tenant>:<suffix>:<job id>`` (a job's final model)
 and ``…:ckpt-step-<N>`` (one of its kept checkpoints), the names the fine-tuning API gives them.
+The base is the root model (``root_model``): a job trained from a fine-tuned model or checkpoint
+is named after the model that one was trained from, so names never nest.
 
 Either is accepted as ``model`` by both APIs, and so are a /v1/jobs job's (its suffix empty; its
 /checkpoints list gives each checkpoint's name), though only fine-tuning jobs are in /v1/models. The base may hold colons itself
@@ -16,7 +18,9 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from gradacc.errors import InvalidRequest
@@ -63,10 +67,21 @@ def parse(value: str) -> FineTunedName | None:
     return FineTunedName(base, parts[-3], parts[-2], parts[-1], step) if base else None
 
 
-def name_of(job: Job) -> str:
-    """A finished fine-tuning job's model name (``fine_tuned_model``)."""
+def root_model(value: str) -> str:
+    """The model at the root of a fine-tuned name (itself, for any other model): a job trained
+    from ``ft:builtin:tiny-chat:acme::job_a:ckpt-step-600`` is named after ``builtin:tiny-chat``,
+    so names never nest; its job id keeps it unique, and its job's ``model`` says where it came
+    from. Names written before this rule (``ft:ft:…``) unwrap to the same root."""
+    while (name := parse(value)) is not None:
+        value = name.base
+    return value
+
+
+def name_of(job: Job | Row[Any]) -> str:
+    """A finished job's model name (``fine_tuned_model``): ``ft:<root model>:<tenant>:<suffix>:
+    <job id>``, whatever model the job started from."""
     suffix = (job.fine_tuning or {}).get("suffix") or ""
-    return f"{FINE_TUNED_PREFIX}{job.spec['model']}:{job.tenant}:{suffix}:{job.id}"
+    return f"{FINE_TUNED_PREFIX}{root_model(job.spec['model'])}:{job.tenant}:{suffix}:{job.id}"
 
 
 def checkpoint_name(job: Job, step: int) -> str:
@@ -84,7 +99,9 @@ def find_job(
         return None
     if name.tenant != job.tenant or name.suffix != ((job.fine_tuning or {}).get("suffix") or ""):
         return None
-    return job if name.base == job.spec.get("model") else None
+    model = str(job.spec.get("model", ""))
+    # The root (today's names), or the whole model (a nested name given before names had roots).
+    return job if name.base in (model, root_model(model)) else None
 
 
 def model_deleted(job: Job) -> bool:

@@ -127,17 +127,40 @@ def test_over_the_running_limit_is_429(authed: TestClient, auth_settings: Settin
         assert client.post("/v1/jobs", json=TINY, headers=alice).status_code == 201
 
 
-def test_create_api_key_prints_a_working_key(tmp_path: Path) -> None:
+def gradacc_in(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "commands.cli", *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_create_api_key_prints_a_working_key_and_where_it_went(tmp_path: Path) -> None:
     env = {**os.environ, "GRADACC_HOME": str(tmp_path)}
     env.pop("GRADACC_DATABASE_URL", None)
-    command = [sys.executable, "-m", "commands.cli", "create-api-key", "--tenant", "acme"]
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert gradacc_in(ROOT, env, "migrate").returncode == 0
+    result = gradacc_in(ROOT, env, "create-api-key", "--tenant", "acme")
     assert result.returncode == 0, result.stderr
     token = result.stdout.strip()
     assert token.startswith("gak_") and len(token) > 40 and "\n" not in token
+    assert f"stored for tenant acme in {tmp_path.resolve() / 'gradacc.db'}" in result.stderr
     settings = Settings(home=tmp_path, require_auth=True)
     with TestClient(create_app(settings)) as client:
         created = client.post("/v1/jobs", json=TINY, headers={"Authorization": f"Bearer {token}"})
     assert created.status_code == 201, created.text
-    bad = subprocess.run([*command[:-1], "../etc"], cwd=ROOT, env=env, capture_output=True)
-    assert bad.returncode == 2
+    assert gradacc_in(ROOT, env, "create-api-key", "--tenant", "../etc").returncode == 2
+
+
+def test_create_api_key_never_makes_a_database_of_its_own(tmp_path: Path) -> None:
+    """Run from another directory, the default home (./var) is not the server's: refused with
+    the fix named, and nothing created; an unmigrated database is refused too."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("GRADACC_HOME", "GRADACC_DATABASE_URL")}
+    refused = gradacc_in(elsewhere, env, "create-api-key", "--tenant", "acme")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert f"no database at {elsewhere / 'var' / 'gradacc.db'}" in refused.stderr
+    assert "GRADACC_HOME" in refused.stderr and "gradacc migrate" in refused.stderr
+    assert list(elsewhere.iterdir()) == []
+    (elsewhere / "var").mkdir()
+    (elsewhere / "var" / "gradacc.db").touch()  # a file with no schema
+    unmigrated = gradacc_in(elsewhere, env, "create-api-key", "--tenant", "acme")
+    assert unmigrated.returncode == 2 and unmigrated.stdout == ""
+    assert "has no schema" in unmigrated.stderr and "gradacc migrate" in unmigrated.stderr

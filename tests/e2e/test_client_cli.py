@@ -78,3 +78,35 @@ def test_cancel_and_exit_statuses(served_url: str, spec_file: Path) -> None:
     assert gradacc(server, "status", "job_00000000000000000000").returncode == 1  # 404
     unreachable = gradacc(f"http://127.0.0.1:{free_port()}", "jobs")
     assert unreachable.returncode == 1 and "cannot reach" in unreachable.stderr
+
+
+def test_jobs_in_80_columns_shows_whole_ids_names_and_models(
+    served_url: str, spec_file: Path
+) -> None:
+    """Three jobs made together share their ids' first characters: in an 80-column terminal
+    each id is whole (and so distinct), with its name and model; ``status`` shows the
+    metadata; ``--metadata`` filters."""
+    made = []
+    for i in range(3):
+        queued = gradacc(served_url, "submit", str(spec_file), "--json",
+                         "--set", "num_train_epochs=50", "--set", f"name=sweep-{i}",
+                         "--set", f'metadata={{"team": "t{i % 2}"}}')  # fmt: skip
+        made.append(json.loads(queued.stdout)["id"])
+    env = {**os.environ, "GRADACC_SERVER": served_url, "COLUMNS": "80"}
+    shown = subprocess.run([sys.executable, "-m", "commands.cli", "jobs"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=180)  # fmt: skip
+    for job_id in made:
+        gradacc(served_url, "cancel", job_id)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for i, job_id in enumerate(made):
+        (row,) = [line for line in lines if job_id in line]  # whole, on one line
+        assert f"sweep-{i}" in row and "builtin:" in row
+    header = next(line for line in lines if line.split()[:1] == ["id"]).split()
+    assert header[:3] == ["id", "name", "model"] and header[-1] == "age"  # none squeezed out
+    assert "pytorch" not in shown.stdout  # narrow: no backend column
+    status = gradacc(served_url, "status", made[1])
+    assert "metadata: team=t1" in status.stdout and "builtin:tiny-bert" in status.stdout
+    team_0 = json.loads(gradacc(served_url, "jobs", "--metadata", "team=t0", "--json").stdout)
+    assert [job["id"] for job in team_0] == [made[2], made[0]]

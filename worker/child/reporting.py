@@ -244,7 +244,7 @@ def _apply(session: Session, job_id: str, entry: Entry) -> None:
         job.live_progress = {k: records[-1].get(k) for k in LIVE_KEYS}
         return
     record = entry["record"]
-    record_epoch_metrics(session, job_id=job_id, record=record)
+    record_epoch_metrics(session, job_id=job_id, record=record, metrics_events=job.api is not None)
     queue_webhook(session, job_id=job_id, event="job.epoch", epoch_only=True)
     job.epoch = int(record["epoch"])
     job.step = int(record.get("optimizer_steps") or job.step)
