@@ -96,6 +96,12 @@ class Settings(BaseSettings):
     # Local model and dataset paths must lie under one of these directories (``os.pathsep``
     # separated). Default: ``home/data``. Builtins and hub ids are not paths.
     data_roots: str | None = None
+    # Hub repositories a spec may name (model, dataset, an adapter's base), as comma-separated
+    # patterns (``meta-llama/*,gpt2``); unset: any. The workers' HF_TOKEN and shared HF_HOME
+    # act for every tenant: this is what limits them (docs/sources.md). A hub id neither in
+    # the cache nor known to the hub is refused at POST; the hub is asked with this timeout.
+    hub_allow: str | None = None
+    hub_timeout_s: float = Field(default=5.0, gt=0, le=60)
     # Bearer API keys, one tenant each. Off for the embedded local default; on in compose and
     # in the image.
     require_auth: bool = False
@@ -200,6 +206,9 @@ class Settings(BaseSettings):
             return None if open_door else list(LOOPBACK_HOSTS)
         names = [h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()]
         return None if "*" in names else names
+
+    def hub_allow_patterns(self) -> list[str]:
+        return [part.strip() for part in (self.hub_allow or "").split(",") if part.strip()]
 
     def resolved_data_roots(self) -> list[Path]:
         if not self.data_roots:

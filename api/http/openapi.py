@@ -11,15 +11,16 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from gradacc.settings import Settings
+from gradacc.sources.hub import stated_hub_ids
 from trainer_core.spec.fields import BUILTIN_MODEL_TASKS
 from trainer_core.spec.job import BUILTIN_DATASETS, BUILTIN_MODELS, COLUMN_PATTERN, HUB_ID_PATTERN
 from trainer_core.spec.sources import FILE_ID_PREFIX, LOCAL_DATA_SUFFIXES
 
 _NOT_A_FILE = "(?!.*(" + "|".join(s.replace(".", r"\.") for s in LOCAL_DATA_SUFFIXES) + ")$)"
-# Hub ids the spec accepts without a disk check: what the server reads as a local path (a data
-# file suffix, a leading "/", "." or "~", a name present on its disk) must lie under a data root,
-# which no schema can state; the field descriptions say so. "file-..." names an upload, which
-# must exist (not stated either), and is never a hub id.
+# Hub ids, told from paths by their text alone: what the server reads as a local path (a data
+# file suffix, a leading "/", "." or "~") must lie under a data root, which no schema can state;
+# the field descriptions say so. "file-..." names an upload, which must exist (not stated
+# either), and is never a hub id.
 _NOT_AN_UPLOAD = f"(?!{FILE_ID_PREFIX})"
 MODEL_HUB_PATTERN = "^" + _NOT_AN_UPLOAD + _NOT_A_FILE + HUB_ID_PATTERN.removeprefix("^")
 DATASET_HUB_PATTERN = (
@@ -30,14 +31,28 @@ DATASET_HUB_PATTERN = (
 ) + r"(:[^\x00-\x1f]{0,900})?$"
 
 
-def _source(builtins: list[str], pattern: str, nullable: bool = False) -> dict[str, Any]:
-    options: list[dict[str, Any]] = [
-        {"type": "string", "enum": builtins},
-        {"type": "string", "pattern": pattern, "maxLength": 1024},
-    ]
+def _source(builtins: list[str], pattern: str | None, nullable: bool = False) -> dict[str, Any]:
+    options: list[dict[str, Any]] = [{"type": "string", "enum": builtins}]
+    if pattern is not None:
+        options.append({"type": "string", "pattern": pattern, "maxLength": 1024})
     if nullable:
         options.append({"type": "null"})
     return {"anyOf": options}
+
+
+def _hub_patterns() -> tuple[str | None, str | None]:
+    """Any hub id with the hub enabled; without it, only those in the server's cache (as the
+    cache stood when the document was built): a hub id that cannot be had is refused at POST."""
+    models, datasets = stated_hub_ids("model"), stated_hub_ids("dataset")
+    if models is None or datasets is None:
+        return MODEL_HUB_PATTERN, DATASET_HUB_PATTERN
+
+    def one_of(ids: list[str]) -> str:  # hub ids hold letters, digits, "_", "-", "." and "/"
+        return "(" + "|".join(repo_id.replace(".", r"\.") for repo_id in ids) + ")"
+
+    model = f"^{one_of(models)}$" if models else None
+    dataset = f"^{one_of(datasets)}" + r"(:[^\x00-\x1f]{0,900})?$" if datasets else None
+    return model, dataset
 
 
 def _models_without(task: str) -> list[str]:
@@ -78,9 +93,10 @@ def _state_spec_rules(spec: dict[str, Any], settings: Settings) -> None:
             if option.get("type") == "integer":
                 option["maximum"] = settings.max_samples
     props["priority"]["maximum"] = settings.max_priority
-    props["model"] |= _source(list(BUILTIN_MODELS), MODEL_HUB_PATTERN)
-    props["dataset"] |= _source(list(BUILTIN_DATASETS), DATASET_HUB_PATTERN)
-    props["eval_dataset"] |= _source(list(BUILTIN_DATASETS), DATASET_HUB_PATTERN, nullable=True)
+    model_hub, dataset_hub = _hub_patterns()
+    props["model"] |= _source(list(BUILTIN_MODELS), model_hub)
+    props["dataset"] |= _source(list(BUILTIN_DATASETS), dataset_hub)
+    props["eval_dataset"] |= _source(list(BUILTIN_DATASETS), dataset_hub, nullable=True)
     props["eval_dataset"].pop("type", None)
     for name in ("model", "dataset"):
         props[name].pop("type", None)

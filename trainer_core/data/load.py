@@ -20,10 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from transformers import PreTrainedTokenizerBase
 
-from trainer_core.builtin.corpus import BUILDERS
 from trainer_core.data.cache import DataCache
 from trainer_core.data.cache_key import cache_key, data_identity
 from trainer_core.data.encoding import check_columns, encoding_for
+from trainer_core.data.sources import load_source
 from trainer_core.data.tokenized import (
     ArrowRows,
     IntColumn,
@@ -36,12 +36,9 @@ from trainer_core.data.tokenized import (
 from trainer_core.spec.chat import ResolvedFormat
 from trainer_core.spec.errors import DatasetError
 from trainer_core.spec.job import JobSpec
-from trainer_core.spec.sources import classify_source, local_path
 
 if TYPE_CHECKING:  # datasets costs ~0.4 s to import; a cached job never needs it
     import datasets
-
-_FILE_FORMATS = {".csv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
 @dataclass(frozen=True)
@@ -77,55 +74,11 @@ class Prepared:
     format: ResolvedFormat
 
 
-def _load_source(source: str, param: str) -> datasets.DatasetDict:
-    import datasets
-
-    kind = classify_source(source)
-    if kind == "builtin":
-        build = BUILDERS[source]  # the spec admits only known builtins
-        return datasets.DatasetDict(
-            {split: datasets.Dataset.from_dict(build(split)) for split in ("train", "validation")}
-        )
-    if kind == "file":  # the service resolves upload ids to paths; reaching here is a bug there
-        raise DatasetError(f"{param}: uploaded file {source!r} was not resolved", param=param)
-    if kind == "local":
-        path = local_path(source)
-        if path.is_dir():
-            return _load_hub_or_folder(str(path), "", source, param)  # a folder of data files
-        if not path.is_file():
-            raise DatasetError(f"{param}: file {source!r} does not exist", param=param)
-        fmt = _FILE_FORMATS.get(path.suffix.lower())
-        if fmt is None:
-            raise DatasetError(f"{param}: unsupported file type {path.suffix!r}", param=param)
-        try:
-            return datasets.DatasetDict(
-                {"train": datasets.load_dataset(fmt, data_files=str(path), split="train")}
-            )
-        except Exception as exc:  # a malformed file: report it, don't crash with a traceback
-            raise DatasetError(f"{param}: cannot read {source!r}: {exc}", param=param) from exc
-    name, _, config = source.partition(":")
-    return _load_hub_or_folder(name, config, source, param)
-
-
-def _load_hub_or_folder(name: str, config: str, source: str, param: str) -> datasets.DatasetDict:
-    import datasets
-
-    try:
-        loaded = datasets.load_dataset(name, config or None)
-    except Exception as exc:
-        raise DatasetError(
-            f"{param}: cannot load hub dataset {source!r} (offline or unknown?): {exc}", param=param
-        ) from exc
-    if not isinstance(loaded, datasets.DatasetDict) or "train" not in loaded:
-        raise DatasetError(f"{param}: hub dataset {source!r} has no 'train' split", param=param)
-    return loaded
-
-
 def _train_and_eval(spec: JobSpec) -> tuple[datasets.Dataset, datasets.Dataset]:
-    train_dict = _load_source(spec.dataset, "dataset")
+    train_dict = load_source(spec.dataset, "dataset")
     train = train_dict["train"]
     if spec.eval_dataset is not None:
-        eval_dict = _load_source(spec.eval_dataset, "eval_dataset")
+        eval_dict = load_source(spec.eval_dataset, "eval_dataset")
         split = "validation" if "validation" in eval_dict else "train"
         return train, eval_dict[split]
     if "validation" in train_dict:

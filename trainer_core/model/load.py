@@ -6,6 +6,7 @@ classification head) are initialised from the job's seed, so every backend start
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import cast
 
 import torch
@@ -17,12 +18,14 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+from transformers.utils.peft_utils import find_adapter_config_file
 
 from trainer_core.builtin.models import builtin_config, builtin_tokenizer
+from trainer_core.spec.cards import UnsafeSource, adapter_base
 from trainer_core.spec.chat import template_text
 from trainer_core.spec.errors import ModelError
 from trainer_core.spec.job import JobSpec
-from trainer_core.spec.sources import classify_source, local_path
+from trainer_core.spec.sources import classify_source, local_path, shadowed
 
 
 def unavailable(what: str, source: str, exc: Exception) -> ModelError:
@@ -59,16 +62,45 @@ def load_tokenizer(spec: JobSpec) -> PreTrainedTokenizerBase:
 
 
 def _source(model: str) -> str:
-    """What ``from_pretrained`` gets: a local directory, or a hub id."""
+    """What ``from_pretrained`` gets: a local directory, or a hub id, each checked for what it
+    would make transformers read besides itself (an adapter's base)."""
     kind = classify_source(model)
-    if kind == "hub":
-        return model
     if kind == "file":  # the service resolves upload ids to paths; reaching here is a bug there
         raise ModelError(f"model: uploaded file {model!r} was not resolved", param="model")
-    path = local_path(model)
-    if not path.is_dir():
-        raise ModelError(f"model: directory {model!r} does not exist", param="model")
-    return str(path)
+    if kind == "hub":
+        if shadowed(model):  # transformers would load the directory, not the hub repository
+            raise ModelError(
+                f"model: {model!r} is a hub id that also names a path on this machine; write "
+                f"./{model} for a local directory",
+                param="model",
+            )
+        source = model
+    else:
+        path = local_path(model)
+        if not path.is_dir():
+            raise ModelError(f"model: directory {model!r} does not exist", param="model")
+        source = str(path)
+    _check_adapter(source)
+    return source
+
+
+def _check_adapter(source: str) -> None:
+    """A model that is an adapter makes ``from_pretrained`` load the base its config names
+    first (transformers' auto_factory, with the same lookup as here): that base must be a hub
+    id of a whole model (no path here, no second adapter), or a name would reach the disk."""
+    found = find_adapter_config_file(source)
+    if found is None:
+        return
+    try:
+        base = adapter_base(Path(found), param="model")
+    except UnsafeSource as exc:
+        raise ModelError(str(exc), param="model") from None
+    if shadowed(base) or find_adapter_config_file(base) is not None:
+        raise ModelError(
+            "model: it is an adapter whose base model is not a whole model on the hub; merge "
+            "the adapter into its base model and upload the merged model",
+            param="model",
+        )
 
 
 def _label_kwargs(label_names: list[str]) -> dict[str, object]:

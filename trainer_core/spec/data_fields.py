@@ -42,13 +42,13 @@ class DataFields(SpecBase):
     model: str = Field(
         description="builtin:tiny-bert (sequence-classification only), builtin:tiny-gpt2, "
         "an uploaded model (file-…), a save_pretrained directory under a data root, or a hub id "
-        "('owner/name')",
+        "('owner/name') in the server's cache or on the hub it reaches",
         examples=["builtin:tiny-bert"],
     )
     dataset: str = Field(
         description="builtin:sentiment (labelled), builtin:tiny-stories (text only), an uploaded "
-        "dataset (file-…), a .csv/.jsonl/.json/.parquet file under a data root, or a hub dataset "
-        "id ('name' or 'name:config')",
+        "dataset (file-…), a .csv/.jsonl/.json/.parquet file or a folder under a data root, or a "
+        "hub dataset id ('name' or 'name:config') in the server's cache or on the hub it reaches",
         examples=["builtin:sentiment"],
     )
     eval_dataset: str | None = Field(

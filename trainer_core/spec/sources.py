@@ -7,6 +7,7 @@ of data and models, so that what is checked is what is loaded. Cheap to import (
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Literal
@@ -25,9 +26,10 @@ LOCAL_DATA_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")
 
 def classify_source(value: str) -> SourceKind:
     """``builtin:…`` is built-in; ``file-…`` an uploaded file and ``ft:…`` a fine-tuned model
-    (service only); a value that looks like a path (``/``, ``.``, ``~``, a data file
-    suffix) is local; so is a hub-id-shaped value that names something on this disk, because the
-    libraries would load it from there. Everything else is a hub id (checked by the spec)."""
+    (service only); a value that looks like a path (``/``, ``.``, ``~``, a data file suffix) is
+    local; everything else is a hub id (its shape checked by the spec). Decided by the text
+    alone: asking the disk would make the answer depend on the working directory of whoever
+    asks, and tell a client what exists there. A local folder is written ``./name``."""
     if value.startswith(BUILTIN_PREFIX):
         return "builtin"
     if re.fullmatch(FILE_ID_PATTERN, value):
@@ -36,11 +38,17 @@ def classify_source(value: str) -> SourceKind:
         return "fine_tuned"
     if value.startswith(("/", ".", "~")) or value.endswith(LOCAL_DATA_SUFFIXES):
         return "local"
+    return "hub"
+
+
+def shadowed(hub_id: str) -> bool:
+    """Whether a hub id also names something relative to this process's working directory:
+    ``transformers`` and ``datasets`` would then read that instead of the hub repository, so
+    the loaders refuse such an id rather than let a name reach the disk."""
     try:
-        on_disk = Path(value.split(":", 1)[0]).exists() or Path(value).exists()
+        return os.path.lexists(hub_id)
     except (OSError, ValueError):
-        return "local"  # unencodable or otherwise odd: a path, which must then pass every check
-    return "local" if on_disk else "hub"
+        return True
 
 
 def local_path(value: str) -> Path:
