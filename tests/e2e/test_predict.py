@@ -1,20 +1,26 @@
 """POST /v1/jobs/{id}/predict over real HTTP against ``gradacc serve`` (a real worker and its
 predict server): the answers equal ``transformers.pipeline`` on the downloaded model (labels and
-scores to 1e-5, greedy text exactly), a checkpoint answers too, and bad requests are 4xx."""
+scores to 1e-5, greedy text exactly), a checkpoint answers too, and bad requests are 4xx. A
+model whose chat template loops on a trigger word fails that request at the render deadline and
+the server answers the next one; a predict server killed with SIGKILL is started again by its
+worker and answers."""
 
 from __future__ import annotations
 
 import io
+import signal
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from tests.e2e.conftest import embedded_serve
-from tests.support import wait_final
+from tests.support import wait_final, wait_until
+from trainer_core.spec.chat import CHATML_TEMPLATE
 
 pytestmark = pytest.mark.integration
 COMMON = {"num_train_epochs": 1, "max_train_samples": 64, "max_eval_samples": 8,
@@ -25,6 +31,12 @@ JOBS = {
     "chat": {"model": "builtin:tiny-chat", "dataset": "builtin:chat-arithmetic",
              "task": "causal-lm"},
 }  # fmt: skip
+# ChatML, but a conversation ending in 'boom' first loops 10^10 times: trains like ChatML.
+TRAP = (
+    "{%- if messages[-1]['content'] == 'boom' -%}{%- for i in range(100000) -%}"
+    "{%- for j in range(100000) -%}{%- endfor -%}{%- endfor -%}{%- endif -%}" + CHATML_TEMPLATE
+)
+JOBS["trap"] = {**JOBS["chat"], "chat_template": TRAP}
 TEXTS = ["a wonderful, moving film", "dull and far too long", "it was fine"]
 MESSAGES = [{"role": "user", "content": "what is 2 plus 3?"}]
 
@@ -34,7 +46,11 @@ def served(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[httpx.Client, dict[str, str], Path]]:
     folder = tmp_path_factory.mktemp("predict")
-    with embedded_serve(folder) as (url, _), httpx.Client(base_url=url, timeout=120) as client:
+    env = {"GRADACC_PREDICT_RENDER_TIMEOUT_S": "3"}
+    with (
+        embedded_serve(folder, env=env) as (url, _),
+        httpx.Client(base_url=url, timeout=120) as client,
+    ):
         ids = {}
         for name, job in JOBS.items():
             reply = client.post("/v1/jobs", json={**job, **COMMON})
@@ -122,3 +138,39 @@ def test_bad_requests(served: Any) -> None:
     assert wait_final(client, queued)["status"] == "cancelled"
     refused = client.post(f"/v1/jobs/{queued}/predict", json={"inputs": ["x"]})
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "job_not_succeeded"
+
+
+def test_a_looping_template_fails_its_own_request_only(served: Any) -> None:
+    client, ids, _ = served
+    boom = client.post(f"/v1/jobs/{ids['trap']}/predict",
+                       json={"messages": [{"role": "user", "content": "boom"}]})  # fmt: skip
+    assert boom.status_code == 500, boom.text
+    assert "did not render within 3 s (GRADACC_PREDICT_RENDER_TIMEOUT_S)" in boom.text
+    after = client.post(f"/v1/jobs/{ids['trap']}/predict",
+                        json={"messages": MESSAGES, "max_new_tokens": 4})  # fmt: skip
+    assert after.status_code == 200, after.text
+
+
+def _predict_servers(home: Path) -> list[psutil.Process]:
+    """This stack's predict servers (other tests' stacks run beside it)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            ours = process.environ().get("GRADACC_HOME") == str(home)
+            if ours and process.info["cmdline"][-2:] == ["-m", "worker.predict"]:
+                found.append(process)
+        except (psutil.Error, TypeError):  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def test_a_killed_predict_server_is_started_again(served: Any) -> None:
+    client, ids, folder = served
+    (server,) = wait_until(lambda: _predict_servers(folder / "home"), what="the predict server",
+                           timeout=30)  # fmt: skip
+    server.send_signal(signal.SIGKILL)
+    server.wait(30)
+    reply = client.post(f"/v1/jobs/{ids['classifier']}/predict", json={"inputs": TEXTS})
+    assert reply.status_code == 200, reply.text
+    (again,) = _predict_servers(folder / "home")
+    assert again.pid != server.pid

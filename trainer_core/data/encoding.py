@@ -16,6 +16,7 @@ from trainer_core.data.chat import encode_messages, encode_prompt_completion
 from trainer_core.data.tokenized import encode_batch
 from trainer_core.spec.chat import ResolvedFormat, no_template, template_text
 from trainer_core.spec.errors import DatasetError, ModelError
+from trainer_core.spec.fields import MAX_TEMPLATE_CHARS
 from trainer_core.spec.job import JobSpec
 
 
@@ -42,6 +43,9 @@ def chat_template_of(spec: JobSpec, tokenizer: PreTrainedTokenizerBase) -> str:
     template = getattr(tokenizer, "chat_template", None)
     if not isinstance(template, str):  # None, or a dict of named templates
         raise ModelError(f"chat_template: {no_template(spec.model)}", param="chat_template")
+    if len(template) > MAX_TEMPLATE_CHARS:  # an uploaded model's own: as long as a spec's may be
+        raise ModelError(f"chat_template: the model's is over {MAX_TEMPLATE_CHARS} characters",
+                         param="chat_template")  # fmt: skip
     return template
 
 

@@ -1,5 +1,6 @@
-"""Start this worker's predict server (``python -m worker.predict``) when the worker is ready, stop
-it at its shutdown. Its output joins the worker's."""
+"""Start this worker's predict server (``python -m worker.predict``) when the worker is ready, keep
+it running (a server that dies, killed or out of memory, is started again, after a pause that
+doubles while it keeps dying), stop it at the worker's shutdown. Its output joins the worker's."""
 
 from __future__ import annotations
 
@@ -7,33 +8,74 @@ import logging
 import os
 import subprocess
 import sys
+import threading
+import time
 
+from gradacc.retry import Backoff
 from gradacc.settings import Settings
 from worker.child.ranks.launcher import die_with_parent
 from worker.consumer.supervisor import worker_name
 
 log = logging.getLogger(__name__)
+STABLE_S = 60.0  # a server that ran this long before dying is restarted after the first pause
 _process: subprocess.Popen[bytes] | None = None
+_lock = threading.Lock()  # between the supervisor's restart and stop()
+_stopping = threading.Event()
+_supervisor: threading.Thread | None = None
 
 
 def start(settings: Settings) -> None:
-    global _process
-    if not settings.predict_server or _process is not None:
+    global _supervisor
+    if not settings.predict_server or _supervisor is not None:
         return
+    _stopping.clear()
+    process = _spawn()
+    _supervisor = threading.Thread(
+        target=_supervise, args=(process,), name="predict-supervisor", daemon=True
+    )
+    _supervisor.start()
+
+
+def _spawn() -> subprocess.Popen[bytes]:
+    global _process
     env = {**os.environ, "GRADACC_PREDICT_WORKER": worker_name()}
     # Dies with the worker (a kill -9 leaves no server polling behind; it also checks its parent).
     command = [sys.executable, "-m", "worker.predict"]
     _process = subprocess.Popen(command, env=env, preexec_fn=die_with_parent)
     log.info("predict server started (pid %d)", _process.pid)
+    return _process
+
+
+def _supervise(process: subprocess.Popen[bytes]) -> None:
+    backoff = Backoff(first=1.0, cap=30.0)
+    while True:
+        started = time.monotonic()
+        code = process.wait()
+        if _stopping.is_set():
+            return
+        if time.monotonic() - started > STABLE_S:
+            backoff.reset()
+        delay = backoff.next_delay()
+        log.warning("predict server (pid %d) exited with %s; starting another in %.0f s",
+                    process.pid, code, delay)  # fmt: skip
+        if _stopping.wait(delay):
+            return
+        with _lock:
+            if _stopping.is_set():
+                return
+            process = _spawn()
 
 
 def stop() -> None:
-    global _process
-    if _process is None:
+    global _process, _supervisor
+    _stopping.set()
+    with _lock:
+        process, _process = _process, None
+    _supervisor = None
+    if process is None:
         return
-    _process.terminate()
+    process.terminate()
     try:
-        _process.wait(timeout=10)
+        process.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        _process.kill()
-    _process = None
+        process.kill()

@@ -12,6 +12,9 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
+from trainer_core.spec.fields import MAX_TEMPLATE_CHARS
+from worker.predict.render import RenderLimits, RenderRefused, render_limited
+
 
 @dataclass
 class Loaded:
@@ -58,12 +61,26 @@ def classify(loaded: Loaded, inputs: list[str], max_length: int) -> dict[str, An
     return {"object": "list", "data": data}
 
 
+def chat_prompt(tokenizer: Any, messages: list[dict[str, str]], limits: RenderLimits) -> str:
+    """What ``apply_chat_template`` makes of the conversation, rendered under ``limits``: the
+    template is the model's, so the tenant's (``worker.predict.render``)."""
+    template = tokenizer.chat_template
+    if isinstance(template, str) and len(template) > MAX_TEMPLATE_CHARS:
+        raise RenderRefused(f"the model's chat template is over {MAX_TEMPLATE_CHARS} characters")
+
+    def render() -> str:
+        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                 tokenize=False))  # fmt: skip
+
+    return render_limited(render, limits)
+
+
 @torch.inference_mode()
-def generate(loaded: Loaded, request: dict[str, Any]) -> dict[str, Any]:
+def generate(loaded: Loaded, request: dict[str, Any], limits: RenderLimits) -> dict[str, Any]:
     tokenizer, model = loaded.tokenizer, loaded.model
     messages = request.get("messages")
     if messages is not None:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = chat_prompt(tokenizer, messages, limits)
         encoded = tokenizer(text, add_special_tokens=False, return_tensors="pt")
     else:
         encoded = tokenizer(request["prompt"], return_tensors="pt")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from gradacc.predictions import answer_prediction, take_prediction
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import Job, Worker
+from worker.predict.render import RenderLimits, RenderRefused
 
 if TYPE_CHECKING:
     import torch
@@ -68,12 +70,14 @@ def _device(settings: Settings, worker: str) -> torch.device:
     return torch.device("cpu" if busy else "cuda")
 
 
-def answer(cache: ModelCache, task: Task, device: torch.device) -> dict[str, Any]:
+def answer(
+    cache: ModelCache, task: Task, device: torch.device, limits: RenderLimits
+) -> dict[str, Any]:
     from worker.predict.models import classify, generate
 
     loaded = cache.get(task.folder, causal=task.causal, device=device)
     if task.causal:
-        return generate(loaded, task.request)
+        return generate(loaded, task.request, limits)
     return classify(loaded, task.request["inputs"], task.max_length)
 
 
@@ -81,8 +85,25 @@ def _import_models() -> None:
     import worker.predict.models  # noqa: F401  (torch and transformers, once)
 
 
+class _Answerer:
+    """Answers a task with the server's models (the cache is built at the first request, once
+    the imports are done) and its render limits."""
+
+    def __init__(self, settings: Settings, worker: str) -> None:
+        self.settings, self.worker = settings, worker
+        self.cache: ModelCache | None = None
+        self.limits = RenderLimits(timeout_s=settings.predict_render_timeout_s,
+                                   memory_bytes=settings.predict_render_memory_mb * 2**20)  # fmt: skip
+
+    def __call__(self, task: Task) -> dict[str, Any]:
+        if self.cache is None:
+            from worker.predict.models import ModelCache
+
+            self.cache = ModelCache(self.settings.predict_cache_models)
+        return answer(self.cache, task, _device(self.settings, self.worker), self.limits)
+
+
 def serve(settings: Settings, worker: str, stop: threading.Event) -> None:
-    cache: ModelCache | None = None  # built at the first request
     parent = os.getppid()
     if parent == 1:  # the worker died while this process started: nobody to serve
         return
@@ -90,6 +111,7 @@ def serve(settings: Settings, worker: str, stop: threading.Event) -> None:
     # "model gone" at once, and the first real request waits only for what is left of the import.
     threading.Thread(target=_import_models, name="predict-imports", daemon=True).start()
     log.info("predict server of %s ready (up to %d models)", worker, settings.predict_cache_models)
+    answerer = _Answerer(settings, worker)
     while not stop.is_set() and os.getppid() == parent:  # the worker went: so does this
         try:
             task, _ = _take(settings, worker)
@@ -99,19 +121,23 @@ def serve(settings: Settings, worker: str, stop: threading.Event) -> None:
         if task is None:
             stop.wait(settings.predict_poll_interval_s)
             continue
-        response, error = None, None
-        try:
-            if cache is None:
-                from worker.predict.models import ModelCache
+        _respond(settings, task, answerer)
 
-                cache = ModelCache(settings.predict_cache_models)
-            response = answer(cache, task, _device(settings, worker))
-        except Exception as exc:  # the request's answer, not the server's end
-            log.exception("prediction %s failed", task.id)
-            error = f"{type(exc).__name__}: {exc}"
-        try:
-            with session_scope(settings) as session:
-                answer_prediction(session, prediction_id=task.id, response=response, error=error)
-                session.commit()
-        except DATABASE_ERRORS:
-            log.warning("could not record prediction %s's answer", task.id)
+
+def _respond(settings: Settings, task: Task, answerer: Callable[[Task], dict[str, Any]]) -> None:
+    """Answer ``task`` with what ``answerer`` gives, or with what went wrong."""
+    response, error = None, None
+    try:
+        response = answerer(task)
+    except RenderRefused as exc:  # the tenant's template: its request's answer, one line
+        log.warning("prediction %s refused: %s", task.id, exc)
+        error = str(exc)
+    except Exception as exc:  # the request's answer, not the server's end
+        log.exception("prediction %s failed", task.id)
+        error = f"{type(exc).__name__}: {exc}"
+    try:
+        with session_scope(settings) as session:
+            answer_prediction(session, prediction_id=task.id, response=response, error=error)
+            session.commit()
+    except DATABASE_ERRORS:
+        log.warning("could not record prediction %s's answer", task.id)
