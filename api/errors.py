@@ -185,9 +185,40 @@ def _allowed_methods(request: Request) -> str:
     return ", ".join(allowed)
 
 
+# OpenAI API resources gradacc does not serve: a client that calls one learns that, not a bare
+# "Not Found" that reads like a wrong base URL or a missing id.
+OPENAI_ELSEWHERE = frozenset(
+    {
+        *("assistants", "audio", "batches", "chat", "completions", "containers", "evals"),
+        *("conversations", "embeddings", "fine_tuning/alpha", "fine_tuning/checkpoints"),
+        *("images", "moderations", "organization", "realtime", "responses", "threads"),
+        *("uploads", "vector_stores"),
+    }
+)
+
+
+def unsupported_openai_route(path: str) -> str | None:
+    """The OpenAI resource a ``/v1/…`` path names, when gradacc does not offer it."""
+    rest = path.removeprefix("/v1/")
+    if rest == path:
+        return None
+    parts = rest.split("/")
+    for resource in ("/".join(parts[:2]), parts[0]):
+        if resource in OPENAI_ELSEWHERE:
+            return resource
+    return None
+
+
 async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
+    resource = unsupported_openai_route(request.url.path) if exc.status_code == 404 else None
+    if resource is not None:
+        message = (
+            f"gradacc does not offer OpenAI's /v1/{resource} API; it serves files, fine_tuning "
+            "jobs, their events and checkpoints, and models (docs/openai.md)"
+        )
+        return error_response(404, "unsupported_openai_route", message, "path")
     # Starlette's headers carry what the status needs (a 401's scheme); a 405 lists them all.
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
