@@ -67,7 +67,26 @@ class Unauthorized(DomainError):
 
 
 class TooManyJobs(DomainError):
+    """Over a per-tenant job limit; ``param`` names its setting."""
+
     code = "too_many_jobs"
+
+    def __init__(self, message: str, *, setting: str) -> None:
+        super().__init__(f"{message} ({setting})")
+        self.param = setting
+
+
+class TooManyStreams(DomainError):
+    """Over ``GRADACC_MAX_STREAMS_PER_TENANT`` open job streams."""
+
+    code = "too_many_streams"
+    param = "GRADACC_MAX_STREAMS_PER_TENANT"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"this tenant already has {limit} job streams open (limit {limit}, {self.param}); "
+            "close one first"
+        )
 
 
 class FileNotFound(DomainError):

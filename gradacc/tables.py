@@ -150,6 +150,9 @@ class Job(Base):
     worker: Mapped[str | None] = mapped_column(String(255))  # who claimed it last
     # When that worker let go of it (process gone, last rows written); None while it holds it.
     released_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # A resume asked while its worker was still letting go of the paused job: that worker
+    # queues it again as it lets go (``gradacc.jobs.states.release_job``).
+    resume_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     pid: Mapped[int | None] = mapped_column(Integer)
     epoch: Mapped[int] = mapped_column(Integer, default=0)
     step: Mapped[int] = mapped_column(Integer, default=0)

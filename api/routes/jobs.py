@@ -1,4 +1,5 @@
-"""/v1/jobs: create, read, list, metrics, events, cancel. Reads are async (no thread-pool hop)."""
+"""/v1/jobs: create, read, list, metrics, events, stream, cancel, pause, resume. Reads are
+async (no thread-pool hop)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,12 @@ from api.schemas.jobs import (
     MetricsList,
 )
 from api.services import jobs as job_services
+from api.services import pause as job_pause
 from api.services.artifacts import evaluations
 from api.services.fine_tuning import metadata_filters
 from api.services.queue import spot_of, spots_of
 from api.stream.hub import StreamHub, messages
-from api.stream.reads import Cursor, read_history
+from api.stream.reads import Cursor
 from gradacc.jobs.states import JOB_ID_PATTERN
 from gradacc.tables import JobStatus
 from trainer_core.spec.job import example_spec
@@ -202,25 +204,26 @@ LastEventId = Annotated[
     "/{job_id}/stream",
     response_class=EventSourceResponse,
     summary="A job's live stream (Server-Sent Events)",
-    responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}},
-)
+    responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"},
+               429: {"model": ErrorResponse, "description": "Too many streams open"}},
+)  # fmt: skip
 async def stream_job(
     job_id: str,
     request: Request,
     engine: ReadEngineDep,
     tenant: TenantDep,
+    settings: SettingsDep,
     last_event_id: LastEventId = "",
 ) -> EventSourceResponse:
     """Events `event`, `epoch`, `step` and `job` (status and progress); ends after the final
-    status. Each message's id resumes the stream as `Last-Event-ID`."""
+    status. Each message's id resumes the stream as `Last-Event-ID`. A tenant holds at most
+    GRADACC_MAX_STREAMS_PER_TENANT streams of an API process at once (more: 429)."""
     since = Cursor.parse(last_event_id) if last_event_id else Cursor()
-    row, history = await asyncio.to_thread(
-        read_history, engine, job_id=job_id, tenant=tenant, since=since
-    )
+    row = await asyncio.to_thread(job_services.read_job, engine, job_id=job_id, tenant=tenant)
     hub: StreamHub = request.app.state.stream_hub
-    return EventSourceResponse(
-        messages(hub, job_id=job_id, row=row, history=history, since=since), ping=15
-    )
+    slot = hub.take_slot(tenant, limit=settings.max_streams_per_tenant)
+    stream = messages(hub, job_id=job_id, row=row, since=since, slot=slot)
+    return EventSourceResponse(stream, ping=15)
 
 
 @router.get(
@@ -243,6 +246,35 @@ async def list_events(job_id: str, session: ReadSessionDep, tenant: TenantDep) -
 )
 def cancel_job(job_id: str, session: SessionDep, tenant: TenantDep) -> JobRead:
     return JobRead.of(job_services.cancel_job(session, job_id=job_id, tenant=tenant))
+
+
+@router.post(
+    "/{job_id}/pause",
+    response_model=JobRead,
+    summary="Pause a job",
+    description="Running: it checkpoints at the next window boundary and releases its device. "
+    "Queued: it waits, paused. Anything else: 409.",
+    responses={409: {"model": ErrorResponse, "description": "Not queued or running"}},
+)
+def pause_job(job_id: str, session: SessionDep, tenant: TenantDep) -> JobRead:
+    return JobRead.of(job_pause.pause_job(session, job_id=job_id, tenant=tenant))
+
+
+@router.post(
+    "/{job_id}/resume",
+    response_model=JobRead,
+    summary="Resume a paused job",
+    description="Queued again, to go on from its checkpoint (while its worker still lets go of "
+    "it: queued as it does). Not paused: 409. Over GRADACC_MAX_QUEUED_PER_TENANT: 429.",
+    responses={409: {"model": ErrorResponse, "description": "The job is not paused"},
+               429: {"model": ErrorResponse, "description": "Too many jobs waiting"}},
+)  # fmt: skip
+def resume_job(
+    job_id: str, session: SessionDep, celery: CeleryDep, settings: SettingsDep, tenant: TenantDep
+) -> JobRead:
+    job = job_pause.resume_job(session, job_id=job_id, tenant=tenant, celery=celery,
+                               settings=settings)  # fmt: skip
+    return JobRead.of(job)
 
 
 @router.delete(

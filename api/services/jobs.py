@@ -9,19 +9,19 @@ import shutil
 from typing import Any
 
 from celery import Celery
-from sqlalchemy import Engine, Row, bindparam, func, select
+from sqlalchemy import Engine, Row, bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from api.schemas.jobs import SERVICE_FIELDS, JobCreate
 from api.services.files import content_path
+from api.services.limits import check_job_limits
 from api.uploads.datasets import check_labels
 from gradacc.errors import (
     IdempotencyConflict,
     JobActive,
     JobBusy,
     JobNotFound,
-    TooManyJobs,
 )
 from gradacc.jobs.records import METRICS_EVENT, add_event
 from gradacc.jobs.states import (
@@ -39,7 +39,6 @@ from gradacc.sources.files import check_job_data, file_refs
 from gradacc.sources.fine_tuned import check_model as check_fine_tuned
 from gradacc.sources.limits import check_priority, check_spec_allowed
 from gradacc.tables import (
-    ACTIVE_STATUSES,
     FINE_TUNING_API,
     UNFINISHED_STATUSES,
     EpochMetric,
@@ -87,7 +86,7 @@ def create_job(
     if classify_source(spec.model) == "fine_tuned":
         check_fine_tuned(session, settings, value=spec.model, tenant=tenant)
     _check_labels(session, spec=spec, settings=settings)
-    _check_limits(session, tenant=tenant, settings=settings)
+    check_job_limits(session, tenant=tenant, settings=settings)
     job = new_job(
         tenant=tenant,
         idempotency_key=idempotency_key,
@@ -161,25 +160,6 @@ def _replayed(job: Job, request_hash: str) -> Job:
     if job.request_hash != request_hash:
         raise IdempotencyConflict()
     return job
-
-
-def _check_limits(session: Session, *, tenant: str, settings: Settings) -> None:
-    """429 when the tenant already runs ``max_running_per_tenant`` jobs or has
-    ``max_queued_per_tenant`` waiting. (Jobs accepted while it had free slots can still wait
-    queued, throttled, if starting them would go over the running limit.)"""
-    query = (
-        select(Job.status, func.count())
-        .where(Job.tenant == tenant, Job.status.in_(ACTIVE_STATUSES))
-        .group_by(Job.status)
-    )
-    counts: dict[str, int] = {row[0]: row[1] for row in session.execute(query)}
-    running, queued = counts.get(JobStatus.RUNNING, 0), counts.get(JobStatus.QUEUED, 0)
-    if running >= settings.max_running_per_tenant:
-        limit = settings.max_running_per_tenant
-        raise TooManyJobs(f"{running} jobs already running (limit {limit}); retry when one ends")
-    if queued >= settings.max_queued_per_tenant:
-        limit = settings.max_queued_per_tenant
-        raise TooManyJobs(f"{queued} jobs already queued (limit {limit}); retry later")
 
 
 def get_job(session: Session, *, job_id: str, tenant: str) -> Job:

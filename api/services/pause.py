@@ -8,11 +8,18 @@ from celery import Celery
 from sqlalchemy.orm import Session
 
 from api.services.jobs import enqueue, get_job
-from gradacc.errors import JobBusy
+from api.services.limits import check_waiting_limit
+from gradacc.errors import InvalidTransition
 from gradacc.jobs.records import add_event
-from gradacc.jobs.states import held_by_worker, require_transition
+from gradacc.jobs.states import (
+    held_by_worker,
+    lock_tenant,
+    request_resume,
+    require_transition,
+    resume_paused,
+)
 from gradacc.settings import Settings
-from gradacc.tables import Job, JobStatus, utcnow
+from gradacc.tables import Job, JobStatus
 
 
 def pause_job(session: Session, *, job_id: str, tenant: str) -> Job:
@@ -34,14 +41,32 @@ def resume_job(
     session: Session, *, job_id: str, tenant: str, celery: Celery, settings: Settings
 ) -> Job:
     """A paused job is queued again; it goes on from the checkpoint the pause kept. While its
-    worker is still writing that checkpoint: ``JobBusy`` (retry in a few seconds)."""
+    worker is still writing that checkpoint, the resume is recorded (event "resume_requested")
+    and the worker queues the job again as it lets go. Over ``max_queued_per_tenant`` with the
+    tenant's other waiting jobs: ``TooManyJobs``."""
     job = get_job(session, job_id=job_id, tenant=tenant)
-    if job.status == JobStatus.PAUSED and held_by_worker(job, stale_after_s=settings.stale_after_s):
-        raise JobBusy(job_id, "pausing")
-    require_transition(
-        session, job_id=job_id, to=JobStatus.QUEUED, from_=[JobStatus.PAUSED], enqueued_at=utcnow()
-    )
-    add_event(session, job_id=job_id, kind="resumed", message="resumed: queued again")
+    if job.status != JobStatus.PAUSED:
+        raise InvalidTransition(job_id, job.status, str(JobStatus.QUEUED))
+    lock_tenant(session, tenant=tenant)
+    check_waiting_limit(session, tenant=tenant, settings=settings, besides=job_id)
+    if held_by_worker(job, stale_after_s=settings.stale_after_s) and _recorded(session, job):
+        return get_job(session, job_id=job_id, tenant=tenant)
+    if not resume_paused(session, job_id=job_id):  # cancelled meanwhile
+        session.refresh(job)
+        raise InvalidTransition(job_id, job.status, str(JobStatus.QUEUED))
     session.commit()
     enqueue(session, job=job, celery=celery, settings=settings, processes=job.processes_per_machine)
     return get_job(session, job_id=job_id, tenant=tenant)
+
+
+def _recorded(session: Session, job: Job) -> bool:
+    """The resume is recorded for the worker to act on as it lets go (committed); False when it
+    let go meanwhile."""
+    if job.resume_requested_at is not None:
+        return True  # asked already
+    if not request_resume(session, job_id=job.id):
+        return False
+    message = "resume requested: queued again once its worker has let go"
+    add_event(session, job_id=job.id, kind="resume_requested", message=message)
+    session.commit()
+    return True

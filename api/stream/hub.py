@@ -1,9 +1,10 @@
 """The job stream's fan-out: one reader per API process polls the database for every watched
 job together and hands each new item to the subscribers' queues.
 
-A subscriber reads its history once at connect (``stream_reads.read_history``), then registers
-with its cursor; the hub re-reads from the lowest cursor of a job's subscribers, and each
-subscriber drops what it already has (by row id), so nothing falls between history and live.
+A subscriber reads its history at connect, a page at a time (``api.stream.reads.read_page``),
+then registers with the cursor it reached; the hub re-reads from the lowest cursor of a job's
+subscribers, and each subscriber drops what it already has (by row id), so nothing falls between
+history and live. A tenant holds at most ``max_streams_per_tenant`` streams of a process at once.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +21,8 @@ from typing import Any
 from sqlalchemy import Engine
 
 from api.schemas.jobs import JobRead
-from api.stream.reads import Cursor, Item, read_new, read_snapshots
+from api.stream.reads import HISTORY_PAGE, Cursor, Item, read_new, read_page, read_snapshots
+from gradacc.errors import TooManyStreams
 from gradacc.tables import TERMINAL_STATUSES
 
 log = logging.getLogger(__name__)
@@ -46,10 +49,30 @@ class Subscriber:
         return True
 
 
+class StreamSlot:
+    """One open stream of a tenant; given back once, when the stream ends or is dropped unsent
+    (a generator never started holds it only until it is collected)."""
+
+    def __init__(self, slots: Counter[str], tenant: str) -> None:
+        self.slots, self.tenant, self.held = slots, tenant, True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.slots[self.tenant] -= 1
+            if self.slots[self.tenant] <= 0:
+                del self.slots[self.tenant]
+
+    def __del__(self) -> None:
+        self.release()
+
+
 class StreamHub:
     def __init__(self, engine: Engine, interval_s: float) -> None:
         self.engine = engine
         self.interval_s = interval_s
+        self.page_size = HISTORY_PAGE  # rows of each table per history read
+        self.open_streams: Counter[str] = Counter()  # per tenant, in this process
         self.subscribers: dict[str, set[Subscriber]] = {}
         self.cursors: dict[str, Cursor] = {}  # where the next poll reads from, per job
         # The last job row sent (status, progress, metrics): a new one is sent when it changes.
@@ -57,15 +80,23 @@ class StreamHub:
         self.task: asyncio.Task[None] | None = None
         self.polls = 0  # database round trips of the reader (the benchmark reads it)
 
-    def subscribe(self, job_id: str, cursor: Cursor, row: Any) -> Subscriber:
-        subscriber = Subscriber(job_id, cursor)
+    def take_slot(self, tenant: str, *, limit: int) -> StreamSlot:
+        """A stream for ``tenant``, or ``TooManyStreams`` when it holds ``limit`` already."""
+        if self.open_streams[tenant] >= limit:
+            raise TooManyStreams(limit)
+        self.open_streams[tenant] += 1
+        return StreamSlot(self.open_streams, tenant)
+
+    def subscribe(self, subscriber: Subscriber, row: Any) -> None:
+        job_id, cursor = subscriber.job_id, subscriber.cursor
         self.subscribers.setdefault(job_id, set()).add(subscriber)
         known = self.cursors.get(job_id)
         self.cursors[job_id] = cursor if known is None else known.low(cursor)
-        self.snapshots.setdefault(job_id, tuple(row))
+        # The row this subscriber last saw: a newer one the hub sent while it read its history
+        # differs from it, so the next poll sends it again.
+        self.snapshots[job_id] = tuple(row)
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self._run(), name="gradacc-stream-hub")
-        return subscriber
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         watchers = self.subscribers.get(subscriber.job_id, set())
@@ -122,19 +153,26 @@ class StreamHub:
 
 
 async def messages(
-    hub: StreamHub, *, job_id: str, row: Any, history: list[Item], since: Cursor
+    hub: StreamHub, *, job_id: str, row: Any, since: Cursor, slot: StreamSlot
 ) -> AsyncIterator[dict[str, Any]]:
     """SSE messages for one subscriber: its history, the job's snapshot, then live items, until
-    the job's final status has been sent."""
-    snapshot = JobRead.of(row).model_dump_json()
-    subscriber = hub.subscribe(job_id, since, row)
+    the job's final status has been sent. ``row`` was read first: a final status in it was
+    committed after the job's last rows, so the history read after it holds them all."""
+    subscriber = Subscriber(job_id, since)
     try:
-        for item in history:
-            if subscriber.wants(item):
-                yield _message(item, subscriber.cursor)
+        more = True
+        while more:
+            page, more = await asyncio.to_thread(
+                read_page, hub.engine, job_id=job_id, since=subscriber.cursor, limit=hub.page_size
+            )
+            for item in page:
+                if subscriber.wants(item):
+                    yield _message(item, subscriber.cursor)
+        snapshot = JobRead.of(row).model_dump_json()
         yield {"event": "job", "id": str(subscriber.cursor), "data": snapshot}
         if row.status in TERMINAL_STATUSES:
             return
+        hub.subscribe(subscriber, row)  # from where its history ended
         while (live := await subscriber.queue.get()) is not None:
             item = live
             if not subscriber.wants(item):
@@ -144,6 +182,7 @@ async def messages(
                 return
     finally:
         hub.unsubscribe(subscriber)
+        slot.release()
 
 
 def _message(item: Item, cursor: Cursor) -> dict[str, Any]:

@@ -1,22 +1,25 @@
-"""The database reads behind the job stream: a subscriber's history once, at connect, and the
-hub's one poll per tick for every watched job together (never a query per subscriber)."""
+"""The database reads behind the job stream: a subscriber's history at connect, in pages of
+``HISTORY_PAGE`` rows (never a job's whole history in memory), and the hub's one poll per tick
+for every watched job together (never a query per subscriber)."""
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, and_, or_, select
 
-from api.services.jobs import JOB_COLUMNS, read_job
+from api.services.jobs import JOB_COLUMNS
 from gradacc.jobs.records import METRICS_EVENT
 from gradacc.tables import EpochMetric, Job, JobEvent, StepMetric
 
 # Row ids are 32-bit on PostgreSQL, and a bound parameter is cast to the column's type: a larger
 # number in a client's Last-Event-ID would fail the query. No row lies past this one anyway.
 MAX_ROW_ID = 2**31 - 1
+HISTORY_PAGE = 500  # rows of each table per read of a stream's history
 
 
 @dataclass(frozen=True)
@@ -69,28 +72,56 @@ def _after(table: Any, cursors: dict[str, Cursor], field: str) -> Any:
     return or_(*(and_(table.job_id == j, table.id > getattr(c, field)) for j, c in cursors.items()))
 
 
-def read_new(engine: Engine, cursors: dict[str, Cursor]) -> list[Item]:
-    """Events, epoch and step records after each job's cursor, for all jobs in three queries,
-    in the order they were written."""
-    if not cursors:
-        return []
+def _read_tables(
+    engine: Engine, cursors: dict[str, Cursor], *, limit: int | None = None
+) -> list[list[Item]]:
+    """Events, epoch and step records after each job's cursor, a list per table in id order,
+    each at most ``limit`` rows."""
     tables: list[list[Item]] = []
     with engine.connect() as connection:
         events = select(JobEvent).where(
             _after(JobEvent, cursors, "events"), JobEvent.kind != METRICS_EVENT
         )
-        rows = connection.execute(events.order_by(JobEvent.id))
+        rows = connection.execute(events.order_by(JobEvent.id).limit(limit))
         tables.append([Item(r.job_id, "event", r.id, _event(r), r.created_at) for r in rows])
         for kind, table, field in (("epoch", EpochMetric, "epochs"), ("step", StepMetric, "steps")):
             query = select(table.id, table.job_id, table.record, table.created_at).where(
                 _after(table, cursors, field)
             )
-            rows = connection.execute(query.order_by(table.id))
+            rows = connection.execute(query.order_by(table.id).limit(limit))
             tables.append([Item(r.job_id, kind, r.id, r.record, r.created_at) for r in rows])
+    return tables
+
+
+def _merged(tables: list[list[Item]]) -> Iterator[Item]:
     # Interleaved by time, each table kept in id order (a subscriber's cursor is the last id of
     # each). Sorting by time alone is not that: a worker stamps a report when it happens and writes
     # it later, so a row can have a higher id and an earlier time than one written meanwhile.
-    return list(heapq.merge(*tables, key=lambda item: item.at or datetime.min))
+    return heapq.merge(*tables, key=lambda item: item.at or datetime.min)
+
+
+def read_new(engine: Engine, cursors: dict[str, Cursor]) -> list[Item]:
+    """Events, epoch and step records after each job's cursor, for all jobs in three queries,
+    in the order they were written. (The hub's poll: what was written since its last tick.)"""
+    if not cursors:
+        return []
+    return list(_merged(_read_tables(engine, cursors)))
+
+
+def read_page(
+    engine: Engine, *, job_id: str, since: Cursor, limit: int = HISTORY_PAGE
+) -> tuple[list[Item], bool]:
+    """One page of a job's history after ``since``: at most ``limit`` rows of each table, in the
+    order ``read_new`` gives them all; (page, whether more may follow). The page ends where a
+    table whose read was cut would next be needed, so pages laid end to end are that order."""
+    tables = _read_tables(engine, {job_id: since}, limit=limit)
+    cut = {(t[-1].kind, t[-1].row_id) for t in tables if len(t) == limit}
+    page: list[Item] = []
+    for item in _merged(tables):
+        page.append(item)
+        if (item.kind, item.row_id) in cut:
+            return page, True
+    return page, False
 
 
 def read_snapshots(engine: Engine, job_ids: list[str]) -> dict[str, Any]:
@@ -98,12 +129,3 @@ def read_snapshots(engine: Engine, job_ids: list[str]) -> dict[str, Any]:
     query = select(*JOB_COLUMNS).where(Job.id.in_(job_ids))
     with engine.connect() as connection:
         return {row.id: row for row in connection.execute(query)}
-
-
-def read_history(
-    engine: Engine, *, job_id: str, tenant: str, since: Cursor
-) -> tuple[Any, list[Item]]:
-    """At connect: the job's row (404 for no such job of this tenant) and what came after
-    ``since``."""
-    row = read_job(engine, job_id=job_id, tenant=tenant)
-    return row, read_new(engine, {job_id: since})

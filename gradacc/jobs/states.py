@@ -214,13 +214,48 @@ def lock_tenant(session: Session, *, tenant: str) -> None:
         session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": tenant})
 
 
-def release_job(session: Session, *, job_id: str, worker: str, jobs_dir: Path) -> None:
+def release_job(session: Session, *, job_id: str, worker: str, jobs_dir: Path) -> bool:
     """The worker that claimed the job has let go of it: its training process is gone and its
     last rows are written, so a finished job may now be deleted (``may_delete``). Its outputs
-    are what they will stay, and recorded as such. Does not commit."""
+    are what they will stay, and recorded as such. A paused job whose resume was asked while
+    it let go (``request_resume``) is queued again now: True, and the caller sends its message.
+    Does not commit."""
     values = {"released_at": utcnow(), "outputs": outputs(jobs_dir / job_id)}
     stmt = update(Job).where(Job.id == job_id, Job.worker == worker).values(**values)
-    session.execute(stmt)
+    # One statement with the resume's conditional UPDATE: whichever comes second sees the other.
+    asked = session.execute(stmt.returning(Job.resume_requested_at)).scalar_one_or_none()
+    if asked is None:
+        return False
+    return resume_paused(session, job_id=job_id)
+
+
+def resume_paused(session: Session, *, job_id: str) -> bool:
+    """Paused -> queued (a resume), forgetting any resume asked earlier; False if it is not
+    paused. Does not commit."""
+    resumed = transition_job(
+        session,
+        job_id=job_id,
+        to=S.QUEUED,
+        from_=[S.PAUSED],
+        enqueued_at=utcnow(),
+        resume_requested_at=None,
+    )
+    if resumed:
+        add_event(session, job_id=job_id, kind="resumed", message="resumed: queued again")
+    return resumed
+
+
+def request_resume(session: Session, *, job_id: str) -> bool:
+    """Record a resume of a paused job that its worker has not let go of yet; False when it has
+    let go meanwhile (or is no longer paused): then it is resumed at once instead. Does not
+    commit."""
+    stmt = update(Job).where(
+        Job.id == job_id,
+        Job.status == S.PAUSED,
+        Job.worker.is_not(None),
+        Job.released_at.is_(None),
+    )
+    return session.execute(stmt.values(resume_requested_at=utcnow())).rowcount == 1  # type: ignore[attr-defined, no-any-return]
 
 
 def held_by_worker(job: Job, *, stale_after_s: float, now: datetime | None = None) -> bool:

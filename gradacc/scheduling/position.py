@@ -6,7 +6,10 @@ if nothing new arrived and nothing running ended: higher priority first; among e
 each pick goes to the tenant with the fewest devices in use (the picks before it counted as
 started), then to the tenant whose turn came longest ago, then to its oldest job. Position 1 is
 the job the next claim takes. Device sizes and running limits are left out: a job that needs
-more devices than a free worker has, or whose tenant is at its limit, may be passed.
+more devices than a free worker has, or whose tenant is at its limit, may be passed. A read
+fetches and replays at most ``queue_position_limit`` jobs, the first in that order as SQL can
+sort it (priority, then the devices the tenant will have in use by then): a job behind them
+reads as that limit plus one, so a poll costs the same however long the queue is.
 
 The start estimate: D is the median run time of the last ``RECENT`` succeeded jobs. Each live
 worker is a slot, free now, or when its running job ends (its latest ETA, else D minus its time
@@ -54,7 +57,9 @@ def queue_spots(
     if not wanted:
         return {}
     moment = now or utcnow()
-    positions = replay_order(reader, wanted=set(wanted), floor=min(wanted.values()))
+    positions = replay_order(
+        reader, wanted=set(wanted), floor=min(wanted.values()), limit=settings.queue_position_limit
+    )
     if not positions:  # claimed in the meantime
         return {}
     starts = _start_offsets(reader, settings=settings, now=moment, last=max(positions.values()))
@@ -65,13 +70,38 @@ def _at(moment: datetime, offset: float) -> datetime | None:
     return None if math.isinf(offset) else moment + timedelta(seconds=offset)
 
 
-def replay_order(reader: Reader, *, wanted: set[str], floor: int) -> dict[str, int]:
-    """Positions (1 = next) of ``wanted``, all queued with priority >= ``floor``."""
-    rows = reader.execute(
-        select(Job.priority, Job.tenant, Job.id, Job.num_processes)
+def replay_order(
+    reader: Reader, *, wanted: set[str], floor: int, limit: int | None = None
+) -> dict[str, int]:
+    """Positions (1 = next) of ``wanted``, all queued with priority >= ``floor``. With ``limit``:
+    only the first ``limit`` jobs of the queue are read and replayed, and a wanted job past them
+    is at ``limit + 1`` ("more than ``limit`` ahead")."""
+    # In the order the replay will pick them, near enough (so a limit keeps the right ones): by
+    # priority, then by the devices the job's tenant will have in use when its turn comes (its
+    # running jobs' and its queued jobs' ahead of this one); the replay settles the ties.
+    usage = usage_by_tenant()
+    ahead = func.sum(Job.num_processes).over(
+        partition_by=Job.tenant, order_by=(Job.priority.desc(), Job.id), rows=(None, -1)
+    )
+    queue = (
+        select(Job.priority, Job.tenant, Job.id, Job.num_processes, ahead.label("ahead"))
         .where(is_queued(Job), Job.priority >= floor)
-        .order_by(Job.priority.desc(), Job.id)
+        .subquery()
+    )
+    in_use_then = func.coalesce(queue.c.ahead, 0) + func.coalesce(usage.c.in_use, 0)
+    rows = reader.execute(
+        select(queue.c.priority, queue.c.tenant, queue.c.id, queue.c.num_processes)
+        .outerjoin(usage, usage.c.tenant == queue.c.tenant)
+        .order_by(queue.c.priority.desc(), in_use_then, queue.c.id)
+        .limit(None if limit is None else limit + 1)
     ).all()
+    if limit is not None and len(rows) > limit:
+        found = _replay(reader, rows[:limit], wanted)
+        return {job_id: found.get(job_id, limit + 1) for job_id in wanted}
+    return _replay(reader, rows, wanted)
+
+
+def _replay(reader: Reader, rows: list[Any], wanted: set[str]) -> dict[str, int]:
     usage = usage_by_tenant()
     in_use = {t: int(n) for t, n in reader.execute(select(usage.c.tenant, usage.c.in_use))}
     turns: dict[str, Any] = {

@@ -175,36 +175,76 @@ def test_the_whole_loop(served: Served, files: dict[str, str], tuned: Any) -> No
     assert [j.id for j in alice.fine_tuning.jobs.list(metadata={"case": "main"})] == [tuned.id]
 
 
-def test_pause_and_resume_end_with_the_twins_weights(served: Served, files: dict[str, str]) -> None:
-    alice = served.alice
-    body: dict[str, Any] = {"model": "builtin:tiny-chat", "training_file": files["train"],
-                            "seed": 5, "hyperparameters": {"n_epochs": 2, "batch_size": 8},
-                            "extra_body": {"gradacc": OURS}}  # fmt: skip
+def pause_body(files: dict[str, str]) -> dict[str, Any]:
+    return {"model": "builtin:tiny-chat", "training_file": files["train"], "seed": 5,
+            "hyperparameters": {"n_epochs": 2, "batch_size": 8}, "extra_body": {"gradacc": OURS}}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def twin(served: Served, files: dict[str, str]) -> dict[str, Any]:
+    """The weights of the paused jobs' uninterrupted twin."""
+    job = served.alice.fine_tuning.jobs.create(**pause_body(files))
+    wait_status(served.alice, job.id, "succeeded")
+    return model_weights(served, job.id)
+
+
+def held_and_paused(served: Served, files: dict[str, str]) -> str:
+    """A job held at step ``HOLD_STEP`` (so it is running), then paused; its id."""
     served.gate.touch()
-    paused = alice.fine_tuning.jobs.create(**body)
-    wait_until(lambda: held_here(served, paused.id), timeout=180, what="the held job")
-    assert alice.fine_tuning.jobs.pause(paused.id).status == "paused"
+    job = served.alice.fine_tuning.jobs.create(**pause_body(files))
+    wait_until(lambda: held_here(served, job.id), timeout=180, what="the held job")
+    assert served.alice.fine_tuning.jobs.pause(job.id).status == "paused"
+    return job.id
+
+
+def assert_the_twins_weights(served: Served, job_id: str, twin: dict[str, Any]) -> None:
+    mine = model_weights(served, job_id)
+    assert mine.keys() == twin.keys()
+    assert all(mine[k].equal(twin[k]) for k in mine)
+
+
+def test_pause_and_resume_end_with_the_twins_weights(
+    served: Served, files: dict[str, str], twin: dict[str, Any]
+) -> None:
+    alice = served.alice
+    paused = held_and_paused(served, files)
     wait_until(
         lambda: any(
             e.message.startswith("paused at step")
-            for e in alice.fine_tuning.jobs.list_events(paused.id)
+            for e in alice.fine_tuning.jobs.list_events(paused)
         ),
         timeout=120,
         what="the pause's checkpoint",
     )
     served.gate.unlink()
     held_marker(served.gate).unlink(missing_ok=True)
-    assert alice.fine_tuning.jobs.retrieve(paused.id).status == "paused"
-    assert alice.fine_tuning.jobs.resume(paused.id).status == "queued"
-    wait_status(alice, paused.id, "succeeded")
-    messages = [e.message for e in alice.fine_tuning.jobs.list_events(paused.id, limit=100)]
+    assert alice.fine_tuning.jobs.retrieve(paused).status == "paused"
+    assert alice.fine_tuning.jobs.resume(paused).status == "queued"
+    wait_status(alice, paused, "succeeded")
+    messages = [e.message for e in alice.fine_tuning.jobs.list_events(paused, limit=100)]
     assert f"paused at step {HOLD_STEP}: checkpoint kept, device released" in messages, messages
     assert sum(m.startswith("started on") for m in messages) == 2  # resumed on a second run
-    twin = alice.fine_tuning.jobs.create(**body)
-    wait_status(alice, twin.id, "succeeded")
-    mine, theirs = model_weights(served, paused.id), model_weights(served, twin.id)
-    assert mine.keys() == theirs.keys()
-    assert all(mine[k].equal(theirs[k]) for k in mine)
+    assert_the_twins_weights(served, paused, twin)
+
+
+def test_a_resume_right_after_the_pause_is_taken(
+    served: Served, files: dict[str, str], twin: dict[str, Any]
+) -> None:
+    """The job reads "paused" while its worker still stops the process (a checkpoint to write):
+    the resume is taken then too (no 409), and the worker queues it again as it lets go."""
+    alice = served.alice
+    paused = held_and_paused(served, files)
+    assert alice.fine_tuning.jobs.resume(paused).status in ("paused", "queued")
+    # The gate stays: only the pause ends the hold, so it stops at HOLD_STEP whatever the timing
+    # (the resumed run starts after that step and is not held again).
+    wait_status(alice, paused, "succeeded")
+    served.gate.unlink()
+    held_marker(served.gate).unlink(missing_ok=True)
+    messages = [e.message for e in alice.fine_tuning.jobs.list_events(paused, limit=100)]
+    assert f"paused at step {HOLD_STEP}: checkpoint kept, device released" in messages, messages
+    assert "resumed: queued again" in messages, messages
+    assert sum(m.startswith("started on") for m in messages) == 2  # resumed on a second run
+    assert_the_twins_weights(served, paused, twin)
 
 
 def test_errors_raise_the_sdks_classes(served: Served, files: dict[str, str], tuned: Any) -> None:

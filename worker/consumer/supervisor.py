@@ -163,7 +163,9 @@ def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | 
     else:
         outcome = _record_exit(settings, job_id, returncode, stopped_by)
     with session_scope(settings) as session:
-        release_job(session, job_id=job_id, worker=worker_name(), jobs_dir=settings.jobs_dir)
+        jobs_dir = settings.jobs_dir
+        if release_job(session, job_id=job_id, worker=worker_name(), jobs_dir=jobs_dir):
+            outcome = "requeued"  # resumed while it let go: the caller sends its message
         session.commit()
     return outcome
 
