@@ -92,6 +92,11 @@ class Settings(BaseSettings):
     max_model_unpacked_bytes: int = Field(default=32 * 1024**3, ge=1024)
     max_model_files: int = Field(default=1000, ge=1)
     max_epochs: int = Field(default=100, ge=1)
+    # max_steps overrides the epochs, so it has its own cap (a 422 naming max_steps).
+    max_steps: int = Field(default=1_000_000, ge=1)
+    # A job that trains longer than this (from its claim, per run) is stopped, its checkpoint
+    # kept, and fails with error time_limit. 0: no limit.
+    max_job_seconds: float = Field(default=7 * 24 * 3600, ge=0)
     max_samples: int = Field(default=10_000_000, ge=1, description="max_train/eval_samples cap")
     # Local model and dataset paths must lie under one of these directories (``os.pathsep``
     # separated). Default: ``home/data``. Builtins and hub ids are not paths.

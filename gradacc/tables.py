@@ -134,6 +134,9 @@ class Job(Base):
     # The queued job of higher priority that preempts this running one: its worker checkpoints
     # it and queues it again (gradacc.scheduling.preemption).
     preempted_by: Mapped[str | None] = mapped_column(String(32))
+    # Gang releases while fewer live machines could hold it than it needs (gradacc.scheduling.gang):
+    # each backs its next message off longer; at ``gang_max_releases`` the job fails.
+    gang_releases: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # In force now: the spec's, chosen by the machine ("auto"), or halved after running out of
     # memory; micro-batch x K x num_processes is always effective_batch_size.
     micro_batch_size: Mapped[int | None] = mapped_column(Integer)
@@ -284,6 +287,10 @@ class Worker(Base):
     devices: Mapped[list[str]] = mapped_column(JSON)
     # GRADACC_DEVICES: the most num_processes it takes (its gloo processes on a CPU worker).
     num_devices: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # GRADACC_MACHINE (default: the host name): what gang scheduling and capacity count machines by.
+    machine: Mapped[str | None] = mapped_column(String(255))
+    # GRADACC_QUEUE: the jobs it takes (capacity counts the workers of the API's queue only).
+    queue: Mapped[str | None] = mapped_column(String(255))
     current_job: Mapped[str | None] = mapped_column(String(32))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

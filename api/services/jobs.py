@@ -71,7 +71,7 @@ def create_job(
     /v1/fine_tuning/jobs, with its OpenAI fields."""
     check_spec_allowed(spec, settings)
     check_priority(spec.priority, settings)
-    check_devices(spec, celery, settings)
+    check_devices(spec, session=session, settings=settings)
     if spec.webhook_url is not None:
         check_webhook_url(spec.webhook_url, settings)
     body = spec.model_dump(mode="json")

@@ -13,25 +13,37 @@ deleted, the job queued again). No livelock: while a slot holder waits, an older
 better one of (priority, id)) that is gathering and lacks this slot's machine takes the machine
 from the younger gang, which node 0 releases (or a joiner leaves). The best gathering job always
 wins, so competing gangs finish one after the other.
+
+No endless cycle: a release while fewer live machines could hold the job than it needs (a
+machine went away after its POST, which refuses such a job: ``gradacc.scheduling.capacity``) is
+counted in ``gang_releases``; the job then waits longer for each next try (``backoff_s``) and
+fails with ``gang_unsatisfiable`` at ``gang_max_releases``. A release while enough machines are
+live (busy with other jobs) is not counted: the gang waits its turn.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Literal
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
 from gradacc.jobs.records import add_event
-from gradacc.jobs.states import requeue_job
+from gradacc.jobs.states import fail_job, requeue_job
+from gradacc.scheduling.capacity import machines_that_fit
+from gradacc.settings import Settings
 from gradacc.tables import GangSlot, Job, JobEvent, JobStatus, utcnow
+
+log = logging.getLogger(__name__)
 
 Joined = Literal["joined", "here", "closed"]
 State = Literal["complete", "gathering", "gone"]
-Released = Literal["released", "complete", "gone"]
+Released = Literal["released", "backoff", "failed", "complete", "gone"]
+MAX_DOUBLINGS = 4  # a backed-off gang job waits at most 2**4 = 16 gang waits for its next try
 
 
 @dataclass(frozen=True)
@@ -120,11 +132,16 @@ def gang_deadline(session: Session, *, job_id: str, wait_s: float) -> datetime |
     return None if slot0 is None else deadline(slot0, wait_s=wait_s)
 
 
-def release_gang(session: Session, *, job_id: str, worker: str, why: str) -> Released:
-    """Node 0 gives up a gang that is not complete: its slots go, and the job is queued again
-    with a message to send ("released": the caller sends it, ``enqueued_at`` is set); the claim
-    is not counted as an attempt. "complete": it completed meanwhile (start it); "gone": it is
-    not this worker's running job any more (cancelled, taken over). Commits."""
+def release_gang(
+    session: Session, *, job_id: str, worker: str, why: str, settings: Settings
+) -> Released:
+    """Node 0 gives up a gang that is not complete: its slots go, and the job is queued again;
+    the claim is not counted as an attempt. "released": the caller sends its message now.
+    "backoff": fewer live machines can hold it than it needs (``short_of_machines``): the
+    release is counted, and the job waits without a message until ``retry_at``, when the
+    reconciler sends one. "failed": the ``gang_max_releases``-th such release fails it
+    (``gang_unsatisfiable``). "complete": it completed meanwhile (start it); "gone": it is not
+    this worker's running job any more (cancelled, taken over). Commits."""
     job = _lock(session, job_id)
     if job is None or job.status != JobStatus.RUNNING or job.worker != worker:
         session.rollback()
@@ -134,16 +151,64 @@ def release_gang(session: Session, *, job_id: str, worker: str, why: str) -> Rel
         session.rollback()
         return "complete"
     session.execute(delete(GangSlot).where(GangSlot.job_id == job_id))
-    requeue_job(
-        session, job_id=job_id, worker=worker, attempts=Job.attempts - 1, released_at=utcnow()
-    )
-    held = ", ".join(slot.machine for slot in slots)
-    message = f"gang released: {len(slots)} of {job.num_machines} machines held ({held}); {why}"
-    last = select(JobEvent.kind).where(JobEvent.job_id == job_id).order_by(JobEvent.id.desc())
-    if session.scalar(last.limit(1)) != "gang_released":  # one per wait, not one per round
-        add_event(session, job_id=job_id, kind="gang_released", message=message)
+    # Machine names are the operator's: in the log, not in the tenant's events.
+    log.info("job %s: gang released holding %s; %s", job_id, [s.machine for s in slots], why)
+    held = f"{len(slots)} of {job.num_machines} machines held; {why}"
+    live = short_of_machines(session, job=job, settings=settings)
+    if live is None:
+        _requeue(session, job_id=job_id, worker=worker, message=f"gang released: {held}")
+        session.commit()
+        return "released"
+    releases = job.gang_releases + 1
+    shortage = f"{live} live machines can hold it, it needs {job.num_machines}"
+    if releases >= settings.gang_max_releases:
+        message = (f"released {releases} times while {shortage} "
+                   f"(GRADACC_GANG_MAX_RELEASES={settings.gang_max_releases})")  # fmt: skip
+        fail_job(session, job_id=job_id, code="gang_unsatisfiable", message=message,
+                 owned_by=worker)  # fmt: skip
+        session.commit()
+        return "failed"
+    delay = backoff_s(releases, wait_s=settings.gang_wait_s)
+    message = (f"gang released: {held}; {shortage} (release {releases} of at most "
+               f"{settings.gang_max_releases}); next try in {delay:g} s")  # fmt: skip
+    _requeue(session, job_id=job_id, worker=worker, message=message, every=True,
+             enqueued_at=None, gang_releases=releases)  # fmt: skip
     session.commit()
-    return "released"
+    return "backoff"
+
+
+def _requeue(
+    session: Session, *, job_id: str, worker: str, message: str, every: bool = False, **values: Any
+) -> None:
+    """Queued again, no attempt counted; its event (one per wait unless ``every``)."""
+    requeue_job(session, job_id=job_id, worker=worker, attempts=Job.attempts - 1,
+                released_at=utcnow(), **values)  # fmt: skip
+    last = select(JobEvent.kind).where(JobEvent.job_id == job_id).order_by(JobEvent.id.desc())
+    if every or session.scalar(last.limit(1)) != "gang_released":  # one per wait, not per round
+        add_event(session, job_id=job_id, kind="gang_released", message=message)
+
+
+def short_of_machines(session: Session, *, job: Job, settings: Settings) -> int | None:
+    """How many live machines could hold the job (``gradacc.scheduling.capacity``) when that is
+    fewer than it needs; None when enough are live (busy ones too: then it waits its turn)."""
+    per_node = job.processes_per_machine
+    live = machines_that_fit(session, devices=per_node, settings=settings)
+    return live if live < job.num_machines else None
+
+
+def backoff_s(releases: int, *, wait_s: float) -> float:
+    """How long a job released ``releases`` times short of machines waits for its next message:
+    one gang wait, doubling per release, at most 16 waits (``MAX_DOUBLINGS``)."""
+    doublings = min(max(releases - 1, 0), MAX_DOUBLINGS)
+    return wait_s * float(1 << doublings)
+
+
+def retry_at(releases: int, released_at: datetime | None, *, wait_s: float) -> datetime:
+    """When a job released ``releases`` times short of machines, last at ``released_at``, may be
+    sent its next message (the reconciler sends it then)."""
+    if releases == 0 or released_at is None:
+        return datetime.min.replace(tzinfo=UTC)
+    return released_at + timedelta(seconds=backoff_s(releases, wait_s=wait_s))
 
 
 def leave_gang(session: Session, *, job_id: str, worker: str) -> bool:

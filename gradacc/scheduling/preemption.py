@@ -66,10 +66,10 @@ def preempt_for_waiting(
     if victim is None or not _mark(session, victim=victim.id, preemptor=waiting.id):
         session.rollback()
         return None
-    message = (
-        f"preempted by {waiting.id} (priority {waiting.priority} > {victim.priority}): "
-        "checkpoint at the next window boundary, then queued again"
-    )
+    by = preemptor_shown(session, victim=victim.id, preemptor=waiting.id)
+    if by == waiting.id:  # one tenant's jobs: its own ids and priorities
+        by += f" (priority {waiting.priority} > {victim.priority})"
+    message = f"preempted by {by}: checkpoint at the next window boundary, then queued again"
     add_event(session, job_id=victim.id, kind="preempting", message=message)
     session.commit()
     return Preemption(victim=victim.id, preemptor=waiting.id)
@@ -129,6 +129,19 @@ def requeue_preempted(session: Session, *, job_id: str, worker: str) -> str | No
         return None
     if not requeue_job(session, job_id=job_id, worker=worker, preempted_by=None):
         return None
-    message = f"queued again after preemption by {preemptor}; resumes from its checkpoint"
+    by = preemptor_shown(session, victim=job_id, preemptor=preemptor)
+    message = f"queued again after preemption by {by}; resumes from its checkpoint"
     add_event(session, job_id=job_id, kind="queued", message=message)
     return preemptor
+
+
+ANOTHER_TENANTS = "a higher-priority job"
+
+
+def preemptor_shown(session: Session, *, victim: str, preemptor: str) -> str:
+    """How the victim's events name the job that preempts it: by its id when both jobs are one
+    tenant's; a job of another tenant stays unnamed (its id is that tenant's to know)."""
+    rows = session.execute(select(Job.id, Job.tenant).where(Job.id.in_([victim, preemptor])))
+    tenants = {job_id: tenant for job_id, tenant in rows.all()}
+    same = victim in tenants and tenants.get(victim) == tenants.get(preemptor)
+    return preemptor if same else ANOTHER_TENANTS

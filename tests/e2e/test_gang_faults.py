@@ -1,19 +1,17 @@
 """Gang jobs (``gradacc.scheduling.gang``) that are stopped or lose a part, over two workers on machines m1
 and m2 (PostgreSQL + Redis), every run parked at the hold failpoint: a cancel stops a gathering
-gang and every rank of a running one (a lost node: ``test_gang_lost_node.py``); kill -9 of one rank, then a rank out of memory, restart the job from its
+gang (its second machine busy with a held job) and every rank of a running one (a lost node: ``test_gang_lost_node.py``); kill -9 of one rank, then a rank out of memory, restart the job from its
 checkpoint (every node stops, a gang gathers again) to a clean result. No slot is left held."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
 from gradacc.db import session_scope
-from gradacc.scheduling import capacity
 from gradacc.settings import Settings
 from gradacc.tables import GangSlot
+from tests.conftest import TINY
 from tests.e2e.conftest import StartWorker
 from tests.e2e.test_gang import GANG, REFERENCE, machine, messages, no_slot_held, registered
 from tests.e2e.test_multi_process import (
@@ -32,13 +30,6 @@ LONG = {**GANG, "num_train_epochs": 3}  # 4 steps an epoch; held, then stopped
 LONG_REFERENCE = {**REFERENCE, "num_train_epochs": 3}  # one process at 2K
 
 
-@pytest.fixture(autouse=True)
-def fresh_capacity() -> Iterator[None]:
-    capacity._cached = None
-    yield
-    capacity._cached = None
-
-
 def slot_of(settings: Settings, job_id: str) -> bool:
     with session_scope(settings) as session:
         return session.get(GangSlot, (job_id, 0)) is not None
@@ -49,16 +40,19 @@ def test_cancel_stops_a_gathering_and_a_running_gang_on_every_node(
 ) -> None:
     settings = pg_redis_settings
     hold = Hold(settings.home / "gang-hold", 1)
-    first = machine(start_worker, "m1", env=hold.env())
-    registered(settings, first)
+    first, second = (machine(start_worker, name, env=hold.env()) for name in ("m1", "m2"))
+    registered(settings, first, second)
+    # One machine trains another job (held there): the gang job gathers on the other one.
+    busy = api.post("/v1/jobs", json=TINY).json()["id"]
+    hold.held(timeout=180)
     gathering = post_when_accepted(api, LONG)
     wait_until(lambda: slot_of(settings, gathering), timeout=60, what="node 0's slot")
-    assert api.post(f"/v1/jobs/{gathering}/cancel").status_code == 200
-    assert wait_final(api, gathering, timeout=60)["status"] == "cancelled"
+    for job_id in (gathering, busy):
+        assert api.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+        assert wait_final(api, job_id, timeout=60)["status"] == "cancelled"
     no_slot_held(settings)
 
-    second = machine(start_worker, "m2", env=hold.env())
-    registered(settings, second)
+    hold.arm()  # the next run to reach step 1 parks there
     running = post_when_accepted(api, LONG)
     hold.held(timeout=180)
     ranks = rank_processes(running)

@@ -13,7 +13,7 @@ from gradacc.settings import Settings
 from gradacc.tables import Job
 from tests.e2e.conftest import StartWorker
 from tests.e2e.test_gang import machine, messages, no_slot_held, registered
-from tests.e2e.test_gang_faults import LONG, fresh_capacity  # noqa: F401 - the fixture
+from tests.e2e.test_gang_faults import LONG
 from tests.e2e.test_multi_process import (
     all_gone,
     post_when_accepted,

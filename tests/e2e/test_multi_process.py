@@ -4,7 +4,7 @@ rank behind; a job no live worker can hold is refused at POST."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -12,7 +12,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gradacc.db import session_scope
-from gradacc.scheduling import capacity
 from gradacc.settings import Settings
 from gradacc.tables import Job
 from tests.conftest import TINY
@@ -27,13 +26,6 @@ TWO = {**TINY, "num_processes": 2, "per_device_train_batch_size": 4}  # effectiv
 LONG = {**TWO, "num_train_epochs": 3}  # 12 steps; held, then stopped early
 
 
-@pytest.fixture(autouse=True)
-def fresh_capacity() -> Iterator[None]:
-    capacity._cached = None  # each test sees the workers it started, not a cached answer
-    yield
-    capacity._cached = None
-
-
 @pytest.fixture
 def two_device_worker(start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch) -> StartWorker:
     monkeypatch.setenv("GRADACC_DEVICES", "2")  # read by the workers started here
@@ -41,14 +33,13 @@ def two_device_worker(start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
 
 
 def post_when_accepted(api: TestClient, spec: dict[str, Any], timeout: float = 180) -> str:
-    """POST until a worker that holds the job is live (it answers the capacity check)."""
+    """POST until a worker that holds the job is live (registered: the capacity check)."""
 
     def accepted() -> str | None:
         response = api.post("/v1/jobs", json=spec)
         if response.status_code == 201:
             return str(response.json()["id"])
         assert response.status_code == 422, response.json()
-        capacity._cached = None
         return None
 
     return wait_until(accepted, timeout=timeout, what="a worker that holds the job", every=0.5)

@@ -37,3 +37,16 @@ def test_the_reconciler_requeues_lost_jobs_and_fails_hopeless_ones(db_settings: 
     assert len(queued_messages) == 3
     # Re-enqueued jobs got a fresh enqueue time: a second pass right after sends nothing.
     assert reconcile_jobs(db_settings, enqueue=enqueue).requeued == []
+
+
+def test_a_gang_released_short_of_machines_is_sent_again_after_its_back_off(
+    db_settings: Settings,
+) -> None:
+    wait = db_settings.gang_wait_s
+    released = utcnow() - timedelta(seconds=wait * 1.5)  # past one wait, before two
+    once = make_job(db_settings, enqueued_at=None, gang_releases=1, released_at=released)
+    twice = make_job(db_settings, enqueued_at=None, gang_releases=2, released_at=released)
+    sent: list[str] = []
+    report = reconcile_jobs(db_settings, enqueue=sent.append)
+    assert report.requeued == sent == [once]
+    assert twice not in sent  # released twice: it waits two gang waits

@@ -15,6 +15,7 @@ from gradacc.jobs.states import fail_job, transition_job
 from gradacc.openai.results import write_results
 from gradacc.outputs import outputs
 from gradacc.retry import retry
+from gradacc.scheduling.preemption import preemptor_shown
 from gradacc.settings import Settings
 from gradacc.sources.files import resolve_file_sources
 from gradacc.tables import Job, JobStatus, utcnow
@@ -98,6 +99,8 @@ def _record_result(settings: Settings, job_id: str, result: TrainResult) -> int:
         if result.status == "preempted":
             job = session.get(Job, job_id)
             by = job.preempted_by if job is not None else None  # a job of higher priority
+            if by is not None:  # another tenant's job stays unnamed
+                by = preemptor_shown(session, victim=job_id, preemptor=by)
             message = f"preempted by {by}: checkpoint kept" if by else "checkpoint kept"
             add_event(session, job_id=job_id, kind="preempted", message=message)
             session.commit()

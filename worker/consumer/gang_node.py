@@ -90,10 +90,12 @@ def gather(settings: Settings, app: Celery, *, job_id: str, worker: str, node0: 
             ends = gang_deadline(session, job_id=job_id, wait_s=settings.gang_wait_s)
             older = older_gathering(session, job_id=job_id, machine=settings.machine,
                                     devices=settings.devices, wait_s=settings.gang_wait_s)  # fmt: skip
-            why = _why_let_go(settings, expired=ends is None or utcnow() >= ends, older=older)
+            expired = ends is None or utcnow() >= ends
+            why = _why_let_go(settings, job_id=job_id, expired=expired, older=older)
             if why is not None:
                 if node0:
-                    released = release_gang(session, job_id=job_id, worker=worker, why=why)
+                    released = release_gang(session, job_id=job_id, worker=worker, why=why,
+                                            settings=settings)  # fmt: skip
                     if released == "released":  # queued again: it counts on a message
                         send_or_leave(app, settings, job_id)
                     let_go = released != "complete"
@@ -105,13 +107,16 @@ def gather(settings: Settings, app: Celery, *, job_id: str, worker: str, node0: 
         time.sleep(POLL_S)
 
 
-def _why_let_go(settings: Settings, *, expired: bool, older: str | None) -> str | None:
+def _why_let_go(settings: Settings, *, job_id: str, expired: bool, older: str | None) -> str | None:
     if shutdown_requested.is_set():
         return "the worker is stopping"
     if expired:
         return f"not complete within {settings.gang_wait_s:g} s"
-    if older is not None:
-        return f"the older gang job {older} takes machine {settings.machine}"
+    if older is not None:  # another tenant's, maybe: its id stays in the log
+        log.info(
+            "job %s: machine %s goes to the older gang job %s", job_id, settings.machine, older
+        )
+        return "an older gang job takes one of its machines"
     return None
 
 

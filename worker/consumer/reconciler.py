@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from gradacc.db import session_scope
 from gradacc.jobs.records import add_event
 from gradacc.jobs.states import fail_job, failed_attempts
+from gradacc.scheduling.gang import retry_at
 from gradacc.scheduling.preemption import preempt_for_waiting
 from gradacc.settings import Settings
 from gradacc.tables import Job, JobStatus, utcnow
@@ -45,12 +46,15 @@ def reconcile_jobs(
         )
         stale = now - timedelta(seconds=settings.stale_after_s)
         orphaned = (Job.status == JobStatus.RUNNING) & (Job.heartbeat_at < stale)
-        query = select(Job.id, Job.status, failed_attempts(), Job.enqueued_at)
+        query = select(Job.id, Job.status, failed_attempts(), Job.enqueued_at,
+                       Job.gang_releases, Job.released_at)  # fmt: skip
         # In id order: each job's events lock its stream (gradacc.jobs.states.lock_job_stream), and two
         # reconcilers taking those locks in one order cannot deadlock.
-        for job_id, status, failures, enqueued_at in session.execute(
+        for job_id, status, failures, enqueued_at, releases, released_at in session.execute(
             query.where(lost_queued | orphaned).order_by(Job.id)
         ).all():
+            if enqueued_at is None and _backing_off(releases, released_at, now, settings):
+                continue  # a gang released short of machines: no message until its back-off ends
             if status == JobStatus.RUNNING and failures >= settings.max_attempts:
                 if _fail_hopeless(session, job_id=job_id, attempts=failures):
                     report.failed.append(job_id)
@@ -64,6 +68,14 @@ def reconcile_jobs(
     for job_id in report.requeued:
         enqueue(job_id)
     return report
+
+
+def _backing_off(
+    releases: int, released_at: datetime | None, now: datetime, settings: Settings
+) -> bool:
+    """A queued job without a message, released short of machines (``gradacc.scheduling.gang``),
+    whose next try is not due yet (a running job has no released_at: never)."""
+    return now < retry_at(releases, released_at, wait_s=settings.gang_wait_s)
 
 
 def _fail_hopeless(session: Session, *, job_id: str, attempts: int) -> bool:

@@ -31,6 +31,8 @@ def register(settings: Settings) -> None:
             pid=os.getpid(),
             devices=devices(),
             num_devices=settings.devices,
+            machine=settings.machine,
+            queue=settings.queue,
         )
 
 

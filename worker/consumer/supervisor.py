@@ -28,6 +28,7 @@ from gradacc.tables import Job, JobStatus, utcnow
 from trainer_core.spec.outputs import TRAIN_LOG, kept_checkpoints
 from worker import exit_codes
 from worker.consumer.launcher import TrainingProcess, start
+from worker.consumer.time_limit import TIME_LIMIT, TimeLimit, fail_timed_out
 
 log = logging.getLogger(__name__)
 
@@ -73,14 +74,19 @@ def _watch(settings: Settings, job_id: str, child: TrainingProcess, *, holder: s
     me = holder
     beats = holder == worker_name()  # a gang's other nodes leave the heartbeat to node 0
     preempt_sent = False
+    # Node 0 (or the only node) enforces the wall-clock limit of this run.
+    limit = TimeLimit(settings, job_id) if beats else None
     while True:
         try:
             child.wait(timeout=STATUS_POLL_S)
-            return None
+            return TIME_LIMIT if limit is not None and limit.asked else None
         except subprocess.TimeoutExpired:
             pass
         if shutdown_requested.is_set() and not preempt_sent:
             child.send_signal(signal.SIGUSR1)  # the runner turns this into a "preempt" request
+            preempt_sent = True
+        if limit is not None and limit.reached() and not preempt_sent:
+            child.send_signal(signal.SIGUSR1)  # a checkpoint, then it exits as preempted
             preempt_sent = True
         beat = time.monotonic() >= next_beat
         try:
@@ -154,8 +160,11 @@ def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | 
     for the task log."""
     # SIGUSR1 can arrive before the runner installed its handler (while Python starts): that
     # kills it, which is a preemption too; nothing was trained that a checkpoint would lose.
+    timed_out = stopped_by == TIME_LIMIT
+    if timed_out:  # asked to stop at a checkpoint, not killed: its exit is read as any other
+        stopped_by = None
     if returncode in (exit_codes.PREEMPTED, -signal.SIGUSR1):
-        outcome = _preempted(settings, job_id)
+        outcome = _preempted(settings, job_id, timed_out=timed_out)
     elif returncode == -signal.SIGKILL and stopped_by is None:
         outcome = _hand_on_killed(settings, job_id)
     elif returncode == exit_codes.RESTART and stopped_by is None:
@@ -170,14 +179,19 @@ def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | 
     return outcome
 
 
-def _preempted(settings: Settings, job_id: str) -> str:
-    """Preempted by priority: queued again ("requeued"; the caller sends it a message). Running:
-    the worker is stopping; the job, still "running", is handed on. Paused: it waits, with its
-    checkpoint, for a resume."""
+def _preempted(settings: Settings, job_id: str, *, timed_out: bool = False) -> str:
+    """Preempted by priority: queued again ("requeued"; the caller sends it a message). Past its
+    time limit: failed, its checkpoint kept. Running: the worker is stopping; the job, still
+    "running", is handed on. Paused: it waits, with its checkpoint, for a resume."""
     with session_scope(settings) as session:
         if requeue_preempted(session, job_id=job_id, worker=worker_name()) is not None:
             session.commit()
             return "requeued"
+        if timed_out and fail_timed_out(
+            session, settings=settings, job_id=job_id, worker=worker_name()
+        ):
+            session.commit()
+            return "failed"
         job = session.get(Job, job_id)
         if job is None or job.status != JobStatus.PAUSED:
             return "preempted"

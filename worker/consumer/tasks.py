@@ -118,12 +118,12 @@ def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:
             return f"gang {gathered.outcome}"
     with session_scope(settings) as session:
         message = f"started on {worker} (attempt {job.attempts})"
-        if gang:
-            machines = ", ".join(machines_of(session, job_id=job_id))
-            message += f", a gang of {job.num_machines} machines: {machines}"
+        machines = machines_of(session, job_id=job_id) if gang else []
+        if gang:  # the machines' names are the operator's: logged, not in the tenant's event
+            message += f", a gang of {job.num_machines} machines"
         add_event(session, job_id=job_id, kind="started", message=message)
         session.commit()
-    log.info("job %s started (attempt %d)", job_id, job.attempts)
+    log.info("job %s started (attempt %d) %s", job_id, job.attempts, ", ".join(machines))
     registry.mark_job(settings, job_id)
     try:
         outcome = supervise(settings, job_id=job_id)
