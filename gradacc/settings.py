@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     # past either it is refused as an archive bomb.
     max_model_unpacked_bytes: int = Field(default=32 * 1024**3, ge=1024)
     max_model_files: int = Field(default=1000, ge=1)
+    # What one tenant's stored files (uploads, unpacked models) and job outputs may take on
+    # disk; an upload that would pass it is 413 storage_quota_exceeded. 0: no limit.
+    max_storage_bytes_per_tenant: int = Field(default=100 * 1024**3, ge=0)
     max_epochs: int = Field(default=100, ge=1)
     # max_steps overrides the epochs, so it has its own cap (a 422 naming max_steps).
     max_steps: int = Field(default=1_000_000, ge=1)
@@ -98,6 +101,9 @@ class Settings(BaseSettings):
     # kept, and fails with error time_limit. 0: no limit.
     max_job_seconds: float = Field(default=7 * 24 * 3600, ge=0)
     max_samples: int = Field(default=10_000_000, ge=1, description="max_train/eval_samples cap")
+    # /v1/fine_tuning/jobs trains each row whole, up to the model's context capped by this (a
+    # longer row fails the job naming it): the tokens one row may hold on this server's devices.
+    max_seq_length: int = Field(default=32768, ge=2, le=32768)
     # Local model and dataset paths must lie under one of these directories (``os.pathsep``
     # separated). Default: ``home/data``. Builtins and hub ids are not paths.
     data_roots: str | None = None

@@ -41,6 +41,7 @@ from trainer_core.distributed import barrier
 from trainer_core.loop import replan
 from trainer_core.loop.build import Inputs, MicroBatchChoice, build_context, load_inputs
 from trainer_core.loop.context import RunContext
+from trainer_core.loop.notices import start_warnings
 from trainer_core.loop.run import TrainingRun
 from trainer_core.loop.stopping import TrainingPreempted
 from trainer_core.spec.batching import accumulation_for
@@ -78,32 +79,8 @@ def _start_info(ctx: RunContext) -> dict[str, Any]:
         "start_step": ctx.start_global_step,
         "dataset_format": ctx.data.format,
         "rows_without_trained_tokens": ctx.data.dropped,
-        "warnings": _warnings(ctx),
+        "warnings": start_warnings(ctx),
     }
-
-
-def _warnings(ctx: RunContext) -> list[str]:
-    """What the job will do that its author may not expect (events; the run goes on)."""
-    found = []
-    rows, dropped = len(ctx.data.train), ctx.data.dropped
-    if any(dropped.values()):
-        found.append(
-            f"{dropped.get('train', 0)} training and {dropped.get('eval', 0)} eval rows have "
-            f"nothing to train after truncation at max_seq_length {ctx.spec.max_seq_length} "
-            "(or no trained part at all): they are left out"
-        )
-    effective = ctx.spec.effective_batch_size
-    if effective is not None and effective > rows:
-        found.append(
-            f"the effective batch ({effective}) is larger than the {rows} training rows: each "
-            "epoch is a single, partial optimizer step"
-        )
-    elif ctx.steps_per_epoch < 2:
-        found.append(
-            f"{ctx.steps_per_epoch} optimizer step per epoch ({rows} rows, effective batch "
-            f"{effective}): lower the effective batch for more updates"
-        )
-    return found
 
 
 def _log_start(ctx: RunContext, info: dict[str, Any]) -> None:

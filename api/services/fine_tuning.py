@@ -21,7 +21,7 @@ from api.services.jobs import get_job
 from gradacc.errors import InvalidRequest, JobNotFound
 from gradacc.job_view import unix
 from gradacc.jobs.records import METRICS_EVENT
-from gradacc.openai.names import openai_metrics
+from gradacc.openai.names import openai_metrics, openai_param
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import FINE_TUNING_API, Job, JobEvent, JobStatus, StepMetric
@@ -45,9 +45,7 @@ def get_fine_tuning_job(session: Session, *, job_id: str, tenant: str) -> Job:
 def to_openai(job: Job) -> FineTuningJob:
     ft = job.fine_tuning or {}
     done = job.status == JobStatus.SUCCEEDED and not fine_tuned.model_deleted(job)
-    error = None
-    if job.error_code is not None:
-        error = JobError(code=job.error_code, message=job.error_message or "")
+    error = _error(job, ft)
     eta = (job.live_progress or {}).get("eta_seconds")
     estimated = None
     if job.status == JobStatus.RUNNING and isinstance(eta, int | float):
@@ -72,6 +70,19 @@ def to_openai(job: Job) -> FineTuningJob:
         metadata=ft.get("metadata"),
         user_provided_suffix=ft.get("suffix"),
     )
+
+
+def _error(job: Job, ft: dict[str, Any]) -> JobError | None:
+    """The failure with the field it names in the body's words (``dataset`` is training_file)."""
+    if job.error_code is None:
+        return None
+    message, param = job.error_message or "", ft.get("error_param")
+    if param is None:
+        return JobError(code=job.error_code, message=message)
+    named = openai_param(param)
+    if message.startswith(f"{param}: "):
+        message = f"{named}: {message.removeprefix(f'{param}: ')}"
+    return JobError(code=job.error_code, message=message, param=named)
 
 
 def list_fine_tuning_jobs(

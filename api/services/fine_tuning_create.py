@@ -17,27 +17,25 @@ from api.schemas.openai import FineTuningJobCreate, Hyperparameters
 from api.services import jobs as job_services
 from api.services.files import get_file
 from gradacc.errors import FileNotFound, InvalidRequest
+from gradacc.openai.names import OPENAI_FIELDS, openai_param
 from gradacc.settings import Settings
 from gradacc.tables import FilePurpose, Job
 from trainer_core.spec.batching import micro_batch_for
 from trainer_core.spec.job import JobSpec
 
-# spec field -> the OpenAI field that sets it (its errors are reported under that name)
-OPENAI_FIELDS = {
-    "model": "model",
-    "dataset": "training_file",
-    "eval_dataset": "validation_file",
-    "num_train_epochs": "hyperparameters.n_epochs",
-    "effective_batch_size": "hyperparameters.batch_size",
-    "seed": "seed",
-}
 DEFAULTS: dict[str, Any] = {  # a fine-tuning job's defaults where the spec's differ
     "task": "causal-lm",
     "save_strategy": "epoch",
     "save_total_limit": 3,  # as OpenAI: the last three epochs' checkpoints
+    # As OpenAI: every row trains whole, or the job fails naming it (the length is the model's
+    # context, capped by GRADACC_MAX_SEQ_LENGTH: the core caps it at the tokenizer's own), and
+    # nothing is held out of the training file (no validation_file: no evaluation).
+    "overlong_rows": "refuse",
+    "validation_split_percentage": 0,
 }
 BASE_LEARNING_RATE = JobSpec.model_fields["learning_rate"].default
 DEFAULT_SEED = JobSpec.model_fields["seed"].default
+MAX_SEQ_LENGTH = Settings.model_fields["max_seq_length"].default
 TRAINING_FILE_PURPOSES = (FilePurpose.FINE_TUNE, FilePurpose.DATASET)
 
 
@@ -78,7 +76,7 @@ def create(
 ) -> Job:
     rows = _training_rows(session, body, tenant=tenant)
     resolved = resolve(body.chosen_hyperparameters(), rows)
-    spec = _job_create(body, resolved)
+    spec = _job_create(body, resolved, max_seq_length=settings.max_seq_length)
     seed = spec.seed
     fine_tuning = {
         "suffix": body.suffix,
@@ -124,7 +122,9 @@ def _training_rows(session: Session, body: FineTuningJobCreate, *, tenant: str) 
     return rows
 
 
-def _job_create(body: FineTuningJobCreate, resolved: dict[str, Any]) -> JobCreate:
+def _job_create(
+    body: FineTuningJobCreate, resolved: dict[str, Any], *, max_seq_length: int = MAX_SEQ_LENGTH
+) -> JobCreate:
     ours = dict(body.gradacc or {})
     taken = sorted(set(ours) & (set(OPENAI_FIELDS) | {"learning_rate_multiplier"}))
     if taken:
@@ -135,6 +135,7 @@ def _job_create(body: FineTuningJobCreate, resolved: dict[str, Any]) -> JobCreat
     base_rate = ours.pop("learning_rate", BASE_LEARNING_RATE)
     spec: dict[str, Any] = {
         **DEFAULTS,
+        "max_seq_length": max_seq_length,
         **ours,
         "model": body.model,
         "dataset": body.training_file,
@@ -167,13 +168,9 @@ def _job_create(body: FineTuningJobCreate, resolved: dict[str, Any]) -> JobCreat
         raise RequestValidationError([_renamed_error(e) for e in exc.errors()]) from None
 
 
-def _openai_name(field: str) -> str:
-    return OPENAI_FIELDS.get(field, f"gradacc.{field}")
-
-
 def _renamed_error(error: Any) -> dict[str, Any]:
     loc = tuple(error.get("loc", ()))
-    head = _openai_name(str(loc[0])).split(".") if loc else ["gradacc"]
+    head = openai_param(str(loc[0])).split(".") if loc else ["gradacc"]
     if loc and loc[0] == "learning_rate":
         head = ["gradacc", "learning_rate"]
     return {**error, "loc": ("body", *head, *loc[1:])}
@@ -182,8 +179,7 @@ def _renamed_error(error: Any) -> dict[str, Any]:
 def _renamed(exc: InvalidRequest) -> InvalidRequest:
     if exc.param is None:
         return exc
-    field, _, rest = exc.param.partition(".")
-    param = _openai_name(field) + (f".{rest}" if rest else "")
+    param = openai_param(exc.param)
     message = exc.message.removeprefix(f"{exc.param}: ")
     found = getattr(exc, "errors", None)
     return InvalidRequest(message, param=param, errors=found)

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+# spec field -> the OpenAI field that sets it (a fine-tuning job's errors name that field)
+OPENAI_FIELDS = {
+    "model": "model",
+    "dataset": "training_file",
+    "eval_dataset": "validation_file",
+    "num_train_epochs": "hyperparameters.n_epochs",
+    "effective_batch_size": "hyperparameters.batch_size",
+    "seed": "seed",
+}
 # step record key -> the name in a fine-tuning job's metrics events and checkpoint metrics
 EVENT_METRICS = {
     "step": "step",
@@ -25,3 +34,10 @@ RESULT_COLUMNS = {
 def openai_metrics(record: dict[str, Any]) -> dict[str, Any]:
     """A step or epoch record's figures under OpenAI's names (None where the record has none)."""
     return {name: record.get(key) for key, name in EVENT_METRICS.items()}
+
+
+def openai_param(param: str) -> str:
+    """A spec field (``dataset``, ``lora.r``) as a fine-tuning body names it (``training_file``,
+    ``gradacc.lora.r``)."""
+    field, _, rest = param.partition(".")
+    return OPENAI_FIELDS.get(field, f"gradacc.{field}") + (f".{rest}" if rest else "")

@@ -84,6 +84,11 @@ def test_create_translates_the_body_and_shows_the_resolved_values(app_client: Te
     assert spec["effective_batch_size"] == 4 and spec["per_device_train_batch_size"] == 2
     assert spec["gradient_accumulation_steps"] == 2 and spec["backend"] == "pytorch"
     assert spec["learning_rate"] == pytest.approx(2 * 5e-4) and spec["save_total_limit"] == 3
+    # As OpenAI: rows whole up to the model's context (the core caps the server's limit at the
+    # tokenizer's), a longer row refused, nothing held out without a validation_file.
+    settings = app_client.app.state.test_settings  # type: ignore[attr-defined]
+    assert spec["max_seq_length"] == settings.max_seq_length and spec["overlong_rows"] == "refuse"
+    assert spec["validation_split_percentage"] == 0 and spec["eval_dataset"] is None
     events = alice.fine_tuning.jobs.list_events(job.id)
     assert [e.message for e in events.data] == ["job created"] and events.data[0].level == "info"
 

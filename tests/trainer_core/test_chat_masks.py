@@ -105,4 +105,4 @@ def test_rows_truncated_to_nothing_are_counted_and_left_out() -> None:
     with pytest.raises(DatasetError, match="no usable rows") as caught:
         tiny = make_spec(CHAT, max_train_samples=ROWS, max_seq_length=4)
         load_job_data(tiny, load_tokenizer(tiny))
-    assert caught.value.param == "dataset"
+    assert caught.value.param == "max_seq_length"

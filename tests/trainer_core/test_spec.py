@@ -27,7 +27,7 @@ BAD = [
     ({"max_seq_length": 1}, "max_seq_length"),
     ({"lr_scheduler_type": "exponential"}, "lr_scheduler_type"),
     ({"seed": -1}, "seed"),
-    ({"validation_split_percentage": 0}, "validation_split_percentage"),
+    ({"validation_split_percentage": -1}, "validation_split_percentage"),
     ({"max_train_samples": 0}, "max_train_samples"),
     ({"model": "builtin:huge"}, "model"),
     ({"model": ""}, "model"),

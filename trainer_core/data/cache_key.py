@@ -22,7 +22,7 @@ from trainer_core.spec.errors import ModelError
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.sources import classify_source, local_path
 
-CACHE_FORMAT = 2  # bump when the layout of an entry changes: old entries are then never hit
+CACHE_FORMAT = 3  # bump when the layout of an entry changes: old entries are then never hit
 
 
 def backend_json(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -84,6 +84,7 @@ def cache_key(
         "tokenizer_template": _sha256(str(getattr(tokenizer, "chat_template", None))),
         "special_tokens": tokenizer.special_tokens_map,  # what templates and the EOS read
         "trained": [spec.assistant_only_loss, spec.completion_only_loss],
+        "overlong_rows": spec.overlong_rows,  # a refusing job never opens what a cut one built
     }
     if spec.eval_dataset is None and classify_source(spec.dataset) != "builtin":
         # a hold-out (built-ins bring a validation split): its seed and size pick the rows

@@ -24,9 +24,11 @@ import numpy as np
 import pyarrow as pa
 from transformers.utils.chat_template_utils import render_jinja_template
 
-from trainer_core.data.tokenized import rows_table, tokenizer_for
+from trainer_core.data.tokenized import CUT_COLUMNS, rows_table, tokenizer_for
 from trainer_core.spec.chat import message_problems, prompt_completion_problems
 
+# What a refused over-long row's message says (``load`` names the split's field for it).
+TOO_LONG = "tokens a row (max_seq_length, at most the model's context)"
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
 Span = tuple[int, int]
 
@@ -99,17 +101,29 @@ def token_mask(offsets: Sequence[tuple[int, int]], spans: Sequence[Span]) -> np.
     return mask
 
 
-def _encoded(texts: list[str], spans: list[list[Span]], tokenizer_json: str,
-             max_length: int) -> pa.Table:  # fmt: skip
-    """Tokenize (with offsets, no special tokens added: the text carries them), mask, and keep
-    the rows with something to train after truncation and the shift."""
-    encodings = tokenizer_for(tokenizer_json, max_length).encode_batch(
-        texts, add_special_tokens=False
-    )
-    ids = [e.ids for e in encodings]
-    masks = [token_mask(e.offsets, row) for e, row in zip(encodings, spans, strict=True)]
-    items = np.array([int(m[1:].sum()) for m in masks], dtype=np.int32)
-    return rows_table(ids, items, loss_mask=masks).filter(pa.array(items > 0))
+def _encoded(texts: list[str], spans: list[list[Span]], tokenizer_json: str, max_length: int,
+             *, first_row: int, refuse_longer: bool) -> pa.Table:  # fmt: skip
+    """Tokenize (with offsets, no special tokens added: the text carries them), mask, truncate
+    at ``max_length`` (or, with ``refuse_longer``, refuse a longer row, naming it), count what
+    the truncation cut, and keep the rows with something to train."""
+    encodings = tokenizer_for(tokenizer_json, None).encode_batch(texts, add_special_tokens=False)
+    ids, masks = [], []
+    items, cut_tokens, cut_items = (np.zeros(len(texts), dtype=np.int32) for _ in range(3))
+    for i, (encoding, row_spans) in enumerate(zip(encodings, spans, strict=True)):
+        row = first_row + i + 1  # counted from 1, as the file's lines
+        full = token_mask(encoding.offsets, row_spans)
+        if len(full) > max_length and refuse_longer:
+            raise ValueError(
+                f"row {row} is {len(full)} tokens long; this job trains on at most {max_length} "
+                f"{TOO_LONG}: shorten or split it"
+            )
+        mask = full[:max_length]
+        ids.append(encoding.ids[:max_length])
+        masks.append(mask)
+        items[i] = int(mask[1:].sum())  # after the shift: the first token predicts nothing
+        cut_tokens[i], cut_items[i] = len(full) - len(mask), int(full[1:].sum()) - items[i]
+    cut = dict(zip(CUT_COLUMNS, (cut_tokens, cut_items), strict=True))
+    return rows_table(ids, items, loss_mask=masks, cut=cut).filter(pa.array(items > 0))
 
 
 def _problems(rows: list[Any], where: str, first_row: int, check: Any) -> None:
@@ -139,6 +153,7 @@ def encode_messages(
     template: str,
     template_kwargs: dict[str, Any],
     assistant_only: bool,
+    refuse_longer: bool = False,
 ) -> pa.Table:
     """One ``map`` batch of conversations (``indices``: the rows' positions in the split)."""
     conversations = [_decoded(c) for c in batch.column(messages_column).to_pylist()]
@@ -148,7 +163,8 @@ def encode_messages(
         conversation_spans(c, template, template_kwargs, assistant_only=assistant_only)
         for c in conversations
     ]
-    return _encoded([t for t, _ in rendered], [s for _, s in rendered], tokenizer_json, max_length)
+    return _encoded([t for t, _ in rendered], [s for _, s in rendered], tokenizer_json, max_length,
+                    first_row=indices[0] if indices else 0, refuse_longer=refuse_longer)  # fmt: skip
 
 
 def encode_prompt_completion(
@@ -161,6 +177,7 @@ def encode_prompt_completion(
     completion_column: str,
     eos_token: str,
     completion_only: bool,
+    refuse_longer: bool = False,
 ) -> pa.Table:
     """One ``map`` batch of prompt-completion rows: the completion and the EOS are trained."""
     rows = batch.select([prompt_column, completion_column]).to_pylist()
@@ -171,4 +188,5 @@ def encode_prompt_completion(
         text = row[prompt_column] + row[completion_column] + eos_token
         texts.append(text)
         spans.append([(len(row[prompt_column]) if completion_only else 0, len(text))])
-    return _encoded(texts, spans, tokenizer_json, max_length)
+    return _encoded(texts, spans, tokenizer_json, max_length,
+                    first_row=indices[0] if indices else 0, refuse_longer=refuse_longer)  # fmt: skip

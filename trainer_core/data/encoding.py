@@ -66,6 +66,7 @@ def encoding_for(
             "template": chat_template_of(spec, tokenizer),
             "template_kwargs": dict(tokenizer.special_tokens_map),  # as apply_chat_template does
             "assistant_only": spec.assistant_only_loss,
+            "refuse_longer": spec.overlong_rows == "refuse",
         }
         return Encoding(fmt, spec.needed_columns(fmt), encode_messages, kwargs, with_indices=True)
     if fmt == "prompt-completion":
@@ -76,6 +77,7 @@ def encoding_for(
             "completion_column": spec.completion_column,
             "eos_token": tokenizer.eos_token,
             "completion_only": spec.completion_only_loss,
+            "refuse_longer": spec.overlong_rows == "refuse",
         }
         return Encoding(fmt, spec.needed_columns(fmt), encode_prompt_completion, kwargs,
                         with_indices=True)  # fmt: skip

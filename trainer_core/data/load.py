@@ -22,9 +22,11 @@ from transformers import PreTrainedTokenizerBase
 
 from trainer_core.data.cache import DataCache
 from trainer_core.data.cache_key import cache_key, data_identity
+from trainer_core.data.chat import TOO_LONG
 from trainer_core.data.encoding import check_columns, encoding_for
 from trainer_core.data.sources import load_source
 from trainer_core.data.tokenized import (
+    CUT_COLUMNS,
     ArrowRows,
     IntColumn,
     column_numpy,
@@ -60,8 +62,11 @@ class JobData:
     eval: TokenizedSplit
     label_names: list[str] | None  # classification only, index = class id
     format: str = "text"  # what the rows were read as (trainer_core.spec.chat)
-    # Rows left out for having nothing to train (after truncation and the shift), per split.
+    # Rows left out for having nothing to train (no trained part at all), per split.
     dropped: dict[str, int] = field(default_factory=dict)
+    # Per split, what truncation at max_seq_length cut: {"rows", "tokens", "trained_tokens"}.
+    truncated: dict[str, dict[str, int]] = field(default_factory=dict)
+    held_out: int = 0  # training rows held out as the eval split (validation_split_percentage)
 
 
 @dataclass(frozen=True)
@@ -72,17 +77,27 @@ class Prepared:
     eval: datasets.Dataset
     label_names: list[str] | None
     format: ResolvedFormat
+    held_out: int = 0
 
 
-def _train_and_eval(spec: JobSpec) -> tuple[datasets.Dataset, datasets.Dataset]:
+def _train_and_eval(spec: JobSpec) -> tuple[datasets.Dataset, datasets.Dataset, int]:
+    """The train and eval splits, and how many training rows were held out as the eval split."""
     train_dict = load_source(spec.dataset, "dataset")
     train = train_dict["train"]
     if spec.eval_dataset is not None:
         eval_dict = load_source(spec.eval_dataset, "eval_dataset")
         split = "validation" if "validation" in eval_dict else "train"
-        return train, eval_dict[split]
+        return train, eval_dict[split], 0
     if "validation" in train_dict:
-        return train, train_dict["validation"]
+        return train, train_dict["validation"], 0
+    if spec.validation_split_percentage == 0:  # nothing held out: every row trains, no eval
+        if spec.load_best_model_at_end or spec.early_stopping_patience is not None:
+            raise DatasetError(
+                "validation_split_percentage: 0 holds nothing out, and selecting the best model "
+                "or stopping early needs an evaluation: give eval_dataset (validation_file)",
+                param="validation_split_percentage",
+            )
+        return train, train.select(range(0)), 0
     if len(train) < 2:
         raise DatasetError(
             "dataset: needs at least 2 rows to hold out an eval split", param="dataset"
@@ -91,7 +106,7 @@ def _train_and_eval(spec: JobSpec) -> tuple[datasets.Dataset, datasets.Dataset]:
     parts = train.train_test_split(
         test_size=spec.validation_split_percentage / 100, seed=spec.seed, shuffle=True
     )
-    return parts["train"], parts["test"]
+    return parts["train"], parts["test"], len(parts["test"])
 
 
 def _label_names(ds: datasets.Dataset, column: str) -> list[str]:
@@ -115,7 +130,7 @@ def _label_names(ds: datasets.Dataset, column: str) -> list[str]:
 
 
 def _prepared(spec: JobSpec) -> Prepared:
-    train_ds, eval_ds = _train_and_eval(spec)
+    train_ds, eval_ds, held_out = _train_and_eval(spec)
     fmt = spec.format_for(train_ds.column_names)
     check_columns(spec, fmt, train_ds.column_names, "dataset")
     check_columns(spec, fmt, eval_ds.column_names, "eval_dataset")
@@ -130,11 +145,36 @@ def _prepared(spec: JobSpec) -> Prepared:
             raise DatasetError(
                 "label_column: need at least 2 distinct labels", param="label_column"
             )
-    return Prepared(train_ds, eval_ds, label_names, fmt)
+    return Prepared(train_ds, eval_ds, label_names, fmt, held_out)
 
 
 FIELDS_IN_ERRORS = ("text_column", "label_column", "messages_column", "prompt_column",
                     "chat_template")  # fmt: skip
+NO_TRUNCATION = {"rows": 0, "tokens": 0, "trained_tokens": 0}
+
+
+def _field_error(exc: Exception, param: str) -> DatasetError | None:
+    """An encoder's error (raised in a map worker) as a DatasetError naming the field it is
+    about: an over-long row the split's own (``dataset``, ``eval_dataset``)."""
+    text = str(exc)
+    if TOO_LONG in text:
+        message = text[text.index("row ") :].splitlines()[0]
+        return DatasetError(f"{param}: {message}", param=param)
+    for spec_field in FIELDS_IN_ERRORS:
+        if spec_field in text:
+            message = text[text.index(spec_field) :].splitlines()[0]
+            return DatasetError(f"{message} ({param})", param=spec_field)
+    return None
+
+
+def _truncation(folder: Path, files: list[str]) -> dict[str, int]:
+    """What truncation cut from a split's kept rows (chat and prompt-completion rows count it)."""
+    table = read_table(folder, files)
+    if CUT_COLUMNS[0] not in table.column_names:
+        return NO_TRUNCATION
+    tokens, items = (column_numpy(table.column(name)) for name in CUT_COLUMNS)
+    return {"rows": int((tokens > 0).sum()), "tokens": int(tokens.sum()),
+            "trained_tokens": int(items.sum())}  # fmt: skip
 
 
 def _build(
@@ -147,22 +187,25 @@ def _build(
     encoding = encoding_for(spec, tokenizer, prepared.train.column_names, prepared.label_names)
     layout: dict[str, Any] = {"label_names": prepared.label_names, "format": encoding.format}
     dropped: dict[str, int] = {}
+    truncated: dict[str, dict[str, int]] = {}
     splits = (("train", prepared.train, "dataset"), ("eval", prepared.eval, "eval_dataset"))
     for name, ds, param in splits:
+        if len(ds) == 0:  # no eval split (validation_split_percentage 0)
+            layout[name], dropped[name], truncated[name] = [], 0, NO_TRUNCATION
+            continue
         try:
             layout[name], kept = tokenize_to(
                 ds, folder, name, fingerprint, encoding.encode,
                 with_indices=encoding.with_indices, **encoding.kwargs,
             )  # fmt: skip
         except Exception as exc:  # raised in a map worker: name the field it is about
-            text = str(exc)
-            for spec_field in FIELDS_IN_ERRORS:
-                if spec_field in text:
-                    message = text[text.index(spec_field) :].splitlines()[0]
-                    raise DatasetError(f"{message} ({param})", param=spec_field) from exc
-            raise
+            named = _field_error(exc, param)
+            if named is None:
+                raise
+            raise named from exc
         dropped[name] = len(ds) - kept
-    layout["dropped"] = dropped
+        truncated[name] = _truncation(folder, layout[name])
+    layout |= {"dropped": dropped, "truncated": truncated, "held_out": prepared.held_out}
     write_layout(folder, layout)
 
 
@@ -170,6 +213,9 @@ def _opened(folder: Path) -> JobData:
     layout = read_layout(folder)
     splits = []
     for name in ("train", "eval"):
+        if not layout[name]:  # no eval split: nothing held out, no eval_dataset
+            splits.append(TokenizedSplit([], None, [], None))
+            continue
         table = read_table(folder, layout[name])
         labels = (
             IntColumn(column_numpy(table.column("label")))
@@ -182,16 +228,16 @@ def _opened(folder: Path) -> JobData:
         splits.append(TokenizedSplit(ArrowRows(table.column("input_ids")), labels, items, mask))
     train, evaluation = splits
     dropped = layout.get("dropped", {})
-    for split, param in ((train, "dataset"), (evaluation, "eval_dataset")):
-        if len(split) == 0:
-            left_out = dropped.get("train" if param == "dataset" else "eval", 0)
+    for split, name, param in ((train, "train", "dataset"), (evaluation, "eval", "eval_dataset")):
+        if len(split) == 0 and layout[name]:
             raise DatasetError(
-                f"{param}: no usable rows after tokenization ({left_out} rows had nothing to "
-                "train after truncation at max_seq_length: raise it, or check the trained "
-                "parts of the rows)",
-                param=param,
+                f"max_seq_length: no usable rows in {param} after tokenization (its "
+                f"{dropped.get(name, 0)} rows have nothing to train after truncation at "
+                "max_seq_length: raise it, or check the trained parts of the rows)",
+                param="max_seq_length",
             )
-    return JobData(train, evaluation, layout["label_names"], layout.get("format", "text"), dropped)
+    return JobData(train, evaluation, layout["label_names"], layout.get("format", "text"),
+                   dropped, layout.get("truncated", {}), layout.get("held_out", 0))  # fmt: skip
 
 
 def load_job_data(

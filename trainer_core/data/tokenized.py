@@ -4,9 +4,10 @@ memory-mapped.
 A split is one Arrow table with ``input_ids`` (list<int32>), ``n_items`` (int32: 1 for
 classification, ``len - 1`` for a causal LM's text, the trained tokens after the shift for chat and
 prompt-completion rows), for classification ``label`` (int32), and for chat and prompt-completion
-rows ``loss_mask`` (list<uint8>: 1 where a token is trained; ``trainer_core.data.chat``). Reading
-it maps the files: a row is a zero-copy numpy view, so a process holds O(batch) rows in Python,
-not O(dataset), and the epoch plan needs only the compact ``n_items`` column.
+rows ``loss_mask`` (list<uint8>: 1 where a token is trained; ``trainer_core.data.chat``) and
+what truncation cut from each row (``CUT_COLUMNS``: tokens, and trained tokens after the shift).
+Reading it maps the files: a row is a zero-copy numpy view, so a process holds O(batch) rows in
+Python, not O(dataset), and the epoch plan needs only the compact ``n_items`` column.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     import datasets
 
 LAYOUT = "layout.json"
+CUT_COLUMNS = ("cut_tokens", "cut_items")  # chat and prompt-completion rows: what truncation cut
 ROWS_PER_PROCESS = 20_000  # below this a second process costs more than it saves
 _TOKENIZERS: dict[str, Tokenizer] = {}
 
@@ -125,14 +127,15 @@ def row_lengths(rows: Sequence[Any]) -> np.ndarray:
     return np.asarray([len(row) for row in rows], dtype=np.int64)
 
 
-def tokenizer_for(tokenizer_json: str, max_length: int) -> Tokenizer:
-    """The Rust tokenizer of this JSON definition, truncating at ``max_length`` (one per process
-    and definition)."""
+def tokenizer_for(tokenizer_json: str, max_length: int | None) -> Tokenizer:
+    """The Rust tokenizer of this JSON definition, truncating at ``max_length`` (None: never;
+    one per process and definition)."""
     key = f"{max_length}:{tokenizer_json}"
     if key not in _TOKENIZERS:
         tokenizer = Tokenizer.from_str(tokenizer_json)
         tokenizer.no_padding()
-        tokenizer.enable_truncation(max_length)  # what tokenizer(truncation=True) does
+        if max_length is not None:
+            tokenizer.enable_truncation(max_length)  # what tokenizer(truncation=True) does
         _TOKENIZERS[key] = tokenizer
     return _TOKENIZERS[key]
 
@@ -176,13 +179,17 @@ def rows_table(
     *,
     labels: list[int] | None = None,
     loss_mask: Sequence[np.ndarray] | None = None,
+    cut: dict[str, np.ndarray] | None = None,
 ) -> pa.Table:
-    """A split's rows as its Arrow table (the columns of the module docstring)."""
+    """A split's rows as its Arrow table (the columns of the module docstring; ``cut``: the
+    truncation's counts per row, ``CUT_COLUMNS``)."""
     columns: dict[str, Any] = {"input_ids": _lists(ids, np.int32), "n_items": pa.array(items)}
     if labels is not None:
         columns["label"] = pa.array(labels, pa.int32())
     if loss_mask is not None:
         columns["loss_mask"] = _lists(loss_mask, np.uint8)
+    for name, values in (cut or {}).items():
+        columns[name] = pa.array(values, pa.int32())
     return pa.table(columns)
 
 

@@ -244,6 +244,8 @@ class TrainingRun:
         if self._last_eval is not None and self._last_eval[0] == self.global_step:
             return self._last_eval[1]
         ctx = self.ctx
+        if len(ctx.data.eval) == 0:  # validation_split_percentage 0 and no eval_dataset
+            return {}
         self.evaluating = True
         predicted: list[int] = []
         scores = evaluate(

@@ -45,9 +45,18 @@ class TrainingFields(SpecBase):
         examples=[42],
     )  # fmt: skip
     max_seq_length: int = Field(
-        default=128, ge=2, le=32768, description="Tokens per sample (longer is cut)",
+        default=128, ge=2, le=32768,
+        description="Tokens per sample, at most the model's context (longer is cut, or refused "
+        "with overlong_rows 'refuse'); /v1/fine_tuning/jobs: the model's context by default",
         examples=[128],
     )  # fmt: skip
+    overlong_rows: Literal["truncate", "refuse"] = Field(
+        default="truncate",
+        description="A chat or prompt-completion row longer than max_seq_length: cut (a warning "
+        "event counts what was cut) or refused, naming its row ('refuse': "
+        "/v1/fine_tuning/jobs' default, as OpenAI)",
+        examples=["truncate"],
+    )
     max_train_samples: PositiveInt | None = Field(
         default=None, description="Train on the first N samples only", examples=[64]
     )
@@ -56,9 +65,11 @@ class TrainingFields(SpecBase):
     )
     validation_split_percentage: int = Field(
         default=10,
-        ge=1,
+        ge=0,
         le=50,
-        description="Hold-out share of the training data when there is no eval dataset",
+        description="Hold-out share of the training data when there is no eval dataset (an "
+        "event says so); 0: none, every row trains and nothing is evaluated "
+        "(/v1/fine_tuning/jobs without a validation_file, as OpenAI)",
         examples=[10],
     )
     device: Literal["auto", "cpu", "cuda"] = Field(

@@ -35,8 +35,7 @@ log = logging.getLogger(__name__)
 
 def fail_early(settings: Settings, job_id: str, exc: JobError) -> int:
     log.error("job %s failed: %s: %s", job_id, exc.code, exc.message)
-    code, message = exc.code, exc.message
-    _retrying(lambda: _record_failure(settings, job_id, code=code, message=message))
+    _retrying(lambda: _record_failure(settings, job_id, exc.code, exc.message, param=exc.param))
     return exit_codes.OUTCOME_RECORDED
 
 
@@ -58,9 +57,9 @@ def train_and_record(settings: Settings, job_id: str, spec: JobSpec) -> int:
         raise
     except JobError as exc:
         log.error("job %s failed: %s: %s", job_id, exc.code, exc.message)
-        code, message = exc.code, exc.message
+        code, message, param = exc.code, exc.message, exc.param
         callback.flush()
-        _retrying(lambda: _record_failure(settings, job_id, code=code, message=message))
+        _retrying(lambda: _record_failure(settings, job_id, code, message, param=param))
         return exit_codes.OUTCOME_RECORDED
     except Exception as exc:
         log.exception("job %s crashed", job_id)  # into train.log, not into the database
@@ -68,7 +67,7 @@ def train_and_record(settings: Settings, job_id: str, spec: JobSpec) -> int:
         if spec.num_processes > 1:  # often a peer rank's death (a collective failed): the
             raise  # launcher starts every rank again, or fails the job past max_restarts
         message = describe_error(exc)
-        _retrying(lambda: _record_failure(settings, job_id, code="training_error", message=message))
+        _retrying(lambda: _record_failure(settings, job_id, "training_error", message))
         return exit_codes.CRASHED
     callback.flush()  # metrics that waited out a database outage go in before the final status
     return _retrying(lambda: _record_result(settings, job_id, result))
@@ -88,9 +87,14 @@ def _retrying(write: Callable[[], T]) -> T:
     return retry(write, errors=DATABASE_ERRORS, timeout_s=300.0)
 
 
-def _record_failure(settings: Settings, job_id: str, *, code: str, message: str) -> None:
+def _record_failure(
+    settings: Settings, job_id: str, code: str, message: str, *, param: str | None = None
+) -> None:
     with session_scope(settings) as session:
-        fail_job(session, job_id=job_id, code=code, message=message)
+        if fail_job(session, job_id=job_id, code=code, message=message) and param is not None:
+            job = session.get(Job, job_id)
+            if job is not None and job.fine_tuning is not None:  # its error object has a param
+                job.fine_tuning = {**job.fine_tuning, "error_param": param}
         session.commit()
 
 
