@@ -1,11 +1,12 @@
 """Start this worker's predict server (``python -m worker.predict``) when the worker is ready, keep
 it running (a server that dies, killed or out of memory, is started again, after a pause that
-doubles while it keeps dying), stop it at the worker's shutdown. Its output joins the worker's."""
+doubles while it keeps dying; one that stopped when told to is not), stop it at the worker's shutdown. Its output joins the worker's."""
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -17,6 +18,9 @@ from worker.child.ranks.launcher import die_with_parent
 from worker.consumer.supervisor import worker_name
 
 log = logging.getLogger(__name__)
+# How a server that was told to stop ends (by its worker, or by a signal to the whole group at
+# shutdown, before the worker's own stop): not restarted. SIGKILL, a crash: restarted.
+STOPPED = (0, -signal.SIGTERM, -signal.SIGINT)
 STABLE_S = 60.0  # a server that ran this long before dying is restarted after the first pause
 _process: subprocess.Popen[bytes] | None = None
 _lock = threading.Lock()  # between the supervisor's restart and stop()
@@ -51,7 +55,7 @@ def _supervise(process: subprocess.Popen[bytes]) -> None:
     while True:
         started = time.monotonic()
         code = process.wait()
-        if _stopping.is_set():
+        if _stopping.is_set() or code in STOPPED:
             return
         if time.monotonic() - started > STABLE_S:
             backoff.reset()
