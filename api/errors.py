@@ -34,8 +34,9 @@ from gradacc.errors import (
     NoWorkers,
     PredictionFailed,
     PredictionTimeout,
-    TooManyPredictions,
+    StorageQuotaExceeded,
     TooManyJobs,
+    TooManyPredictions,
     TooManyStreams,
     Unauthorized,
 )
@@ -57,6 +58,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     JobBusy: 409,
     IdempotencyConflict: 409,
     TooManyJobs: 429,
+    StorageQuotaExceeded: 413,
     TooManyStreams: 429,
     NotReady: 503,
     NoWorkers: 503,

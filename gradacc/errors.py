@@ -89,6 +89,19 @@ class TooManyStreams(DomainError):
         )
 
 
+class StorageQuotaExceeded(DomainError):
+    """An upload that would take the tenant past ``GRADACC_MAX_STORAGE_BYTES_PER_TENANT``."""
+
+    code = "storage_quota_exceeded"
+    param = "GRADACC_MAX_STORAGE_BYTES_PER_TENANT"
+
+    def __init__(self, *, used: int, adding: int, limit: int) -> None:
+        super().__init__(
+            f"this tenant stores {used} bytes; this upload ({adding} bytes) would pass the "
+            f"limit of {limit} ({self.param}): delete files or jobs first"
+        )
+
+
 class FileNotFound(DomainError):
     code = "file_not_found"
     param = "file_id"

@@ -24,7 +24,9 @@ router = APIRouter(
 UPLOAD_DOC = """Multipart form: `file` (the bytes) and `purpose`: `dataset` (default; .csv, .jsonl,
 .json or .parquet, checked and counted), `fine-tune` (OpenAI's: a JSONL of `messages` or
 `prompt`/`completion` rows) or `model` (a .tar.gz or .zip of a `save_pretrained` directory with
-safetensors weights). Streamed to disk; over `GRADACC_MAX_UPLOAD_BYTES` is 413."""
+safetensors weights). Streamed to disk; over `GRADACC_MAX_UPLOAD_BYTES` is 413, and so is an
+upload that would take the tenant past `GRADACC_MAX_STORAGE_BYTES_PER_TENANT`. Other parts than
+`file` and `purpose`, or either twice, are refused."""
 
 
 # The body is parsed as a stream (api/uploads/receive.py), so FastAPI cannot infer it: declared here.
@@ -57,7 +59,7 @@ UPLOAD_BODY = {
     description=UPLOAD_DOC,
     responses={
         400: {"model": ErrorResponse, "description": "A fine-tune upload that is not usable"},
-        413: {"model": ErrorResponse, "description": "Over the upload size limit"},
+        413: {"model": ErrorResponse, "description": "Over the upload size or storage limit"},
         422: {"model": ErrorResponse, "description": "Not a readable dataset or a safe model"},
     },
     openapi_extra={"requestBody": UPLOAD_BODY},
@@ -65,6 +67,9 @@ UPLOAD_BODY = {
 async def upload_file(
     request: Request, session: SessionDep, settings: SettingsDep, tenant: TenantDep
 ) -> FileRead:
+    await run_in_threadpool(  # a tenant already at its quota is refused before the body is read
+        file_services.check_storage, session, settings=settings, tenant=tenant, adding=0
+    )
     folder = file_services.upload_folder(settings)
     upload = await receive_upload(request, folder=folder)
     # The OpenAI SDK's uploads get OpenAI's status codes for what is wrong with them (api.errors).

@@ -13,17 +13,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from api.uploads.archives import unpack_model
 from api.uploads.datasets import check_labels, check_rows, found_format, lines_format
-from api.uploads.formats import archive_format, dataset_format, inspect_dataset, unpack_model
+from api.uploads.formats import archive_format, dataset_format, inspect_dataset
 from api.uploads.receive import Upload
-from gradacc.errors import FileInUse, FileNotFound, InvalidRequest
+from gradacc.errors import FileInUse, FileNotFound, InvalidRequest, StorageQuotaExceeded
 from gradacc.jobs.states import lock_tenant
 from gradacc.settings import Settings
 from gradacc.sources.files import MODEL_DIR, file_dir, is_file_id, jobs_using, new_file_id
-from gradacc.tables import File, FilePurpose
+from gradacc.tables import File, FilePurpose, Job
 
 
 def upload_folder(settings: Settings) -> Path:
@@ -63,6 +64,9 @@ def create_file(session: Session, *, settings: Settings, tenant: str, upload: Up
         purpose = _purpose(upload.fields.get("purpose", FilePurpose.DATASET))
         staging.mkdir(parents=True)
         stored_name, details = _store(settings, staging, upload, purpose)
+        lock_tenant(session, tenant=tenant)  # until commit: two uploads cannot both fit
+        adding = upload.bytes + details.get("unpacked_bytes", 0)
+        check_storage(session, settings=settings, tenant=tenant, adding=adding)
         os.replace(staging, final)
         file = File(
             id=file_id,
@@ -82,6 +86,23 @@ def create_file(session: Session, *, settings: Settings, tenant: str, upload: Up
         shutil.rmtree(final, ignore_errors=True)
         raise
     return file
+
+
+def check_storage(session: Session, *, settings: Settings, tenant: str, adding: int) -> None:
+    """413 when ``adding`` bytes would take the tenant past its storage quota: its files as
+    stored (an upload, a model's unpacked folder) and its jobs' outputs as recorded."""
+    limit = settings.max_storage_bytes_per_tenant
+    if not limit:
+        return
+    used = session.scalar(
+        select(func.coalesce(func.sum(File.bytes), 0)).where(File.tenant == tenant)
+    )
+    models = select(File.details).where(File.tenant == tenant, File.purpose == FilePurpose.MODEL)
+    used = (used or 0) + sum(d.get("unpacked_bytes", 0) for d in session.scalars(models))
+    outputs = select(Job.outputs).where(Job.tenant == tenant, Job.outputs.is_not(None))
+    used += sum(sum(o.values()) for o in session.scalars(outputs) if o)
+    if used + adding > limit:
+        raise StorageQuotaExceeded(used=used, adding=adding, limit=limit)
 
 
 UPLOADABLE = (FilePurpose.DATASET, FilePurpose.MODEL, FilePurpose.FINE_TUNE)
@@ -134,7 +155,8 @@ def check_dataset(path: Path, fmt: str) -> dict[str, Any]:
         details = inspect_dataset(path, fmt)
     except InvalidRequest:
         # JSON lines that pyarrow cannot read as one table (a line that is no object, a field
-        # that changes type) may still be chat rows: then their problems say more, line by line.
+        # that changes type) may still be chat rows: then their problems say more, line by line
+        # (up to FALLBACK_MAX_BYTES: past it, lines_format reads nothing and the refusal stands).
         check_rows(path, fmt, lines_format(path, fmt))
         raise
     found = found_format(details["columns"])

@@ -7,7 +7,6 @@ keeps nothing of a refused file.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pa_parquet
 
 from api.uploads.arrow import BLOCK_BYTES, batches, type_change, with_growing_blocks
+from api.uploads.jsonrows import MAX_COLUMNS, array_rows, json_lines, starts_array
 from gradacc.errors import InvalidRequest
 from trainer_core.spec.chat import (
     MAX_PROBLEMS,
@@ -27,6 +27,7 @@ from trainer_core.spec.chat import (
 )
 
 BATCH_ROWS = 10_000
+FALLBACK_MAX_BYTES = 64 * 1024**2  # a refused JSON file read again as Python rows, for its lines
 _NUMBER = r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$"
 
 
@@ -40,13 +41,16 @@ def found_format(columns: list[str]) -> ResolvedFormat | None:
 
 
 def lines_format(path: Path, fmt: str) -> ResolvedFormat | None:
-    """The format the keys of JSON lines suggest, read as Python (for files pyarrow refused)."""
-    if fmt not in ("jsonl", "json"):
+    """The format the keys of JSON rows suggest, read as Python (for files pyarrow refused, to
+    say more than its refusal does): not past FALLBACK_MAX_BYTES, where the refusal stands."""
+    if fmt not in ("jsonl", "json") or path.stat().st_size > FALLBACK_MAX_BYTES:
         return None
     keys: set[str] = set()
     try:
         for _, row in _rows(path, fmt, []):
             keys.update(row)
+            if len(keys) > MAX_COLUMNS:
+                return None
     except ValueError:  # not JSON at all: the reader's refusal stands
         return None
     return found_format(sorted(keys))
@@ -55,17 +59,9 @@ def lines_format(path: Path, fmt: str) -> ResolvedFormat | None:
 def _rows(
     path: Path, fmt: str, columns: list[str], block: int = BLOCK_BYTES
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(1-based line or row, the row's values of ``columns``)."""
+    """(1-based line or row, the row's values of ``columns``), one row in memory at a time."""
     if fmt in ("jsonl", "json"):
-        if fmt == "json" and _is_array(path):  # one array of objects (parsed whole: bounded)
-            for number, row in enumerate(json.loads(path.read_bytes()), start=1):
-                yield number, row if isinstance(row, dict) else {}
-            return
-        with path.open("rb") as lines:
-            for number, line in enumerate(lines, start=1):
-                if line.strip():
-                    row = json.loads(line)
-                    yield number, row if isinstance(row, dict) else {}
+        yield from array_rows(path) if fmt == "json" and starts_array(path) else json_lines(path)
         return
     read: Iterator[pa.RecordBatch]
     if fmt == "parquet":
@@ -119,16 +115,18 @@ def _label_columns(path: Path, fmt: str, column: str, block: int) -> Iterator[pa
         for batch in pa_parquet.ParquetFile(path).iter_batches(BATCH_ROWS, columns=[column]):
             yield batch.column(0)
         return
-    if fmt == "json" and _is_array(path):  # one array of objects: parsed whole (bounded)
-        yield pa.array([row.get(column) for _, row in _rows(path, fmt, [column])])
+    if fmt == "json" and starts_array(path):  # one array of objects, streamed
+        values: list[Any] = []
+        for _, row in array_rows(path):
+            values.append(row.get(column))
+            if len(values) == BATCH_ROWS:
+                yield pa.array(values)
+                values = []
+        if values:
+            yield pa.array(values)
         return
     for batch in batches(path, "csv" if fmt == "csv" else "jsonl", block, [column]):
         yield batch.column(batch.schema.get_field_index(column))
-
-
-def _is_array(path: Path) -> bool:
-    with path.open("rb") as source:
-        return source.read(64).lstrip()[:1] == b"["
 
 
 def check_labels(path: Path, fmt: str, column: str, *, param: str) -> None:

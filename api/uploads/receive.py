@@ -5,8 +5,9 @@ the hashing for a second pass; here the ``python-multipart`` streaming parser ha
 the ``file`` part straight to a temporary file beside its final place (so the final move is a
 rename) and to sha256. Chunks are gathered to ~1 MiB and parsed in a worker thread while the next
 MiB arrives: disk writes and hashing (which release the GIL) never block the event loop, and at
-most two batches are held. The body's size limit is the
-``BodySizeLimit`` middleware's, raised inside ``request.stream()``; any failure removes the file.
+most two batches are held. Only the parts ``file`` and ``purpose`` are taken, each once: any other
+part is refused when its headers arrive. The body's size limit is the ``BodySizeLimit``
+middleware's, raised inside ``request.stream()``; any failure removes the file.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 BATCH_BYTES = 1 << 20
 MAX_FIELD_BYTES = 1024  # form fields other than the file: "purpose"
+PARTS = ("file", "purpose")
 
 
 @dataclass
@@ -74,7 +76,7 @@ class _Receiver:
 
     def on_headers_finished(self) -> None:
         _, options = parse_options_header(self.headers.get("content-disposition", b""))
-        self.part_name = options.get(b"name", b"").decode("utf-8", "replace")
+        self.part_name = _known_part(options.get(b"name", b"").decode("utf-8", "replace"))
         raw = options.get(b"filename")
         if self.part_name == "file":
             if self.out is not None:
@@ -82,6 +84,8 @@ class _Receiver:
             self.filename = _safe_filename(raw.decode("utf-8", "replace") if raw else "")
             self.path = self.folder / f".upload-{secrets.token_hex(8)}"
             self.out = self.path.open("xb")
+        elif self.part_name in self.fields:
+            raise InvalidRequest("send it once", param=self.part_name)
         else:
             self.fields[self.part_name] = bytearray()
 
@@ -108,6 +112,15 @@ class _Receiver:
         self.close()
         if self.path is not None:
             self.path.unlink(missing_ok=True)
+
+
+def _known_part(name: str) -> str:
+    """Only the parts the route reads: anything else is refused before its body is read, so a
+    flood of fields is never kept (each part is at most once: at most two parts)."""
+    if name not in PARTS:
+        shown = "".join(ch for ch in name if ch.isprintable())[:64]
+        raise InvalidRequest(f"unknown part {shown!r}: send 'file' and 'purpose' only", param=shown)
+    return name
 
 
 def _safe_filename(name: str) -> str:
