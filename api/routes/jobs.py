@@ -178,8 +178,8 @@ async def list_metrics(
         page = MetricsList(data=job_services.list_metrics(engine, job_id=job_id, tenant=tenant))
     elif granularity == "evaluation":
         job_services.read_job(engine, job_id=job_id, tenant=tenant)
-        reports = evaluations(settings.jobs_dir / job_id)
-        page = MetricsList(data=reports[:limit], has_more=len(reports) > limit)
+        reports, more = evaluations(settings.jobs_dir / job_id, limit=limit)
+        page = MetricsList(data=reports, has_more=more)
     else:
         records, has_more = job_services.list_step_metrics(
             engine, job_id=job_id, tenant=tenant, after=after, limit=limit
