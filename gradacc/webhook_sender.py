@@ -1,7 +1,8 @@
 """Sends webhooks from the outbox (``webhook_deliveries``). Every API process and every worker runs
 a sender, so webhooks go out while any of them runs (a job that finishes while no API is up
 included): each polls for due rows, claims them (a conditional UPDATE: of several processes, one
-sends a row, at least once), POSTs the job object signed with its tenant's secret, and records
+sends a row, at least once), POSTs the job object (a fine-tuning job's: OpenAI's event object)
+signed with its tenant's secret (``Gradacc-Signature`` and Standard Webhooks), and records
 every attempt as a job event. A failure is retried with doubling delays up to
 ``webhook_max_attempts``; redirects are not followed, and the URL is checked again before each
 attempt (an address may have changed since the job was accepted).
@@ -29,11 +30,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from gradacc.errors import InvalidRequest
 from gradacc.job_view import JobRead
 from gradacc.jobs.records import add_event
+from gradacc.jobs.standard_webhooks import message_id, standard_headers
 from gradacc.jobs.webhook_outbox import SIGNATURE_HEADER, check_webhook_url, sign, tenant_secret
 from gradacc.migrate import missing_schema
+from gradacc.openai.events import fine_tuning_event
 from gradacc.retry import Backoff
 from gradacc.settings import Settings
-from gradacc.tables import Job, WebhookDelivery, utcnow
+from gradacc.tables import FINE_TUNING_API, Job, WebhookDelivery, utcnow
 
 log = logging.getLogger(__name__)
 LEASE_MARGIN_S = 30.0  # a claimed row is due again this long after its attempt's deadline
@@ -49,6 +52,11 @@ class Attempt:
     url: str
     body: bytes
     secret: str
+
+    @property
+    def message_id(self) -> str:
+        """``webhook-id`` (and a fine-tuning event's id): the same on every attempt."""
+        return message_id(self.job_id, self.delivery_id)
 
 
 def claim_due(
@@ -80,11 +88,19 @@ def claim_due(
 def _attempt(session: Session, delivery_id: int) -> Attempt:
     delivery = session.get_one(WebhookDelivery, delivery_id)
     job = session.get_one(Job, delivery.job_id)  # its deliveries go with it (ON DELETE CASCADE)
-    body = JobRead.of(job).model_dump_json().encode()
     secret = tenant_secret(session, tenant=job.tenant)
     assert job.webhook_url is not None  # rows are queued only for jobs with a webhook
     return Attempt(delivery_id, delivery.job_id, delivery.event, delivery.attempts + 1,
-                   job.webhook_url, body, secret)  # fmt: skip
+                   job.webhook_url, _body(job, delivery), secret)  # fmt: skip
+
+
+def _body(job: Job, delivery: WebhookDelivery) -> bytes:
+    """A fine-tuning job's: OpenAI's event object (the SDK's ``webhooks.unwrap`` parses it);
+    any other job's: the job object."""
+    if job.api != FINE_TUNING_API:
+        return JobRead.of(job).model_dump_json().encode()
+    return fine_tuning_event(event_id=message_id(job.id, delivery.id), event=delivery.event,
+                             created_at=int(delivery.created_at.timestamp()), job_id=job.id)  # fmt: skip
 
 
 def record_outcome(
@@ -131,9 +147,11 @@ async def _post(client: httpx.AsyncClient, attempt: Attempt, settings: Settings)
     except InvalidRequest as exc:
         return exc.message
     url = httpx.URL(attempt.url)
+    now = int(time.time())
     headers = {
         "content-type": "application/json",
-        SIGNATURE_HEADER: sign(attempt.secret, attempt.body, int(time.time())),
+        SIGNATURE_HEADER: sign(attempt.secret, attempt.body, now),
+        **standard_headers(attempt.secret, attempt.message_id, now, attempt.body),
         "Gradacc-Event": attempt.event,
         "Gradacc-Delivery": str(attempt.delivery_id),
         "Host": url.netloc.decode("ascii"),

@@ -100,7 +100,10 @@ class EventList(BaseModel):
 
 class WebhookSecretRead(BaseModel):
     object: Literal["webhook_secret"] = "webhook_secret"
-    secret: str = Field(description="HMAC-SHA256 key of this tenant's Gradacc-Signature headers")
+    secret: str = Field(
+        description="whsec_<base64 key>: this tenant's Gradacc-Signature HMAC key (the whole "
+        "string) and Standard Webhooks secret (webhook-signature, the decoded key)"
+    )
 
 
 class FileRead(BaseModel):

@@ -1,9 +1,10 @@
 """Webhooks, the kernel's part: which URLs may be called, the outbox rows, tenants' secrets and
 the signature. The API process sends them (``api.webhooks``).
 
-A signature is Stripe's scheme: header ``Gradacc-Signature: t=<unix seconds>,v1=<hex>``, where
-hex = HMAC-SHA256(tenant secret, f"{t}.{body}"). A receiver recomputes it over the raw body and
-refuses old timestamps (replays).
+Every webhook carries two signatures with the tenant's secret: ours, Stripe's scheme, header
+``Gradacc-Signature: t=<unix seconds>,v1=<hex>``, where hex = HMAC-SHA256(tenant secret,
+f"{t}.{body}"); and Standard Webhooks' (``gradacc.jobs.standard_webhooks``), which the openai SDK
+verifies. A receiver recomputes one over the raw body and refuses old timestamps (replays).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import secrets
 import socket
 from urllib.parse import urlsplit
 
@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gradacc.errors import InvalidRequest
+from gradacc.jobs.standard_webhooks import new_secret
 from gradacc.settings import Settings
 from gradacc.tables import FINE_TUNING_API, Job, UTCDateTime, WebhookDelivery, WebhookSecret, utcnow
 
@@ -85,13 +86,21 @@ def tenant_secret(session: Session, *, tenant: str) -> str:
     found = session.get(WebhookSecret, tenant)
     if found is not None:
         return found.secret
-    secret = "whsec_" + secrets.token_urlsafe(32)
+    secret = new_secret()
     session.add(WebhookSecret(tenant=tenant, secret=secret))
     try:
         session.commit()
     except IntegrityError:  # another process created it first: use that one
         session.rollback()
         return session.get(WebhookSecret, tenant).secret  # type: ignore[union-attr]
+    return secret
+
+
+def rotate_secret(session: Session, *, tenant: str) -> str:
+    """A new secret for the tenant, replacing its old one (which no longer signs). Commits."""
+    secret = new_secret()
+    session.merge(WebhookSecret(tenant=tenant, secret=secret))
+    session.commit()
     return secret
 
 
