@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -128,8 +129,14 @@ def error_response(
     return AsciiJSONResponse(status_code=status, content={"error": error}, headers=all_headers)
 
 
+# The names pydantic gives the branches of a union in an error's location
+# (``batch_size.literal['auto']``, ``.constrained-int``, ``.function-after[...]``): no field's.
+_UNION_BRANCH = re.compile(r"^(literal\[.*\]|constrained-\w+|function-[\w-]+\[.*\])$")
+
+
 def _param_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
     parts = [str(p) for p in loc if p not in _LOCATIONS]
+    parts = [parts[0], *(p for p in parts[1:] if not _UNION_BRANCH.match(p))] if parts else []
     return ".".join(parts) or None
 
 

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
 Auto = Literal["auto"]
 MAX_METADATA = 16
@@ -16,10 +24,30 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Each hyperparameter's bound, in the words of its refusal (docs/openai.md states them too).
+BOUNDS = {
+    "n_epochs": "'auto' or an integer from 1 to 50",
+    "batch_size": "'auto' or an integer from 1 to 256",
+    "learning_rate_multiplier": "'auto' or a number above 0 and at most 10",
+}
+
+
 class Hyperparameters(Strict):
     n_epochs: Auto | Annotated[int, Field(ge=1, le=50)] = "auto"
     batch_size: Auto | Annotated[int, Field(ge=1, le=256)] = "auto"
     learning_rate_multiplier: Auto | Annotated[float, Field(gt=0, le=10)] = "auto"
+
+    @field_validator("n_epochs", "batch_size", "learning_rate_multiplier", mode="wrap")
+    @classmethod
+    def _bound(cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        """One refusal naming the field and its bound, not one per branch of the union
+        ("Input should be 'auto'" at ``batch_size.literal['auto']``)."""
+        try:
+            return handler(value)
+        except ValidationError:
+            name = str(info.field_name)
+            got = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
+            raise ValueError(f"{name} must be {BOUNDS[name]} (got {got})") from None
 
 
 class Supervised(Strict):

@@ -118,11 +118,25 @@ def _purpose(value: str) -> FilePurpose:
     return FilePurpose(value)
 
 
+def _jsonl_only(filename: str) -> None:
+    """OpenAI takes JSON lines only for fine-tune; CSV, JSON and Parquet are purpose=dataset."""
+    suffix = Path(filename).suffix.lower()
+    if suffix != ".jsonl":
+        got = repr(suffix[:16]) if suffix else "no suffix"
+        raise InvalidRequest(
+            f"a fine-tune file is JSONL: a .jsonl file, one JSON object a line (got {got}); "
+            "upload CSV, JSON or Parquet with purpose=dataset",
+            param="file",
+        )
+
+
 def _store(
     settings: Settings, staging: Path, upload: Upload, purpose: FilePurpose
 ) -> tuple[str, dict[str, Any]]:
     """(the upload's name on disk, what checking it found)."""
     if purpose in (FilePurpose.DATASET, FilePurpose.FINE_TUNE):
+        if purpose == FilePurpose.FINE_TUNE:
+            _jsonl_only(upload.filename)
         fmt = dataset_format(upload.filename)
         # The core picks the reader by suffix; "jsonl" is read by the json reader.
         stored_name = f"data{Path(upload.filename).suffix.lower()}"

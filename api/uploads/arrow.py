@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
+from api.uploads.jsonrows import changed_line
 from gradacc.errors import InvalidRequest
 
 T = TypeVar("T")
@@ -55,15 +56,18 @@ def batches(path: Path, fmt: str, block: int, columns: list[str]) -> Iterator[pa
     yield from reader
 
 
-def type_change(exc: Exception, *, param: str) -> InvalidRequest | None:
+def type_change(exc: Exception, *, param: str, path: Path) -> InvalidRequest | None:
     """JSON lines whose column changes type (a label that is a number, then text): the reader's
-    own words, as a refusal that names the 1-based row."""
+    own words, as a refusal that names the 1-based line (found again in Python: pyarrow's row
+    counts from 0 within a block and skips blank lines)."""
     changed = _CHANGED.search(str(exc))
     if changed is None:
         return None
-    row, column = int(changed["row"]) + 1, changed["column"]
+    column = changed["column"]
+    line = None if "/" in column else changed_line(path, column)
+    where = f"line {line}" if line is not None else f"row {int(changed['row']) + 1}"
     return InvalidRequest(
-        f"row {row} of column {column!r} mixes {changed['b']} into {changed['a']} values: use "
+        f"{where} of column {column!r} mixes {changed['b']} into {changed['a']} values: use "
         "one or the other",
         param=param,
     )

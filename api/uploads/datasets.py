@@ -1,8 +1,8 @@
 """What an uploaded dataset holds, checked where it arrives rather than hours later in a worker:
 the format its columns suggest (``trainer_core.spec.chat``), each conversation's or
 prompt-completion row's shape, and a label column without empty cells or a mix of numbers and
-text. A refusal is a 422 listing up to 20 problems by 1-based line (row) and field; the caller
-keeps nothing of a refused file.
+text. A refusal is a 422 listing up to 20 problems by 1-based line (row) and field, then how
+many more were found; the caller keeps nothing of a refused file.
 """
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pa_parquet
 
 from api.uploads.arrow import BLOCK_BYTES, batches, type_change, with_growing_blocks
-from api.uploads.jsonrows import MAX_COLUMNS, array_rows, json_lines, starts_array
+from api.uploads.jsonrows import (
+    MAX_COLUMNS,
+    array_rows,
+    json_lines,
+    line_of_row,
+    starts_array,
+)
 from gradacc.errors import InvalidRequest
 from trainer_core.spec.chat import (
     MAX_PROBLEMS,
@@ -102,12 +108,19 @@ def check_rows(path: Path, fmt: str, found: ResolvedFormat | None) -> None:
     problems = with_growing_blocks(scan)
     if problems:
         shown = problems[:MAX_PROBLEMS]
-        more = f" (and {len(problems) - len(shown)} more)" if len(problems) > len(shown) else ""
         raise InvalidRequest(
-            f"{len(problems)} problems in this {found} file{more}: " + "; ".join(shown),
-            param="file",
-            errors=shown,
+            problem_summary(len(problems), shown, found), param="file", errors=shown
         )
+
+
+def problem_summary(total: int, shown: list[str], found: str) -> str:
+    """The refusal's message, in good English ("1 problem in this messages file: …"); past
+    MAX_PROBLEMS, the listed ones, then how many more were found ("30 problems …: <20 listed>;
+    and 10 more not listed")."""
+    noun = "problem" if total == 1 else "problems"
+    rest = total - len(shown)
+    more = f"; and {rest} more not listed" if rest > 0 else ""
+    return f"{total} {noun} in this {found} file: " + "; ".join(shown) + more
 
 
 def _label_columns(path: Path, fmt: str, column: str, block: int) -> Iterator[pa.Array]:
@@ -135,10 +148,18 @@ def check_labels(path: Path, fmt: str, column: str, *, param: str) -> None:
     try:
         with_growing_blocks(lambda block: _scan_labels(path, fmt, column, block, param))
     except pa.ArrowInvalid as exc:
-        refusal = type_change(exc, param=param)
+        refusal = type_change(exc, param=param, path=path)
         if refusal is None:
             raise
         raise refusal from exc
+
+
+def _where(path: Path, fmt: str, row: int) -> str:
+    """A 1-based row as the user counts it: a line of JSON lines, else a row (of a CSV without
+    its header, of a JSON array, of a Parquet file)."""
+    if fmt == "jsonl" or (fmt == "json" and not starts_array(path)):
+        return f"line {line_of_row(path, row)}"
+    return f"row {row}"
 
 
 def _scan_labels(path: Path, fmt: str, column: str, block: int, param: str) -> None:
@@ -148,8 +169,8 @@ def _scan_labels(path: Path, fmt: str, column: str, block: int, param: str) -> N
         text = pc.cast(values, pa.string())
         empty = pc.fill_null(pc.or_kleene(pc.is_null(values), pc.equal(text, "")), True)
         if pc.any(empty).as_py():
-            row = seen + pc.index(empty, True).as_py() + 1
-            raise InvalidRequest(f"row {row} of column {column!r} is empty", param=param)
+            where = _where(path, fmt, seen + pc.index(empty, True).as_py() + 1)
+            raise InvalidRequest(f"{where} of column {column!r} is empty", param=param)
         numbers = pc.match_substring_regex(text, _NUMBER)
         if numeric is None and len(numbers):
             numeric = bool(numbers[0].as_py())
@@ -157,8 +178,8 @@ def _scan_labels(path: Path, fmt: str, column: str, block: int, param: str) -> N
         if odd >= 0:
             kind, kinds = ("text", "numbers") if numeric else ("a number", "text")
             raise InvalidRequest(
-                f"row {seen + odd + 1} of column {column!r} mixes {kind} into {kinds} labels: "
-                "use one or the other",
+                f"{_where(path, fmt, seen + odd + 1)} of column {column!r} mixes {kind} into "
+                f"{kinds} labels: use one or the other",
                 param=param,
             )
         seen += len(values)

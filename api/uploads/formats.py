@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pa_parquet
 
 from api.uploads.arrow import open_csv, open_jsonl, type_change, with_growing_blocks
-from api.uploads.jsonrows import array_shape, starts_array
+from api.uploads.jsonrows import array_shape, first_bad_line, starts_array
 from gradacc.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -48,22 +48,27 @@ def inspect_dataset(path: Path, fmt: str) -> dict[str, Any]:
     try:
         rows, columns = _READERS[fmt](path)
     except (pa.ArrowException, ValueError, OSError, UnicodeDecodeError) as exc:
-        refusal = type_change(exc, param="file")
+        refusal = type_change(exc, param="file", path=path)
         if refusal is not None:
             raise refusal from exc
         raise InvalidRequest(
-            f"cannot read it as {fmt}: {_reason(exc, path)}", param="file"
+            f"cannot read it as {fmt}: {_reason(exc, path, fmt)}", param="file"
         ) from exc
     if rows == 0 or not columns:
         raise InvalidRequest(f"the {fmt} file has no rows", param="file")
     return {"format": fmt, "rows": rows, "columns": columns}
 
 
-def _reason(exc: Exception, path: Path) -> str:
-    """The reader's words without the server's paths (an OS error's are logged, not shown)."""
+def _reason(exc: Exception, path: Path, fmt: str) -> str:
+    """The reader's words without the server's paths (an OS error's are logged, not shown); for
+    JSON lines that do not parse, the first such line, counted from 1 (pyarrow's "row" is not)."""
     if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowException):
         log.warning("reading an upload failed: %r", exc)
         return "the file could not be read"
+    if "JSON parse error" in str(exc) and fmt in ("jsonl", "json") and not starts_array(path):
+        bad = first_bad_line(path)
+        if bad is not None:
+            return bad
     return str(exc).replace(str(path.parent), "<upload>")
 
 

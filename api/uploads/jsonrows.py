@@ -53,7 +53,57 @@ def json_lines(path: Path) -> Iterator[tuple[int, Row]]:
                     row = json.loads(line)
                 except RecursionError:
                     raise ValueError(f"line {number} is nested too deeply") from None
+                except json.JSONDecodeError as exc:
+                    where = f"column {exc.colno}: {exc.msg}"
+                    raise ValueError(f"line {number} is not valid JSON (at {where})") from None
                 yield number, row if isinstance(row, dict) else {}
+
+
+def first_bad_line(path: Path) -> str | None:
+    """What is wrong with the first line of JSON lines that is not JSON, naming it (1-based, as
+    every other check counts): pyarrow's own refusal counts rows from 0 and skips blank lines."""
+    try:
+        for _ in json_lines(path):
+            pass
+    except (ValueError, UnicodeDecodeError) as exc:
+        return str(exc)
+    return None
+
+
+def _kind(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "list" if isinstance(value, list) else "object" if isinstance(value, dict) else "other"
+
+
+def changed_line(path: Path, column: str) -> int | None:
+    """The 1-based line of JSON lines where ``column`` first holds another kind of value than
+    on its first line that has one (pyarrow names a row counted from 0 within its block)."""
+    first: str | None = None
+    try:
+        for number, row in json_lines(path):
+            kind = _kind(row.get(column))
+            if first is None:
+                first = kind
+            elif kind is not None and kind != first:
+                return number
+    except ValueError:
+        return None
+    return None
+
+
+def line_of_row(path: Path, row: int) -> int:
+    """The 1-based line of JSON lines' ``row``-th row (1-based; blank lines are not rows)."""
+    for seen, (number, _) in enumerate(json_lines(path), 1):
+        if seen == row:
+            return number
+    return row
 
 
 class _Source:
