@@ -19,11 +19,18 @@ from tests.api.test_predict_timeout import _trained_job
 
 
 def _waiting(settings: Settings, job_id: str, tenant: str, count: int) -> None:
-    """Requests another client is waiting for (no worker answers here)."""
+    """Requests another client is waiting for (no worker answers here). Dated a minute ahead: they
+    stay inside the counting window (``predict_timeout_s``) however slowly this machine gets to
+    the request that must count them."""
     with session_scope(settings) as session:
         for _ in range(count):
             create_prediction(session, job_id=job_id, tenant=tenant, step=None,
                               request={"inputs": ["x"]})  # fmt: skip
+        session.flush()
+        ahead = utcnow() + timedelta(minutes=1)
+        session.execute(
+            update(Prediction).where(Prediction.tenant == tenant).values(created_at=ahead)
+        )
         session.commit()
 
 
