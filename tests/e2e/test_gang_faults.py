@@ -94,7 +94,9 @@ def test_a_killed_rank_and_a_rank_out_of_memory_restart_the_gang_to_a_clean_resu
     assert all_gone(processes, timeout=60), "a rank or agent outlived the killed rank"
     hold.release()
     job = wait_final(api, job_id, timeout=240)
-    assert job["status"] == "succeeded", (job, [w.log() for w in workers])
+    # The error and the events first: pytest cuts a long message, and the job object is long.
+    why = (job.get("error"), job.get("attempts"), event_kinds(api, job_id))
+    assert job["status"] == "succeeded", (why, [w.log()[-4000:] for w in workers])
     restarts = messages(settings, job_id, "restarted")
     assert restarts == [
         f"restart 1 of 3: rank {killed} of 2 killed by SIGKILL; resumes from step 4"
