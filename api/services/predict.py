@@ -21,6 +21,7 @@ from gradacc.errors import (
     TooManyPredictions,
 )
 from gradacc.predictions import count_waiting, create_prediction, give_up, read_answer
+from gradacc.retry import Backoff
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import JobStatus, utcnow
@@ -57,7 +58,8 @@ async def wait_for_answer(
 ) -> dict[str, Any]:
     deadline = time.monotonic() + settings.predict_timeout_s
     # A quick answer is seen quickly; a slow one costs a read every POLL_CAP_S, not every 20 ms.
-    delay = settings.predict_poll_interval_s
+    first = settings.predict_poll_interval_s
+    backoff = Backoff(first=first, cap=max(POLL_CAP_S, first))
 
     def read() -> tuple[str, Any, str | None]:
         with sessions() as session:
@@ -77,5 +79,4 @@ async def wait_for_answer(
                 f"no worker answered within {settings.predict_timeout_s:g} s "
                 "(GRADACC_PREDICT_TIMEOUT_S); is a worker running?"
             )
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, max(POLL_CAP_S, settings.predict_poll_interval_s))
+        await asyncio.sleep(backoff.next_delay())
