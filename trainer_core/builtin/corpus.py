@@ -3,7 +3,8 @@
 ``sentiment``: short reviews whose label is the majority polarity of their sentiment words, so a
 tiny model learns it over a few epochs. ``tiny-stories``: sentences from a small grammar, for
 causal language modelling. Both have variable-length rows and a validation split; so has
-``chat-arithmetic`` (``chat_corpus``), conversations for chat fine-tuning.
+``chat-arithmetic`` (``chat_corpus``), conversations for chat fine-tuning, and
+``preference-arithmetic`` (``preference_corpus``), its answers as preference pairs.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import random
 from functools import cache
 
 from trainer_core.builtin.chat_corpus import chat_arithmetic
+from trainer_core.builtin.preference_corpus import preference_arithmetic
 
 POSITIVE = [
     "great",
@@ -133,7 +135,11 @@ def tiny_stories(split: str) -> dict[str, list[object]]:
 
 
 TEXT_BUILDERS = {"builtin:sentiment": sentiment, "builtin:tiny-stories": tiny_stories}
-BUILDERS = {**TEXT_BUILDERS, "builtin:chat-arithmetic": chat_arithmetic}
+BUILDERS = {
+    **TEXT_BUILDERS,
+    "builtin:chat-arithmetic": chat_arithmetic,
+    "builtin:preference-arithmetic": preference_arithmetic,
+}
 
 
 def all_texts() -> list[str]:

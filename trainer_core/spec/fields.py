@@ -29,9 +29,13 @@ BUILTIN_DATASETS = {
     "builtin:sentiment": True,
     "builtin:tiny-stories": False,
     "builtin:chat-arithmetic": False,
+    "builtin:preference-arithmetic": False,
 }
 # builtin dataset -> its format (``trainer_core.spec.chat``); the others are text
-BUILTIN_DATASET_FORMATS = {"builtin:chat-arithmetic": "messages"}
+BUILTIN_DATASET_FORMATS = {
+    "builtin:chat-arithmetic": "messages",
+    "builtin:preference-arithmetic": "preference",
+}
 
 Task = Literal["sequence-classification", "causal-lm"]
 Backend = Literal["pytorch", "accelerate", "trainer"]
