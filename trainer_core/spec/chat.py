@@ -15,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-DatasetFormat = Literal["auto", "text", "messages", "prompt-completion"]
-ResolvedFormat = Literal["text", "messages", "prompt-completion"]
+DatasetFormat = Literal["auto", "text", "messages", "prompt-completion", "preference"]
+ResolvedFormat = Literal["text", "messages", "prompt-completion", "preference"]
+# OpenAI's preference rows (``trainer_core.spec.preference``); TRL's are prompt/chosen/rejected.
+OPENAI_PREFERENCE_COLUMNS = ("input", "preferred_output", "non_preferred_output")
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_PROBLEMS = 20  # an upload's report lists at most this many
 
@@ -57,12 +59,17 @@ def resolve_format(
     messages_column: str,
     prompt_column: str,
     completion_column: str,
+    chosen_column: str = "chosen",
+    rejected_column: str = "rejected",
 ) -> ResolvedFormat:
-    """``auto``: messages when its column exists, then prompt-completion when both of those
-    columns exist, then text."""
+    """``auto``: preference when OpenAI's or TRL's three columns exist, then messages when its
+    column exists, then prompt-completion when both of those columns exist, then text."""
     if requested != "auto":
         return requested
     present = set(columns)
+    trl = {prompt_column, chosen_column, rejected_column}
+    if set(OPENAI_PREFERENCE_COLUMNS) <= present or trl <= present:
+        return "preference"
     if messages_column in present:
         return "messages"
     if prompt_column in present and completion_column in present:

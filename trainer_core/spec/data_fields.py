@@ -127,7 +127,7 @@ class DataFields(SpecBase):
     @classmethod
     def _format_fits_task(cls, value: DatasetFormat, info: ValidationInfo) -> DatasetFormat:
         task, dataset = info.data.get("task"), info.data.get("dataset")
-        if value in ("messages", "prompt-completion") and task != "causal-lm":
+        if value in ("messages", "prompt-completion", "preference") and task != "causal-lm":
             raise ValueError(f"{value} data trains task causal-lm")
         builtin = BUILTIN_DATASET_FORMATS.get(dataset or "", "text")
         if dataset in BUILTIN_DATASETS and value not in ("auto", builtin):

@@ -2,8 +2,8 @@
 
 Importing this module must stay cheap (no torch, no transformers): the API validates specs with it.
 Field names follow ``transformers.TrainingArguments`` where one exists. The fields are written in
-four groups, one module each (data, batch, training, run), in this order: a validator reads the
-fields before its own (``info.data``), and the API shows them so.
+four groups, one module each (data with its preference part, batch, training, run), in this
+order: a validator reads the fields before its own (``info.data``), and the API shows them so.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pydantic import model_validator
 
 from trainer_core.spec.batch_fields import BatchFields
 from trainer_core.spec.batching import accumulation_for
-from trainer_core.spec.data_fields import DataFields
 from trainer_core.spec.fields import (
     BUILTIN_DATASETS,
     BUILTIN_MODELS,
     COLUMN_PATTERN,
     HUB_ID_PATTERN,
 )
+from trainer_core.spec.preference import PreferenceFields
 from trainer_core.spec.run_fields import RunFields
 from trainer_core.spec.training_fields import TrainingFields
 
@@ -26,8 +26,9 @@ __all__ = ["BUILTIN_DATASETS", "BUILTIN_MODELS", "COLUMN_PATTERN", "HUB_ID_PATTE
            "example_spec"]  # fmt: skip
 
 
-# Fields are collected from the last base to the first: data, batch, training, then run.
-class JobSpec(RunFields, TrainingFields, BatchFields, DataFields):
+# Fields are collected from the last base to the first: data (and preference), batch, training,
+# then run.
+class JobSpec(RunFields, TrainingFields, BatchFields, PreferenceFields):
     """What to train, on what, and how. Unknown fields are rejected."""
 
     @model_validator(mode="after")
