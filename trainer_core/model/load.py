@@ -7,21 +7,26 @@ classification head) are initialised from the job's seed, so every backend start
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import torch
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
-    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 from transformers.utils.peft_utils import find_adapter_config_file
 
-from trainer_core.builtin.models import builtin_config, builtin_tokenizer
-from trainer_core.spec.cards import UnsafeSource, adapter_base
+from trainer_core.builtin.models import builtin_tokenizer
+from trainer_core.model.trained import (
+    build_builtin,
+    check_trained,
+    hub_base,
+    is_adapter,
+    load_trained,
+)
 from trainer_core.spec.chat import template_text
 from trainer_core.spec.errors import ModelError
 from trainer_core.spec.job import JobSpec
@@ -79,6 +84,9 @@ def _source(model: str) -> str:
         path = local_path(model)
         if not path.is_dir():
             raise ModelError(f"model: directory {model!r} does not exist", param="model")
+        if is_adapter(path):  # loaded by the trained-model rule, which checks its base
+            check_trained(path)
+            return str(path)
         source = str(path)
     _check_adapter(source)
     return source
@@ -89,18 +97,8 @@ def _check_adapter(source: str) -> None:
     first (transformers' auto_factory, with the same lookup as here): that base must be a hub
     id of a whole model (no path here, no second adapter), or a name would reach the disk."""
     found = find_adapter_config_file(source)
-    if found is None:
-        return
-    try:
-        base = adapter_base(Path(found), param="model")
-    except UnsafeSource as exc:
-        raise ModelError(str(exc), param="model") from None
-    if shadowed(base) or find_adapter_config_file(base) is not None:
-        raise ModelError(
-            "model: it is an adapter whose base model is not a whole model on the hub; merge "
-            "the adapter into its base model and upload the merged model",
-            param="model",
-        )
+    if found is not None:
+        hub_base(Path(found))
 
 
 def _label_kwargs(label_names: list[str]) -> dict[str, object]:
@@ -111,6 +109,18 @@ def _label_kwargs(label_names: list[str]) -> dict[str, object]:
     }
 
 
+def _pretrained(spec: JobSpec, auto: Any, kwargs: dict[str, object]) -> Any:
+    source = _source(spec.model)
+    if classify_source(spec.model) != "local":
+        return auto.from_pretrained(source, trust_remote_code=False, **kwargs)
+    # A fine-tuned model's adapters are merged into their base: a job trained from it starts
+    # from its weights. A built-in base is made from its own job's seed: the new weights of
+    # this job (adapters, a head) follow this job's seed again.
+    model = load_trained(Path(source), auto, label_kwargs=kwargs)
+    torch.manual_seed(spec.seed)
+    return model
+
+
 def load_model(
     spec: JobSpec, tokenizer: PreTrainedTokenizerBase, label_names: list[str] | None
 ) -> PreTrainedModel:
@@ -118,13 +128,10 @@ def load_model(
     auto = AutoModelForCausalLM if spec.task == "causal-lm" else AutoModelForSequenceClassification
     kwargs = _label_kwargs(label_names) if label_names is not None else {}
     if classify_source(spec.model) == "builtin":
-        config: PretrainedConfig = builtin_config(spec.model, tokenizer)
-        for key, value in kwargs.items():
-            setattr(config, key, value)
-        model = auto.from_config(config)  # type: ignore[no-untyped-call]
+        model = build_builtin(spec.model, spec.seed, auto, kwargs, tokenizer)
     else:
         try:
-            model = auto.from_pretrained(_source(spec.model), trust_remote_code=False, **kwargs)
+            model = _pretrained(spec, auto, kwargs)
         except ModelError:
             raise
         except Exception as exc:

@@ -3,12 +3,14 @@ request, merged into a plain ``transformers`` model. Imported only for jobs that
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from peft import LoraConfig, TaskType, get_peft_model
 from transformers import PreTrainedModel
 
+from trainer_core.model.trained import LABELS
 from trainer_core.spec.errors import ModelError
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import ADAPTER_DIR, MODEL_DIR
@@ -32,11 +34,17 @@ def apply_lora(model: PreTrainedModel, spec: JobSpec) -> Any:
 
 
 def save_outputs(model: Any, tokenizer: Any, output_dir: Path, *, merge: bool) -> dict[str, str]:
-    """``adapter/`` always; ``model/`` (adapters merged into a plain model) when asked."""
+    """``adapter/`` always (with the tokenizer: ``trainer_core.model.trained`` loads it on its
+    base); ``model/`` (adapters merged into a plain model) when asked."""
     adapter, full = output_dir / ADAPTER_DIR, output_dir / MODEL_DIR
     saved = {"adapter_dir": str(adapter)}
     model.save_pretrained(adapter, safe_serialization=True)
     tokenizer.save_pretrained(adapter)
+    id2label = getattr(model.config, "id2label", None)
+    if model.peft_config["default"].task_type == TaskType.SEQ_CLS and id2label:
+        # peft saves the trained head but not the config that names its labels
+        names = [id2label[i] for i in range(len(id2label))]
+        (adapter / LABELS).write_text(json.dumps(names), encoding="utf-8")
     if merge:
         merged = model.merge_and_unload()
         merged.save_pretrained(full, safe_serialization=True)

@@ -30,6 +30,10 @@ from typing import Any
 DATA_CACHE_DIR = "cache/data"
 MODEL_DIR = "model"
 ADAPTER_DIR = "adapter"
+# An adapter folder's base, named by the folder itself (``trainer_core.model.trained``): a base
+# model's files inside it, or a built-in model and the seed its weights are made from.
+ADAPTER_BASE_DIR = "base"
+ADAPTER_BUILTIN_BASE = "gradacc_base.json"
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_STATE = "gradacc_state.json"
 METRICS_FILE = "metrics.jsonl"
