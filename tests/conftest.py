@@ -24,6 +24,9 @@ from sqlalchemy import text
 from gradacc.db import get_engine
 from gradacc.settings import Settings
 
+# The hooks that hand the costliest test files out first (tests/schedule.py).
+from tests.schedule import pytest_collection_modifyitems, pytest_configure  # noqa: F401
+
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get(
     "GRADACC_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"

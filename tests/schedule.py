@@ -1,0 +1,71 @@
+"""The order test files are handed to the suite's processes: the costliest first.
+
+``make test`` runs two processes with ``--dist loadfile``: xdist hands out whole files, one at a
+time, to whichever process asks next. Left to itself it sorts the files by their number of tests
+(``--loadscope-reorder``, its default), which puts the one-test end-to-end files (a torchrun gang,
+a kill -9 and its resume: minutes each) last, so that one process still runs them long after the
+other has run out of work. Handed out costliest first, the last files are the quick ones and the
+two processes finish together.
+
+``COST_S`` is what each file cost alone (CPU seconds: user + system of pytest and of every
+process it started; docs/testing.md, "Where the time goes"). A file not listed is put among the
+files that cost ``UNKNOWN_S``: after every file known to be heavier, before every file known to
+be lighter. The order only moves the end of the run: a wrong figure costs time, never a result.
+
+The two hooks below are the suite's (``tests/conftest.py`` imports them);
+``tests/test_schedule.py`` runs them under xdist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+import pytest
+
+# CPU seconds of each file alone, relative to the rootdir (measured 2026-12-02).
+COST_S: dict[str, float] = {
+    "tests/e2e/test_gang.py": 163,
+    "tests/e2e/test_gang_faults.py": 150,
+    "tests/api/test_jobs.py": 5,
+}
+
+UNKNOWN_S = 15.0  # about what an unmeasured e2e file costs; in-process API files cost less
+
+
+class Located(Protocol):
+    """What the ordering needs of a pytest item: the file it comes from."""
+
+    @property
+    def path(self) -> Path: ...
+
+
+T = TypeVar("T", bound=Located)
+
+
+def cost_of(path: Path, root: Path) -> float:
+    """The file's measured cost, or ``UNKNOWN_S``."""
+    try:
+        name = path.relative_to(root).as_posix()
+    except ValueError:
+        return UNKNOWN_S
+    return COST_S.get(name, UNKNOWN_S)
+
+
+def costliest_first(items: Sequence[T], root: Path) -> list[T]:
+    """``items`` with their files in decreasing cost. The sort is stable and its key is a file's,
+    so each file's tests keep their order and stay together (module fixtures, parameters)."""
+    return sorted(items, key=lambda item: -cost_of(item.path, root))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist's loadfile hands out files by their number of tests unless told not to (a user's
+    # --loadscope-reorder cannot be told from its default: this wins).
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The costliest files first: the order in which xdist's loadfile then hands them out."""
+    items[:] = costliest_first(items, config.rootpath)
