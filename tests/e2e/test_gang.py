@@ -1,9 +1,10 @@
-"""Jobs over two machines (gang scheduling, ``gradacc.scheduling.gang``) with real workers on PostgreSQL +
-Redis: two workers that declare different machines (``GRADACC_MACHINE``, loopback addresses), one
-device each (two on m1 where a one-machine run of W=2 is the reference). A gang job W=2, M=2 ends equal to one process at 2K and to W=2 on one machine; two
-competing gang jobs both finish; a gang job whose second machine is busy (a held job) releases
-its slot after the bounded wait and runs once that machine is free (first: the other two share
-one pair of workers, started after it). Cancels and lost nodes: ``test_gang_faults.py``."""
+"""Jobs over two machines (gang scheduling, ``gradacc.scheduling.gang``) with real workers on
+PostgreSQL + Redis: two workers that declare different machines (``GRADACC_MACHINE``, loopback
+addresses), one device each (two on m1 where a one-machine run of W=2 is the reference), started
+once for the module. A gang job whose second machine is busy (a held job) releases its slot after
+the bounded wait and runs once that machine is free; two competing gang jobs both finish, and a
+gang job W=2, M=2 ends equal to one process at 2K and to W=2 on one machine. Cancels and lost
+nodes: ``test_gang_faults.py``, ``test_gang_lost_node.py``."""
 
 from __future__ import annotations
 
@@ -74,17 +75,40 @@ def no_slot_held(settings: Settings) -> None:
     wait_until(none, timeout=60, what="every gang slot released")
 
 
+@pytest.fixture(scope="module")
+def two_machines(
+    pg_redis_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[list[WorkerProcess], Hold]]:
+    """m1 (2 devices, for the one-machine run; a gang job takes 1 on each machine, and a worker
+    runs one job at a time) and m2, started once for the module, with a hold at step 1 that
+    is armed only where a test needs a busy machine: the pair and the hold."""
+    hold = Hold(tmp_path_factory.mktemp("gang") / "busy", 1, armed=False)
+    env = {"GRADACC_ADVERTISE_HOST": "127.0.0.1", "GRADACC_GANG_WAIT_S": WAIT_S, **hold.env()}
+    workers = [
+        WorkerProcess(
+            pg_redis_settings, "m1", {**env, "GRADACC_MACHINE": "m1", "GRADACC_DEVICES": "2"}
+        ),
+        WorkerProcess(
+            pg_redis_settings, "m2", {**env, "GRADACC_MACHINE": "m2", "GRADACC_DEVICES": "1"}
+        ),
+    ]
+    try:
+        registered(pg_redis_settings, *workers)
+        yield workers, hold
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
 def test_a_gang_waits_for_its_second_machine(
-    api: TestClient, pg_redis_settings: Settings, start_worker: StartWorker
+    api: TestClient, pg_redis_settings: Settings, two_machines: tuple[list[WorkerProcess], Hold]
 ) -> None:
     """Both machines are live, one of them busy with another job (held): the gang job is accepted
     (POST refuses more machines than are live), its slot is released after the bounded wait
     without counting against it (enough machines are live: it waits its turn), and it runs once
     the busy machine is free."""
-    settings = pg_redis_settings
-    hold = Hold(settings.home / "second-machine", 1)  # whichever machine takes `busy` parks
-    first, second = (machine(start_worker, name, env=hold.env()) for name in ("m1", "m2"))
-    registered(settings, first, second)
+    settings, (first, second), hold = pg_redis_settings, *two_machines
+    hold.arm()  # whichever machine takes `busy` parks
     busy = api.post("/v1/jobs", json=TINY).json()["id"]
     hold.held(timeout=180)
     job_id = post_when_accepted(api, GANG)
@@ -104,38 +128,24 @@ def test_a_gang_waits_for_its_second_machine(
     no_slot_held(settings)
 
 
-@pytest.fixture(scope="module")
-def two_machines(pg_redis_settings: Settings) -> Iterator[list[WorkerProcess]]:
-    """m1 (2 devices, for the one-machine run; a gang job takes 1 on each machine) and m2, shared
-    by the tests that only run jobs on them: started once, after the test that needs m2 absent."""
-    env = {"GRADACC_ADVERTISE_HOST": "127.0.0.1", "GRADACC_GANG_WAIT_S": WAIT_S}
-    workers = [
-        WorkerProcess(
-            pg_redis_settings, "m1", {**env, "GRADACC_MACHINE": "m1", "GRADACC_DEVICES": "2"}
-        ),
-        WorkerProcess(
-            pg_redis_settings, "m2", {**env, "GRADACC_MACHINE": "m2", "GRADACC_DEVICES": "1"}
-        ),
-    ]
-    try:
-        registered(pg_redis_settings, *workers)
-        yield workers
-    finally:
-        for worker in workers:
-            worker.stop()
-
-
-def test_a_gang_job_over_two_machines_equals_one_process_at_2k(
-    api: TestClient, pg_redis_settings: Settings, two_machines: list[WorkerProcess]
+def test_two_competing_gang_jobs_both_finish_equal_to_one_process_at_2k(
+    api: TestClient, pg_redis_settings: Settings, two_machines: tuple[list[WorkerProcess], Hold]
 ) -> None:
-    settings, workers = pg_redis_settings, two_machines
-    gang = post_when_accepted(api, GANG)
-    succeeded(api, gang, *workers)
+    """Two gang jobs posted at once to two free machines: each machine's worker may claim one of
+    them as node 0. Neither holds the other's machine for ever: the older gang wins it. Both
+    finish, each started once; the first (the reference's seed) ends equal to one process at 2K
+    and to W=2 on one machine (one job proves both claims: rank start-ups are the suite's time)."""
+    settings, (workers, _) = pg_redis_settings, two_machines
+    jobs = [post_when_accepted(api, spec) for spec in (GANG, {**GANG, "seed": 2})]
+    for job_id in jobs:
+        succeeded(api, job_id, *workers)
+        assert event_kinds(api, job_id).count("started") == 1
+    no_slot_held(settings)
+    gang = jobs[0]
     (started,) = messages(settings, gang, "started")
     assert started.endswith("a gang of 2 machines")  # their names are the operator's: logged
     metrics = api.get(f"/v1/jobs/{gang}/metrics").json()["data"]
     assert metrics[0]["train_samples"] == 64  # both machines' rows, each once
-    no_slot_held(settings)
     reference = post_when_accepted(api, REFERENCE)
     succeeded(api, reference, *workers)
     one_machine = post_when_accepted(api, ONE_MACHINE)
@@ -146,17 +156,3 @@ def test_a_gang_job_over_two_machines_equals_one_process_at_2k(
     diffs = [max_abs_diff(weights[gang], weights[other]) for other in (reference, one_machine)]
     print(f"gang vs one process at 2K, vs W=2 on one machine: {diffs} (bound {bound:.2e})")
     assert max(diffs) <= bound
-
-
-def test_two_competing_gang_jobs_both_finish(
-    api: TestClient, pg_redis_settings: Settings, two_machines: list[WorkerProcess]
-) -> None:
-    """Both posted at once to two free machines (each worker runs one job at a time): each
-    machine's worker may claim one of them as node 0. Neither holds the other's machine for
-    ever: the older gang wins it."""
-    settings, workers = pg_redis_settings, two_machines
-    jobs = [post_when_accepted(api, {**GANG, "seed": seed}) for seed in (1, 2)]
-    for job_id in jobs:
-        succeeded(api, job_id, *workers)
-        assert event_kinds(api, job_id).count("started") == 1
-    no_slot_held(settings)
