@@ -5,6 +5,10 @@ checkpoint (every node stops, a gang gathers again) to a clean result. No slot i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -12,8 +16,8 @@ from gradacc.db import session_scope
 from gradacc.settings import Settings
 from gradacc.tables import GangSlot
 from tests.conftest import TINY
-from tests.e2e.conftest import StartWorker
-from tests.e2e.test_gang import GANG, REFERENCE, machine, messages, no_slot_held, registered
+from tests.e2e.conftest import WorkerProcess
+from tests.e2e.test_gang import GANG, REFERENCE, WAIT_S, messages, no_slot_held, registered
 from tests.e2e.test_multi_process import (
     all_gone,
     clean_reference,
@@ -28,6 +32,8 @@ pytestmark = pytest.mark.integration
 
 LONG = {**GANG, "num_train_epochs": 3}  # 4 steps an epoch; held, then stopped
 LONG_REFERENCE = {**REFERENCE, "num_train_epochs": 3}  # one process at 2K
+LONG_ONE = {**TINY, "num_train_epochs": 3}  # one process, 12 steps: a machine kept busy
+HELD_AT = 6  # in epoch 2, after epoch 1's checkpoint (step 4)
 
 
 def slot_of(settings: Settings, job_id: str) -> bool:
@@ -35,15 +41,43 @@ def slot_of(settings: Settings, job_id: str) -> bool:
         return session.get(GangSlot, (job_id, 0)) is not None
 
 
+@dataclass
+class Machines:
+    """m1 and m2, one device each, started once for the module: every run on them parks at
+    step 6 while ``hold`` is armed, and rank 1 runs out of memory above the micro-batch written
+    in ``oom_limit`` (no file: never)."""
+
+    workers: list[WorkerProcess]
+    hold: Hold
+    oom_limit: Path
+
+
+@pytest.fixture(scope="module")
+def machines(
+    pg_redis_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Machines]:
+    folder = tmp_path_factory.mktemp("gang-faults")
+    hold, oom_limit = Hold(folder / "hold", HELD_AT, armed=False), folder / "oom-above"
+    env = {**hold.env(), OOM_ABOVE: f"@{oom_limit}", OOM_RANK: "1"}
+    workers = [WorkerProcess(pg_redis_settings, name, {
+        "GRADACC_MACHINE": name, "GRADACC_ADVERTISE_HOST": "127.0.0.1",
+        "GRADACC_DEVICES": "1", "GRADACC_GANG_WAIT_S": WAIT_S, **env,
+    }) for name in ("m1", "m2")]  # fmt: skip
+    try:
+        registered(pg_redis_settings, *workers)
+        yield Machines(workers, hold, oom_limit)
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
 def test_cancel_stops_a_gathering_and_a_running_gang_on_every_node(
-    api: TestClient, pg_redis_settings: Settings, start_worker: StartWorker
+    api: TestClient, pg_redis_settings: Settings, machines: Machines
 ) -> None:
-    settings = pg_redis_settings
-    hold = Hold(settings.home / "gang-hold", 1)
-    first, second = (machine(start_worker, name, env=hold.env()) for name in ("m1", "m2"))
-    registered(settings, first, second)
+    settings, hold = pg_redis_settings, machines.hold
     # One machine trains another job (held there): the gang job gathers on the other one.
-    busy = api.post("/v1/jobs", json=TINY).json()["id"]
+    hold.arm()
+    busy = api.post("/v1/jobs", json=LONG_ONE).json()["id"]
     hold.held(timeout=180)
     gathering = post_when_accepted(api, LONG)
     wait_until(lambda: slot_of(settings, gathering), timeout=60, what="node 0's slot")
@@ -52,7 +86,7 @@ def test_cancel_stops_a_gathering_and_a_running_gang_on_every_node(
         assert wait_final(api, job_id, timeout=60)["status"] == "cancelled"
     no_slot_held(settings)
 
-    hold.arm()  # the next run to reach step 1 parks there
+    hold.arm()  # the next run to reach the step parks there
     running = post_when_accepted(api, LONG)
     hold.held(timeout=180)
     ranks = rank_processes(running)
@@ -65,19 +99,14 @@ def test_cancel_stops_a_gathering_and_a_running_gang_on_every_node(
 
 
 def test_a_killed_rank_and_a_rank_out_of_memory_restart_the_gang_to_a_clean_result(
-    api: TestClient, pg_redis_settings: Settings, start_worker: StartWorker
+    api: TestClient, pg_redis_settings: Settings, machines: Machines
 ) -> None:
     """kill -9 of one rank mid-epoch 2: the other machine's rank fails in its next collective,
     every rank and agent stops, node 0 records one restart (naming the killed rank) and hands
     the job on; a gang gathers again and resumes from epoch 1's checkpoint. There rank 1 runs
     out of memory: node 0 records the re-plan, and the next gang resumes at half the micro-batch
     and twice K. The job ends with the weights of an uninterrupted one-process run at 2K."""
-    settings = pg_redis_settings
-    hold = Hold(settings.home / "rank-hold", 6, armed=False)
-    oom_limit = settings.home / "oom-above"
-    env = {**hold.env(), OOM_ABOVE: f"@{oom_limit}", OOM_RANK: "1"}
-    workers = [machine(start_worker, "m1", env=env), machine(start_worker, "m2", env=env)]
-    registered(settings, *workers)
+    settings, workers, hold = pg_redis_settings, machines.workers, machines.hold
     logs = lambda: [w.log() for w in workers]  # noqa: E731
     _, reference, bound = clean_reference(api, settings, LONG_REFERENCE, logs)
     hold.arm()
@@ -89,7 +118,7 @@ def test_a_killed_rank_and_a_rank_out_of_memory_restart_the_gang_to_a_clean_resu
     ranks = [p for p in processes if not any(a in p.cmdline() for a in agents)]
     assert len(ranks) == 2, processes
     killed = ranks[0].environ()["RANK"]
-    oom_limit.write_text("2")  # and from now on rank 1 runs out of memory at micro-batch 4
+    machines.oom_limit.write_text("2")  # and from now on rank 1 runs out of memory at micro-batch 4
     ranks[0].kill()
     assert all_gone(processes, timeout=60), "a rank or agent outlived the killed rank"
     hold.release()
