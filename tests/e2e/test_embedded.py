@@ -1,5 +1,7 @@
 """End to end on the embedded defaults: ``gradacc serve --workers 2`` with SQLite and the
-filesystem broker, talked to over real HTTP."""
+filesystem broker, talked to over real HTTP. One server for the module (its start-up, two workers
+and their fork servers, is most of the cost): it trains every backend, then restarts the workers
+killed under it, then stops on SIGINT."""
 
 from __future__ import annotations
 
@@ -23,8 +25,11 @@ from tests.support import free_port, wait_final, wait_ready
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[httpx.Client, Path, subprocess.Popen[bytes]]]:
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[httpx.Client, Path, subprocess.Popen[bytes]]]:
+    tmp_path = tmp_path_factory.mktemp("embedded")
     home = tmp_path / "home"
     env = settings_env(Settings(home=home))
     for name in ("GRADACC_DATABASE_URL", "GRADACC_BROKER_URL", "GRADACC_QUEUE"):
@@ -51,7 +56,7 @@ def served(tmp_path: Path) -> Iterator[tuple[httpx.Client, Path, subprocess.Pope
 def test_serve_on_embedded_defaults_trains_every_backend(
     served: tuple[httpx.Client, Path, subprocess.Popen[bytes]],
 ) -> None:
-    client, home, server = served
+    client, home, _ = served
     wait_ready(client)
     assert (home / "gradacc.db").is_file(), "serve migrates the embedded database at start"
     jobs = [
@@ -72,8 +77,6 @@ def test_serve_on_embedded_defaults_trains_every_backend(
     losses = {client.get(f"/v1/jobs/{j['id']}").json()["metrics"]["train_loss"] for j in jobs}
     assert max(losses) - min(losses) < 1e-4, losses
     assert client.get(f"/v1/jobs/{queued['id']}").json()["attempts"] == 0
-    server.send_signal(signal.SIGINT)
-    assert server.wait(timeout=30) == 0
 
 
 def _worker_pids(server: subprocess.Popen[bytes]) -> set[int]:
@@ -87,6 +90,8 @@ def _worker_pids(server: subprocess.Popen[bytes]) -> set[int]:
 def test_serve_restarts_a_worker_that_dies(
     served: tuple[httpx.Client, Path, subprocess.Popen[bytes]],
 ) -> None:
+    """Both workers killed at once: serve starts two new ones, which train; SIGINT then stops
+    the whole server cleanly (exit 0)."""
     client, _, server = served
     wait_ready(client)
     first = _worker_pids(server)
