@@ -29,7 +29,19 @@ BOUNDS = {
     "n_epochs": "'auto' or an integer from 1 to 50",
     "batch_size": "'auto' or an integer from 1 to 256",
     "learning_rate_multiplier": "'auto' or a number above 0 and at most 10",
+    "beta": "'auto' or a number above 0 and at most 10",
 }
+
+
+def _bounded(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+    """One refusal naming the field and its bound, not one per branch of the union
+    ("Input should be 'auto'" at ``batch_size.literal['auto']``)."""
+    try:
+        return handler(value)
+    except ValidationError:
+        name = str(info.field_name)
+        got = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
+        raise ValueError(f"{name} must be {BOUNDS[name]} (got {got})") from None
 
 
 class Hyperparameters(Strict):
@@ -37,41 +49,58 @@ class Hyperparameters(Strict):
     batch_size: Auto | Annotated[int, Field(ge=1, le=256)] = "auto"
     learning_rate_multiplier: Auto | Annotated[float, Field(gt=0, le=10)] = "auto"
 
-    @field_validator("n_epochs", "batch_size", "learning_rate_multiplier", mode="wrap")
-    @classmethod
-    def _bound(cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
-        """One refusal naming the field and its bound, not one per branch of the union
-        ("Input should be 'auto'" at ``batch_size.literal['auto']``)."""
-        try:
-            return handler(value)
-        except ValidationError:
-            name = str(info.field_name)
-            got = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
-            raise ValueError(f"{name} must be {BOUNDS[name]} (got {got})") from None
+    _bound = field_validator("n_epochs", "batch_size", "learning_rate_multiplier", mode="wrap")(
+        _bounded
+    )
+
+
+class DpoHyperparameters(Hyperparameters):
+    """OpenAI's ``dpo_hyperparameters``: the supervised three (counted in pairs) and ``beta``."""
+
+    beta: Auto | Annotated[float, Field(gt=0, le=10)] = "auto"
+
+    _beta_bound = field_validator("beta", mode="wrap")(_bounded)
 
 
 class Supervised(Strict):
     hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
 
 
+class Dpo(Strict):
+    hyperparameters: DpoHyperparameters = Field(default_factory=DpoHyperparameters)
+
+
+TRAINED_METHODS = ("supervised", "dpo")
+
+
 class Method(Strict):
-    # OpenAI's three names are known (a clear refusal names the one gradacc trains); the schema
-    # states the one accepted.
+    # OpenAI's three names are known (a clear refusal names the ones gradacc trains); the schema
+    # states the ones accepted.
     type: Literal["supervised", "dpo", "reinforcement"] = Field(
-        json_schema_extra={"enum": ["supervised"]}
+        json_schema_extra={"enum": list(TRAINED_METHODS)}
     )
     supervised: Supervised | None = None
-    dpo: dict[str, Any] | None = None
+    dpo: Dpo | None = None
     reinforcement: dict[str, Any] | None = None
 
     @field_validator("type")
     @classmethod
     def _trained_here(cls, value: str) -> str:
-        if value != "supervised":
+        if value not in TRAINED_METHODS:
             raise ValueError(
                 f"method {value!r} is not trained by gradacc yet; use 'supervised' (chat or "
-                "prompt-completion data, exact gradient accumulation)"
+                "prompt-completion data) or 'dpo' (preference pairs), each with exact gradient "
+                "accumulation"
             )
+        return value
+
+    @field_validator("supervised", "dpo")
+    @classmethod
+    def _of_the_type(cls, value: Any, info: ValidationInfo) -> Any:
+        """Only the section of the chosen type: another's hyperparameters would be ignored."""
+        chosen = info.data.get("type")
+        if value is not None and chosen is not None and chosen != info.field_name:
+            raise ValueError(f"given, but method.type is {chosen!r}")
         return value
 
 
@@ -127,7 +156,28 @@ class FineTuningJobCreate(Strict):
             raise ValueError(f"no integrations are configured on this server (asked: {names})")
         return value
 
+    @field_validator("hyperparameters")
+    @classmethod
+    def _of_supervised(
+        cls, value: Hyperparameters | None, info: ValidationInfo
+    ) -> Hyperparameters | None:
+        method = info.data.get("method")
+        if value is not None and method is not None and method.type != "supervised":
+            raise ValueError(
+                f"these are method supervised's; give method.{method.type}.hyperparameters"
+            )
+        return value
+
+    @property
+    def method_type(self) -> str:
+        return "supervised" if self.method is None else self.method.type
+
     def chosen_hyperparameters(self) -> Hyperparameters:
+        """The method's section, else the top-level one (OpenAI's older place), else all auto."""
+        if self.method is not None and self.method.dpo is not None:
+            return self.method.dpo.hyperparameters
+        if self.method is not None and self.method.type == "dpo":
+            return DpoHyperparameters()
         if self.method is not None and self.method.supervised is not None:
             return self.method.supervised.hyperparameters
         return self.hyperparameters or Hyperparameters()

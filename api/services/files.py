@@ -144,8 +144,9 @@ def _store(
         details = check_dataset(staging / stored_name, fmt)
         if purpose == FilePurpose.FINE_TUNE and details["dataset_format"] not in CHAT_FORMATS:
             raise InvalidRequest(
-                "a fine-tune file holds chat or instruction rows: a JSON line each with "
-                f"'messages' (or 'prompt' and 'completion'); its columns: {details['columns']}",
+                "a fine-tune file holds chat, instruction or preference rows: a JSON line each "
+                "with 'messages' (or 'prompt' and 'completion'; or 'input', 'preferred_output' "
+                f"and 'non_preferred_output'); its columns: {details['columns']}",
                 param="file",
             )
         return stored_name, details
@@ -180,7 +181,7 @@ def check_dataset(path: Path, fmt: str) -> dict[str, Any]:
     return details | {"dataset_format": found}
 
 
-CHAT_FORMATS = ("messages", "prompt-completion")
+CHAT_FORMATS = ("messages", "prompt-completion", "preference")
 
 
 def get_file(session: Session, *, file_id: str, tenant: str) -> File:

@@ -79,7 +79,7 @@ def _error(job: Job, ft: dict[str, Any]) -> JobError | None:
     message, param = job.error_message or "", ft.get("error_param")
     if param is None:
         return JobError(code=job.error_code, message=message)
-    named = openai_param(param)
+    named = openai_param(param, str(ft.get("method", {}).get("type", "supervised")))
     if message.startswith(f"{param}: "):
         message = f"{named}: {message.removeprefix(f'{param}: ')}"
     return JobError(code=job.error_code, message=message, param=named)

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from api.schemas.jobs import JobCreate
-from api.schemas.openai import FineTuningJobCreate, Hyperparameters
+from api.schemas.openai import DpoHyperparameters, FineTuningJobCreate, Hyperparameters
 from api.services import jobs as job_services
 from api.services.files import get_file
 from gradacc.errors import FileNotFound, InvalidRequest
@@ -22,6 +22,7 @@ from gradacc.settings import Settings
 from gradacc.tables import FilePurpose, Job
 from trainer_core.spec.batching import micro_batch_for
 from trainer_core.spec.job import JobSpec
+from trainer_core.spec.preference import PreferenceFields
 
 DEFAULTS: dict[str, Any] = {  # a fine-tuning job's defaults where the spec's differ
     "task": "causal-lm",
@@ -35,6 +36,7 @@ DEFAULTS: dict[str, Any] = {  # a fine-tuning job's defaults where the spec's di
 }
 BASE_LEARNING_RATE = JobSpec.model_fields["learning_rate"].default
 DEFAULT_SEED = JobSpec.model_fields["seed"].default
+DEFAULT_BETA = PreferenceFields.model_fields["dpo_beta"].default  # 0.1, as TRL's
 MAX_SEQ_LENGTH = Settings.model_fields["max_seq_length"].default
 TRAINING_FILE_PURPOSES = (FilePurpose.FINE_TUNE, FilePurpose.DATASET)
 
@@ -55,14 +57,24 @@ def auto_batch_size(rows: int) -> int:
 
 
 def resolve(chosen: Hyperparameters, rows: int) -> dict[str, Any]:
+    """The numbers "auto" stands for; a dpo job's rows are pairs, and its ``beta`` is 0.1."""
     epochs = chosen.n_epochs
     batch = chosen.batch_size
     multiplier = chosen.learning_rate_multiplier
-    return {
+    resolved: dict[str, Any] = {
         "n_epochs": auto_epochs(rows) if epochs == "auto" else epochs,
         "batch_size": auto_batch_size(rows) if batch == "auto" else batch,
         "learning_rate_multiplier": 1.0 if multiplier == "auto" else float(multiplier),
     }
+    if isinstance(chosen, DpoHyperparameters):
+        resolved["beta"] = DEFAULT_BETA if chosen.beta == "auto" else float(chosen.beta)
+    return resolved
+
+
+def method_of(body: FineTuningJobCreate, resolved: dict[str, Any]) -> dict[str, Any]:
+    """The job object's ``method``, as OpenAI echoes it: the type and its resolved values."""
+    kind = body.method_type
+    return {"type": kind, kind: {"hyperparameters": resolved}}
 
 
 def create(
@@ -83,8 +95,9 @@ def create(
         "metadata": body.metadata,
         "training_file": body.training_file,
         "validation_file": body.validation_file,
-        "hyperparameters": resolved,
-        "method": {"type": "supervised", "supervised": {"hyperparameters": resolved}},
+        # OpenAI's job object keeps the three common ones here; beta is in method.dpo.
+        "hyperparameters": {k: v for k, v in resolved.items() if k != "beta"},
+        "method": method_of(body, resolved),
         "seed": seed,
     }
     try:
@@ -98,7 +111,7 @@ def create(
             fine_tuning=fine_tuning,
         )
     except InvalidRequest as exc:
-        raise _renamed(exc) from None
+        raise _renamed(exc, body.method_type) from None
     return job
 
 
@@ -129,7 +142,7 @@ def _job_create(
     taken = sorted(set(ours) & (set(OPENAI_FIELDS) | {"learning_rate_multiplier"}))
     if taken:
         field = taken[0]
-        where = OPENAI_FIELDS.get(field, field)
+        where = openai_param(field, "dpo" if field == "dpo_beta" else body.method_type)
         raise InvalidRequest(f"set by {where} in the fine-tuning body", param=f"gradacc.{field}")
     batch = resolved["batch_size"]
     base_rate = ours.pop("learning_rate", BASE_LEARNING_RATE)
@@ -143,6 +156,8 @@ def _job_create(
         "effective_batch_size": batch,
         "seed": DEFAULT_SEED if body.seed is None else body.seed,
     }
+    if body.method_type == "dpo":
+        spec |= {"method": "dpo", "dpo_beta": resolved["beta"]}
     if body.validation_file is not None:
         spec["eval_dataset"] = body.validation_file
     if body.metadata is not None:  # /v1/jobs shows and filters on it too
@@ -165,21 +180,22 @@ def _job_create(
     try:
         return JobCreate.model_validate(spec)
     except ValidationError as exc:
-        raise RequestValidationError([_renamed_error(e) for e in exc.errors()]) from None
+        errors = [_renamed_error(e, body.method_type) for e in exc.errors()]
+        raise RequestValidationError(errors) from None
 
 
-def _renamed_error(error: Any) -> dict[str, Any]:
+def _renamed_error(error: Any, method: str = "supervised") -> dict[str, Any]:
     loc = tuple(error.get("loc", ()))
-    head = openai_param(str(loc[0])).split(".") if loc else ["gradacc"]
+    head = openai_param(str(loc[0]), method).split(".") if loc else ["gradacc"]
     if loc and loc[0] == "learning_rate":
         head = ["gradacc", "learning_rate"]
     return {**error, "loc": ("body", *head, *loc[1:])}
 
 
-def _renamed(exc: InvalidRequest) -> InvalidRequest:
+def _renamed(exc: InvalidRequest, method: str = "supervised") -> InvalidRequest:
     if exc.param is None:
         return exc
-    param = openai_param(exc.param)
+    param = openai_param(exc.param, method)
     message = exc.message.removeprefix(f"{exc.param}: ")
     found = getattr(exc, "errors", None)
     return InvalidRequest(message, param=param, errors=found)

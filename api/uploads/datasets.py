@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pa_parquet
 
-from api.uploads.arrow import BLOCK_BYTES, batches, type_change, with_growing_blocks
+from api.uploads.arrow import BLOCK_BYTES, batches, open_csv, type_change, with_growing_blocks
 from api.uploads.jsonrows import (
     MAX_COLUMNS,
     array_rows,
@@ -31,6 +31,7 @@ from trainer_core.spec.chat import (
     prompt_completion_problems,
     resolve_format,
 )
+from trainer_core.spec.preference import OPENAI_COLUMNS, check_preference_row
 
 BATCH_ROWS = 10_000
 FALLBACK_MAX_BYTES = 64 * 1024**2  # a refused JSON file read again as Python rows, for its lines
@@ -82,8 +83,11 @@ def _rows(
 
 
 def check_rows(path: Path, fmt: str, found: ResolvedFormat | None) -> None:
-    """Every conversation or prompt-completion row has the shape its format needs."""
+    """Every conversation, prompt-completion or preference row has the shape its format needs."""
     check: Callable[[dict[str, Any]], list[str]]
+    if found == "preference":
+        _check_pairs(path, fmt)
+        return
     if found == "messages":
         columns = ["messages"]
 
@@ -111,6 +115,36 @@ def check_rows(path: Path, fmt: str, found: ResolvedFormat | None) -> None:
         raise InvalidRequest(
             problem_summary(len(problems), shown, found), param="file", errors=shown
         )
+
+
+def _check_pairs(path: Path, fmt: str) -> None:
+    """Preference rows, OpenAI's or TRL's, by ``check_preference_row`` (the core's own check),
+    which names the line and the field; all columns are read (a row's shape picks its checks)."""
+    where = "line" if fmt in ("jsonl", "json") else "row"
+
+    def scan(block: int) -> list[str]:
+        problems: list[str] = []
+        for number, row in _rows(path, fmt, _preference_columns(path, fmt, block), block):
+            found = check_preference_row(row, number)
+            problems += found if where == "line" else [f"row{p[4:]}" for p in found]
+        return problems
+
+    problems = with_growing_blocks(scan)
+    if problems:
+        shown = problems[:MAX_PROBLEMS]
+        summary = problem_summary(len(problems), shown, "preference")
+        raise InvalidRequest(summary, param="file", errors=shown)
+
+
+def _preference_columns(path: Path, fmt: str, block: int) -> list[str]:
+    """The preference columns a CSV or Parquet file has (JSON rows are read whole)."""
+    if fmt == "parquet":
+        names = list(pa_parquet.ParquetFile(path).schema_arrow.names)
+    elif fmt == "csv":
+        names = list(open_csv(path, block).schema.names)  # the header only
+    else:
+        return []
+    return [name for name in (*OPENAI_COLUMNS, "prompt", "chosen", "rejected") if name in names]
 
 
 def problem_summary(total: int, shown: list[str], found: str) -> str:

@@ -12,6 +12,8 @@ OPENAI_FIELDS = {
     "num_train_epochs": "hyperparameters.n_epochs",
     "effective_batch_size": "hyperparameters.batch_size",
     "seed": "seed",
+    "method": "method.type",
+    "dpo_beta": "hyperparameters.beta",
 }
 # step record key -> the name in a fine-tuning job's metrics events and checkpoint metrics
 EVENT_METRICS = {
@@ -36,8 +38,11 @@ def openai_metrics(record: dict[str, Any]) -> dict[str, Any]:
     return {name: record.get(key) for key, name in EVENT_METRICS.items()}
 
 
-def openai_param(param: str) -> str:
+def openai_param(param: str, method: str = "supervised") -> str:
     """A spec field (``dataset``, ``lora.r``) as a fine-tuning body names it (``training_file``,
-    ``gradacc.lora.r``)."""
+    ``gradacc.lora.r``); a dpo job's hyperparameters are under ``method.dpo``."""
     field, _, rest = param.partition(".")
-    return OPENAI_FIELDS.get(field, f"gradacc.{field}") + (f".{rest}" if rest else "")
+    named = OPENAI_FIELDS.get(field, f"gradacc.{field}") + (f".{rest}" if rest else "")
+    if method != "supervised" and named.startswith("hyperparameters."):
+        return f"method.{method}.{named}"
+    return named

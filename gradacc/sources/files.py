@@ -122,9 +122,26 @@ def check_job_data(session: Session, *, spec: JobSpec, tenant: str) -> str | Non
                 f"{', '.join(columns)})",
                 param=spec_field,
             )
+        check_method_fits(spec.method, found, field=field, source=refs[field])
     if fmt == "messages" and spec.chat_template is None and not _has_template(session, spec, refs):
         raise InvalidRequest(no_template(refs.get("model", spec.model)), param="chat_template")
     return fmt
+
+
+def check_method_fits(method: str, fmt: str | None, *, field: str, source: str) -> None:
+    """dpo trains preference pairs and nothing else; sft never trains them (422 naming the
+    data's field: the method was chosen, the file is what does not fit it)."""
+    if method == "dpo" and fmt not in (None, "preference"):
+        raise InvalidRequest(
+            f"method dpo trains preference pairs, and {source} holds {fmt} data: give rows "
+            "with input, preferred_output and non_preferred_output (or prompt, chosen and "
+            "rejected)",
+            param=field,
+        )
+    if method != "dpo" and fmt == "preference":
+        raise InvalidRequest(
+            f"{source} holds preference pairs: train it with method dpo", param=field
+        )
 
 
 def _has_template(session: Session, spec: JobSpec, refs: dict[str, str]) -> bool:

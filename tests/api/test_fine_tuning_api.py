@@ -102,8 +102,10 @@ def test_errors_are_openais_with_param(app_client: TestClient) -> None:
          openai.BadRequestError, "training_file"),
         ({"model": "builtin:tiny-chat", "training_file": file.id, "suffix": "a:b"},
          openai.BadRequestError, "suffix"),
+        ({"model": "builtin:tiny-chat", "training_file": file.id,
+          "method": {"type": "reinforcement"}}, openai.BadRequestError, "method.type"),
         ({"model": "builtin:tiny-chat", "training_file": file.id, "method": {"type": "dpo"}},
-         openai.BadRequestError, "method.type"),
+         openai.BadRequestError, "training_file"),  # a chat file: no pairs to train dpo on
         ({"model": "builtin:tiny-chat", "training_file": file.id,
           "integrations": [{"type": "wandb", "wandb": {"project": "x"}}]},
          openai.BadRequestError, "integrations"),

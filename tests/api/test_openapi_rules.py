@@ -53,10 +53,13 @@ def test_column_names_carry_their_pattern(
     assert response.status_code == 422 and column in response.text
 
 
-def test_the_method_type_is_the_one_trained(client: TestClient, document: dict[str, Any]) -> None:
+def test_the_method_types_are_the_ones_trained(
+    client: TestClient, document: dict[str, Any]
+) -> None:
     method = document["components"]["schemas"]["Method"]["properties"]["type"]
-    assert method["enum"] == ["supervised"]
-    body = {"model": "builtin:tiny-chat", "training_file": "file-x", "method": {"type": "dpo"}}
+    assert method["enum"] == ["supervised", "dpo"]
+    body = {"model": "builtin:tiny-chat", "training_file": "file-x",
+            "method": {"type": "reinforcement"}}  # fmt: skip
     response = client.post("/v1/fine_tuning/jobs", json=body)
     assert response.status_code == 400 and "not trained by gradacc" in response.text
 
