@@ -21,16 +21,20 @@ from trainer_core.spec.job import JobSpec
 
 pytestmark = pytest.mark.integration
 
-SPEC = {**TINY, "max_train_samples": 2000, "num_train_epochs": 3, "seed": 5}  # 125 steps/epoch
+# 10 steps an epoch: enough for a kill between two checkpoints (the hold places it; the length
+# of an epoch is not the point, and every run here trains it three or four times over).
+SPEC = {**TINY, "max_train_samples": 160, "num_train_epochs": 3, "seed": 5}
+EPOCH = 10  # optimizer steps of one epoch: 160 rows / (8 x K 2)
+HELD_AT = EPOCH + 3  # in epoch 2, after epoch 1's checkpoint
 
 
 def test_jobs_killed_mid_epoch_resume_and_match_a_clean_run(
     api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
 ) -> None:
     settings = pg_redis_settings
-    # Each victim is held at step 130, in epoch 2 after epoch 1's checkpoint: killed there, it
-    # cannot have finished first. The clean run passes the step unheld.
-    hold = Hold(settings.home, 130, armed=False)
+    # Each victim is held in epoch 2 after epoch 1's checkpoint: killed there, it cannot have
+    # finished first. The clean run passes the step unheld.
+    hold = Hold(settings.home, HELD_AT, armed=False)
     worker = start_worker("survivor", hold.env())
     clean = wait_final(api, api.post("/v1/jobs", json=SPEC).json()["id"], timeout=120)
     assert clean["status"] == "succeeded", worker.log()
@@ -41,7 +45,7 @@ def test_jobs_killed_mid_epoch_resume_and_match_a_clean_run(
     hold.arm()
     child_killed = api.post("/v1/jobs", json=SPEC).json()["id"]
     pid = hold.held(timeout=120)
-    checkpoint_at(settings.jobs_dir / child_killed, 125)  # epoch 1's, written in the background
+    checkpoint_at(settings.jobs_dir / child_killed, EPOCH)  # epoch 1's, written in the background
     os.kill(pid, signal.SIGKILL)
     hold.release()
     assert_resumed_like(api, settings, child_killed, clean, reference, bound)
@@ -63,7 +67,7 @@ def test_jobs_killed_mid_epoch_resume_and_match_a_clean_run(
     hold.arm()
     worker_killed = api.post("/v1/jobs", json=SPEC).json()["id"]
     pid = hold.held(timeout=120)
-    checkpoint_at(settings.jobs_dir / worker_killed, 125)
+    checkpoint_at(settings.jobs_dir / worker_killed, EPOCH)
     os.kill(pid, signal.SIGKILL)  # first, so it cannot notice its worker's death and checkpoint
     worker.kill()
     assert process_gone(pid, timeout=5)
@@ -85,7 +89,7 @@ def assert_resumed_like(
     job = wait_final(api, job_id, timeout=120)
     events = api.get(f"/v1/jobs/{job_id}/events").json()["data"]
     assert (job["status"], job["attempts"]) == ("succeeded", 2), [e["kind"] for e in events]
-    assert any("resumed at step 125" in e["message"] for e in events), events  # epoch 1's end
+    assert any(f"resumed at step {EPOCH}" in e["message"] for e in events), events  # epoch 1's end
     diff = max_abs_diff(final_weights(settings.jobs_dir / job_id), reference)
     assert diff <= bound, (diff, bound)
     resumed = api.get(f"/v1/jobs/{job_id}/metrics").json()["data"]
