@@ -5,6 +5,9 @@ FAILURES_FILE <torchrun arguments>``.
 (its exit status, the signal that killed it); it only logs that. Run in-process here, its
 ``ChildFailedError`` is caught and the failed ranks go to ``FAILURES_FILE`` (JSON: a list of
 ``{"rank", "exitcode", "signal"}``), which the launcher reads to describe a restart's cause.
+
+The agent imports what a rank imports once, and torchrun forks each rank from it instead of
+starting a new interpreter (``worker.child.ranks.forked``).
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import parse_args, run
 
+from worker.child.ranks.forked import fork_ranks
 from worker.child.ranks.launcher import die_with_parent
 
 
 def main(argv: list[str]) -> int:
     die_with_parent()  # the launcher gone (SIGKILLed with the job's group): so is the agent
     failures_file, *torchrun_args = argv
+    fork_ranks()
     try:
         run(parse_args(torchrun_args))  # type: ignore[no-untyped-call]
     except ChildFailedError as exc:

@@ -44,6 +44,7 @@ from gradacc.tables import Job, JobStatus
 from trainer_core.spec import replan
 from trainer_core.spec.outputs import PREEMPT_FILE, RANK0_EXIT_FILE
 from worker import exit_codes
+from worker.child.ranks.proc_title import env_room
 
 FAILURES_FILE = "rank_failures.json"  # the ranks that failed in torchrun's last run
 GANG_FAILURES_WAIT_S = 5.0  # node 0 waits this long for the other machines' failures
@@ -169,7 +170,8 @@ def _run_ranks(
         path.unlink(missing_ok=True)
     preempt = job_dir / PREEMPT_FILE
     command = torchrun_command(job_id, num_processes, failures, rendezvous)
-    agent = subprocess.Popen(command, preexec_fn=die_with_parent)
+    # The room last: each forked rank writes its own variables there for /proc (proc_title).
+    agent = subprocess.Popen(command, preexec_fn=die_with_parent, env={**os.environ, **env_room()})
     while True:
         try:
             returncode = agent.wait(timeout=0.5)
