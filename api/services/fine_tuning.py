@@ -21,7 +21,7 @@ from api.services.jobs import get_job
 from gradacc.errors import InvalidRequest, JobNotFound
 from gradacc.job_view import unix
 from gradacc.jobs.records import METRICS_EVENT
-from gradacc.openai.names import openai_metrics, openai_param
+from gradacc.openai.names import evaluation_metrics, openai_metrics, openai_param
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import FINE_TUNING_API, Job, JobEvent, JobStatus, StepMetric
@@ -171,11 +171,9 @@ def _checkpoint(
 ) -> FineTuningCheckpoint:
     epochs = state.get("metrics") or [{}]
     last = epochs[-1]
-    train = {k: at_step[k] for k in ("train_loss", "train_mean_token_accuracy") if k in at_step}
-    metrics = openai_metrics(last | train) | {"step": float(step)}
-    # Evaluation here always covers the whole validation set.
-    metrics |= {"full_valid_loss": metrics["valid_loss"]}
-    metrics |= {"full_valid_mean_token_accuracy": metrics["valid_mean_token_accuracy"]}
+    # The step's training figures; the evaluation is the epoch's (the last one saved with it).
+    train = {k: v for k, v in at_step.items() if not k.startswith("eval_")}
+    metrics = openai_metrics(last | train) | {"step": float(step)} | evaluation_metrics(last)
     return FineTuningCheckpoint(
         id=f"{CHECKPOINT_PREFIX}{job.id}-{step}",
         created_at=int((folder / CHECKPOINT_STATE).stat().st_mtime),

@@ -10,7 +10,7 @@ from sqlalchemy import delete, select, text
 from sqlalchemy.orm import Session
 
 from gradacc.db import upsert
-from gradacc.openai.names import openai_metrics
+from gradacc.openai.names import evaluation_metrics, openai_metrics
 from gradacc.tables import EpochMetric, JobEvent, StepMetric, utcnow
 
 
@@ -55,6 +55,8 @@ def _message(data: dict[str, Any]) -> str:
         message += f", validation loss={_short(data['valid_loss'])}"
     if data.get("full_valid_loss") is not None:
         message += f", full validation loss={_short(data['full_valid_loss'])}"
+    if data.get("train_rewards_accuracies") is not None:  # a dpo job's
+        message += f", reward accuracy={_short(data['train_rewards_accuracies'])}"
     return message
 
 
@@ -65,13 +67,7 @@ def _epoch_evaluation(session: Session, *, job_id: str, record: dict[str, Any]) 
     if record.get("eval_loss") is None or record.get("optimizer_steps") is None:
         return
     step = int(record["optimizer_steps"])
-    figures = {
-        name: record.get(key)
-        for key, names in (("eval_loss", ("valid_loss", "full_valid_loss")),
-                           ("eval_mean_token_accuracy", ("valid_mean_token_accuracy",
-                                                         "full_valid_mean_token_accuracy")))
-        for name in names
-    }  # fmt: skip
+    figures = evaluation_metrics(record)
     query = select(JobEvent).where(
         JobEvent.job_id == job_id,
         JobEvent.kind == METRICS_EVENT,

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gradacc.openai.names import RESULT_COLUMNS
+from gradacc.openai.names import result_columns
 from gradacc.settings import Settings
 from gradacc.sources.files import file_dir, new_file_id
 from gradacc.tables import EpochMetric, File, FilePurpose, Job, StepMetric
@@ -27,16 +27,25 @@ def results_csv(steps: list[dict[str, Any]], epochs: list[dict[str, Any]]) -> st
                if "optimizer_steps" in e and e.get("eval_loss") is not None}  # fmt: skip
     by_step = {int(s["step"]): s for s in steps}
     by_step |= {step: {"step": step} for step in at_step if step not in by_step}
+    columns = result_columns(steps)
+    evaluation = [key for key in columns if key.startswith("eval_")]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(RESULT_COLUMNS.values())
+    writer.writerow(columns.values())
     for step, record in sorted(by_step.items()):
         evaluated = record if "eval_loss" in record else at_step.get(step, {})
-        row = record | {
-            key: evaluated.get(key) for key in ("eval_loss", "eval_mean_token_accuracy")
-        }
-        writer.writerow([step, *(_cell(row.get(key)) for key in list(RESULT_COLUMNS)[1:])])
+        row = record | {key: evaluated.get(key) for key in evaluation}
+        writer.writerow([step, *(_cell(row.get(key)) for key in list(columns)[1:])])
     return out.getvalue()
+
+
+def _trained_tokens(job: Job, epochs: list[dict[str, Any]]) -> int | None:
+    """What the loss averaged over: trained tokens. A dpo job averages over pairs, and counts
+    its trained tokens apart (``train_tokens``) where the core records them; else unknown."""
+    if job.spec.get("method") == "dpo":
+        counted = [e["train_tokens"] for e in epochs if e.get("train_tokens") is not None]
+        return sum(int(n) for n in counted) if counted else None
+    return sum(int(e.get("train_items") or 0) for e in epochs)
 
 
 def _cell(value: Any) -> str:
@@ -65,8 +74,12 @@ def write_results(session: Session, settings: Settings, *, job: Job) -> None:
             stored_name=RESULTS_NAME,
             bytes=len(data),
             sha256=hashlib.sha256(data).hexdigest(),
-            details={"format": "csv", "rows": len(steps), "columns": list(RESULT_COLUMNS.values())},
+            details={
+                "format": "csv",
+                "rows": len(steps),
+                "columns": list(result_columns(steps).values()),
+            },
         )
     )
-    trained = sum(int(e.get("train_items") or 0) for e in epochs)
+    trained = _trained_tokens(job, epochs)
     job.fine_tuning = {**job.fine_tuning, "result_files": [file_id], "trained_tokens": trained}
