@@ -13,6 +13,7 @@ turns the name into the folder it loads (``local_model``), as it does an uploade
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -21,20 +22,29 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Row
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from gradacc.errors import InvalidRequest
 from gradacc.ids import id_pattern
 from gradacc.settings import Settings
-from gradacc.tables import FINE_TUNING_API, Job, JobStatus
+from gradacc.tables import FINE_TUNING_API, File, Job, JobStatus
+from trainer_core.spec.cards import ADAPTER_CONFIG
 from trainer_core.spec.errors import JobError
-from trainer_core.spec.outputs import MODEL_DIR, kept_checkpoints
-from trainer_core.spec.sources import FINE_TUNED_PREFIX
+from trainer_core.spec.job import JobSpec
+from trainer_core.spec.outputs import (
+    ADAPTER_BASE_DIR,
+    ADAPTER_BUILTIN_BASE,
+    ADAPTER_DIR,
+    MODEL_DIR,
+    kept_checkpoints,
+)
+from trainer_core.spec.sources import FINE_TUNED_PREFIX, classify_source, local_path
 
 _CKPT = re.compile(r"^ckpt-step-(\d{1,12})$")
 _JOB = re.compile(id_pattern("job_"))
 # What save_pretrained writes beside the weights: a checkpoint's model view borrows these.
 WEIGHT_FILES = ("model.safetensors", "config.json")
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 @dataclass(frozen=True)
@@ -142,17 +152,23 @@ def check_model(session: Session, settings: Settings, *, value: str, tenant: str
 
 def model_folder(settings: Settings, job: Job, step: int | None) -> Path:
     """The folder to load: the job's ``model/``, or a view of one checkpoint (its weights and
-    config, and the tokenizer files the job saved with its model). Raises ``ModelUnavailable``."""
+    config, and the tokenizer files the job saved with its model); for a LoRA job, a view of
+    its adapters on their base (``_adapter_view``). Raises ``ModelUnavailable``."""
     job_dir = settings.jobs_dir / job.id
     final = job_dir / MODEL_DIR
+    lora = job.spec.get("lora") is not None and (job_dir / ADAPTER_DIR / ADAPTER_CONFIG).is_file()
     if step is None:
-        if not (final / "config.json").is_file():
-            raise ModelUnavailable(f"{job.id} has no full model (a LoRA job without merge_lora?)")
-        return final
+        if (final / "config.json").is_file():
+            return final
+        if lora:
+            return _adapter_view(settings, job, None)
+        raise ModelUnavailable(f"{job.id} saved no model")
     kept = {s: folder for s, folder, _ in kept_checkpoints(job_dir)}
     if step not in kept:
         steps = ", ".join(str(s) for s in sorted(kept)) or "none"
         raise ModelUnavailable(f"{job.id} keeps no checkpoint at step {step} (kept: {steps})")
+    if lora:  # a LoRA checkpoint holds peft's whole state, not a plain model's weights
+        return _adapter_view(settings, job, (step, kept[step]))
     if not final.is_dir():
         raise ModelUnavailable(
             f"{job.id}'s checkpoints become models once it saved its tokenizer (when it succeeds)"
@@ -168,19 +184,87 @@ def _checkpoint_view(job_dir: Path, checkpoint: Path, final: Path, step: int) ->
         return view
     tmp = job_dir / f".ckpt-model-{step}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     sources = {p.name: p for p in final.iterdir() if p.is_file() and p.name not in WEIGHT_FILES}
     sources |= {name: checkpoint / name for name in WEIGHT_FILES}
-    for name, source in sources.items():
-        try:
-            os.link(source, tmp / name)
-        except OSError:
-            shutil.copy2(source, tmp / name)
+    _link_files(sources, tmp)
     try:
         tmp.rename(view)
     except OSError:  # another process built it first
         shutil.rmtree(tmp, ignore_errors=True)
     return view
+
+
+def _adapter_view(settings: Settings, job: Job, checkpoint: tuple[int, Path] | None) -> Path:
+    """``.lora-model/`` (or ``.lora-ckpt-<step>/``): the adapters (or a checkpoint's peft state)
+    and tokenizer the job saved, hard-linked, and their base, named as the core's loading rule
+    reads it (``trainer_core.model.trained``): a built-in model and this job's seed, a hub id in
+    the adapter config, or the base model's files linked into ``base/``. The base comes from the
+    job's own spec as the service resolves any model name (the tenant's files and models only),
+    never from a path in a file. Built once, renamed in whole, hidden from /artifacts."""
+    job_dir, adapter = settings.jobs_dir / job.id, settings.jobs_dir / job.id / ADAPTER_DIR
+    view = job_dir / (".lora-model" if checkpoint is None else f".lora-ckpt-{checkpoint[0]}")
+    if view.is_dir():
+        return view
+    spec = JobSpec.model_validate(job.spec)
+    tmp = job_dir / f"{view.name}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        skip = {ADAPTER_CONFIG} | ({ADAPTER_WEIGHTS} if checkpoint else set())
+        files = {p.name: p for p in adapter.iterdir() if p.is_file() and p.name not in skip}
+        if checkpoint is not None:
+            files[WEIGHT_FILES[0]] = checkpoint[1] / WEIGHT_FILES[0]  # the peft state dict
+        _link_files(files, tmp)
+        config = json.loads((adapter / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+        kind = classify_source(spec.model)
+        config["base_model_name_or_path"] = spec.model if kind == "hub" else None
+        (tmp / ADAPTER_CONFIG).write_text(json.dumps(config), encoding="utf-8")
+        if kind == "builtin":
+            base = {"model": spec.model, "seed": spec.seed}
+            (tmp / ADAPTER_BUILTIN_BASE).write_text(json.dumps(base), encoding="utf-8")
+        elif kind != "hub":
+            _link_tree(_base_model(settings, job, spec.model), tmp / ADAPTER_BASE_DIR)
+        tmp.rename(view)
+    except OSError:  # another process built it first, or it could not be built
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not view.is_dir():
+            raise ModelUnavailable(f"{job.id}'s adapters cannot be read") from None
+    return view
+
+
+def _base_model(settings: Settings, job: Job, model: str) -> Path:
+    """The folder of a LoRA job's base model: the tenant's uploaded model, fine-tuned model, or
+    a local folder (checked against the data roots when that job was created)."""
+    kind = classify_source(model)
+    session = object_session(job)
+    if kind == "fine_tuned" and session is not None:
+        return local_model(session, settings, value=model, tenant=job.tenant)
+    if kind == "file" and session is not None:
+        file = session.get(File, model)
+        folder = settings.files_dir / model / MODEL_DIR
+        if file is None or file.tenant != job.tenant or not folder.is_dir():
+            raise ModelUnavailable(f"{job.id}'s base model {model} no longer exists")
+        return folder
+    if kind == "local":
+        return local_path(model).resolve()
+    raise ModelUnavailable(f"{job.id}'s base model {model} cannot be found")
+
+
+def _link_files(files: dict[str, Path], into: Path) -> None:
+    """Hard links (copies across file systems) of ``files`` in a new folder ``into``."""
+    into.mkdir()
+    for name, source in files.items():
+        try:
+            os.link(source, into / name)
+        except OSError:
+            shutil.copy2(source, into / name)
+
+
+def _link_tree(source: Path, into: Path) -> None:
+    """``source`` again as ``into``: its folders made, its files linked; links not followed."""
+    for current, dirs, files in os.walk(source):
+        here = into / Path(current).relative_to(source)
+        _link_files({name: Path(current) / name for name in files}, here)
+        dirs[:] = [d for d in dirs if not (Path(current) / d).is_symlink()]
 
 
 def local_model(session: Session, settings: Settings, *, value: str, tenant: str) -> Path:

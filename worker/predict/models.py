@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
+from trainer_core.model.trained import load_trained, stored_labels
 from trainer_core.spec.fields import MAX_TEMPLATE_CHARS
 from worker.predict.render import RenderLimits, RenderRefused, render_limited
 
@@ -24,7 +25,8 @@ class Loaded:
 
 
 class ModelCache:
-    """At most ``capacity`` models loaded; the least recently used one goes first."""
+    """At most ``capacity`` models loaded, whole or as a base with adapters (a folder holding
+    adapters: ``trainer_core.model.trained``); the least recently used one goes first."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -38,7 +40,10 @@ class ModelCache:
             return self._loaded[key]
         tokenizer = AutoTokenizer.from_pretrained(folder)
         kind: Any = AutoModelForCausalLM if causal else AutoModelForSequenceClassification
-        model = kind.from_pretrained(folder).to(device).eval()
+        # A LoRA model loads as its base and the adapters kept apart (the core's rule), the
+        # shape in which many adapters could later share one loaded base.
+        model = load_trained(folder, kind, label_kwargs=stored_labels(folder), merge=False)
+        model = model.to(device).eval()
         self.loads += 1
         self._loaded[key] = Loaded(model, tokenizer, device)
         while len(self._loaded) > self.capacity:
