@@ -10,13 +10,16 @@ causal shift for a causal LM, i.e. trained tokens that are not a row's first; ro
 classification) of its *whole* window. Each micro-step back-propagates
 ``Σ item losses / n_window_items``, so after the window's last backward the gradient is exactly
 ∇[Σ_{items in W} loss / N_W] — for a partial window too, where dividing by K would be wrong.
+
+Preference pairs (``method: dpo``) follow the same rule with the pair as the item: see "Pairs"
+below, where their window math is written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -95,6 +98,7 @@ class MicroStep:
     loss: torch.Tensor  # to back-propagate: Σ item losses / N_W
     summed: torch.Tensor  # detached Σ item losses, for the meters
     hits: torch.Tensor | None = None  # trained tokens predicted exactly, when counted
+    sums: dict[str, torch.Tensor] | None = None  # pairs: detached Σ of each metric over the pairs
 
 
 COUNT_HITS = "count_hits"  # a batch key: the run wants this window's token accuracy
@@ -112,3 +116,110 @@ def micro_step_loss(model: torch.nn.Module, batch: dict[str, Any], causal: bool)
     if causal and batch.get(COUNT_HITS):
         hits = token_hits(outputs.logits.detach(), batch["labels"])
     return MicroStep(total / batch["n_window_items"], total.detach(), hits)
+
+
+# --- Pairs ----------------------------------------------------------------------------------
+# The unit of preference training is a pair j = (prompt, chosen, rejected). A micro-batch holds
+# whole pairs: its B chosen sequences, then its B rejected ones in the same order (the plan's row
+# is the pair, so no planner can put the halves apart; ``check_pairs_whole`` refuses a batch that
+# does). With s(y) the summed log-prob of a completion's trained tokens (after the shift), the
+# pair's loss loss_j is a function of s_θ and s_ref of its two completions alone, so
+#     each micro-step back-propagates  Σ_{pairs} loss_j / N_W  +  alpha Σ_{chosen trained tokens} nll / T_W
+# with N_W the window's pairs and T_W its chosen trained tokens, over all micro-batches and ranks
+# (each divided by W under DDP, which averages: ``n_window_items``, ``n_window_tokens``). After the
+# window's last backward the gradient is exactly ∇[(1/N_W) Σ_j loss_j + alpha (1/T_W) Σ nll]: the RPO
+# term is a token mean over the window, with its own count, never a micro-batch's.
+
+PairLossKind = Literal["sigmoid", "ipo", "hinge"]
+# What is measured of each pair; a window's (an evaluation's) mean of each over its pairs.
+PAIR_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
+                "logps/chosen", "logps/rejected")  # fmt: skip
+Reference = Callable[[dict[str, Any]], torch.Tensor]  # a batch -> the reference's s(y), (2B,)
+
+
+class PairSplit(RuntimeError):
+    """A micro-batch holds a completion without its pair's other one: refused, never computed."""
+
+
+@dataclass(frozen=True)
+class PairLoss:
+    beta: float
+    kind: PairLossKind = "sigmoid"
+    rpo_alpha: float | None = None
+
+
+def check_pairs_whole(pair_ids: torch.Tensor) -> None:
+    """Rows [0, B) are the chosen sequences of pairs ``pair_ids[:B]``, rows [B, 2B) the rejected
+    ones of the same pairs, in the same order."""
+    half = pair_ids.shape[0] // 2
+    if pair_ids.shape[0] % 2 or not torch.equal(pair_ids[:half], pair_ids[half:]):
+        raise PairSplit(
+            "a micro-batch must hold whole pairs (each chosen with its rejected, in order): "
+            f"it holds chosen of pairs {pair_ids[:half].tolist()} and rejected of "
+            f"{pair_ids[half:].tolist()}"
+        )
+
+
+def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-token negative log-likelihood in float32 after the causal shift, 0 where untrained."""
+    shifted, target = logits[:, :-1, :], labels[:, 1:]
+    nll = F.cross_entropy(
+        shifted.reshape(-1, shifted.shape[-1]).float(),
+        target.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="none",
+    )
+    return nll.view(target.shape)
+
+
+def pair_losses(
+    policy: torch.Tensor, reference: torch.Tensor, tokens: torch.Tensor, loss: PairLoss
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """loss_j for each of B pairs from the (2B,) summed log-probs (chosen first), and the metrics
+    of each pair (detached). ``tokens``: trained tokens per sequence (IPO's length norm)."""
+    b = policy.shape[0] // 2
+    ratio = policy - reference.to(policy.dtype)  # log π/π_ref of each completion
+    chosen, rejected = ratio[:b], ratio[b:]
+    margin = loss.beta * (chosen - rejected)
+    if loss.kind == "sigmoid":
+        losses = -F.logsigmoid(margin)
+    elif loss.kind == "hinge":
+        losses = torch.relu(1 - margin)
+    else:  # IPO (Azar et al.), as TRL: log-ratios averaged over each completion's tokens
+        mean = ratio / tokens.clamp(min=1).to(ratio.dtype)
+        losses = (mean[:b] - mean[b:] - 1 / (2 * loss.beta)) ** 2
+    chosen_reward, rejected_reward = loss.beta * chosen.detach(), loss.beta * rejected.detach()
+    metrics = {
+        "rewards/chosen": chosen_reward,
+        "rewards/rejected": rejected_reward,
+        "rewards/margins": chosen_reward - rejected_reward,
+        "rewards/accuracies": (chosen_reward > rejected_reward).to(ratio.dtype),
+        "logps/chosen": policy[:b].detach(),
+        "logps/rejected": policy[b:].detach(),
+    }
+    return losses, metrics
+
+
+def pair_micro_step(
+    model: torch.nn.Module, batch: dict[str, Any], loss: PairLoss, reference: Reference | None
+) -> MicroStep:
+    """The micro-step of a batch of pairs (``collate_pairs``): its share of the window's loss,
+    to back-propagate, and the detached sums the meters keep (``summed`` / N_W is the window's
+    loss, RPO term included). ``reference``: None when the batch carries cached log-probs."""
+    check_pairs_whole(batch["pair_ids"])
+    check_out_of_memory(int(batch["pair_ids"].shape[0]) // 2)  # failpoint (failpoints.py): pairs
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    nll = token_nll(logits, batch["labels"])
+    trained = (batch["labels"][:, 1:] != IGNORE_INDEX).sum(-1)
+    ref = batch["ref_logps"] if reference is None else reference(batch)
+    losses, metrics = pair_losses(-nll.sum(-1), ref, trained, loss)
+    weight = batch["pair_weight"].to(losses.dtype)  # 0: a rank's stand-in pair (``n_rows`` 0)
+    pair_sum = (losses * weight).sum()
+    total, summed = pair_sum / batch["n_window_items"], pair_sum.detach()
+    if loss.rpo_alpha:  # the chosen rows' trained tokens, over the window's count
+        nll_sum = nll[: weight.shape[0]].sum()  # a stand-in pair's labels are all ignored
+        total = total + loss.rpo_alpha * nll_sum / batch["n_window_tokens"]
+        per_pair = batch["n_window_items"] / batch["n_window_tokens"]  # N_W / T_W on every rank
+        summed = summed + loss.rpo_alpha * nll_sum.detach() * per_pair
+    sums = {name: (value * weight).sum() for name, value in metrics.items()}
+    return MicroStep(total, summed, None, sums)

@@ -23,7 +23,7 @@ from accelerate import Accelerator
 from accelerate.data_loader import prepare_data_loader
 from accelerate.state import AcceleratorState, GradientState
 
-from trainer_core.accumulation import MicroStep, micro_step_loss
+from trainer_core.accumulation import MicroStep
 from trainer_core.distributed import ddp_ready
 from trainer_core.loop.run import TrainingRun
 
@@ -31,7 +31,7 @@ from trainer_core.loop.run import TrainingRun
 class AccelerateLoop:
     def run(self, run: TrainingRun) -> None:
         ctx = run.ctx
-        self.causal, self.max_grad_norm = ctx.causal, ctx.spec.max_grad_norm
+        self.ctx, self.max_grad_norm = ctx, ctx.spec.max_grad_norm
         # One Accelerator per run, configured by this run's spec: a process that trains again (an
         # in-process retry, a test) must not inherit the previous run's precision or K.
         # (The process group of a multi-process job stays: only a single process resets it.)
@@ -65,7 +65,7 @@ class AccelerateLoop:
 
     def forward_backward(self, batch: dict[str, Any]) -> MicroStep:
         with self.accelerator.accumulate(self.model):  # decides sync_gradients for this batch
-            step = micro_step_loss(self.model, batch, self.causal)
+            step = self.ctx.micro_step(self.model, batch)
             self.accelerator.backward(step.loss * self.accelerator.gradient_accumulation_steps)
         return step
 

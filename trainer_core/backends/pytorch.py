@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer_core.accumulation import MicroStep, micro_step_loss
+from trainer_core.accumulation import MicroStep
 from trainer_core.distributed import wrap
 from trainer_core.loop.run import TrainingRun
 from trainer_core.model.precision import autocast, grad_scaler
@@ -48,7 +48,7 @@ class PlainLoop:
     def forward_backward(self, batch: dict[str, Any]) -> MicroStep:
         with self._sync_context(batch):
             with autocast(self.ctx.spec.mixed_precision, self.ctx.device):
-                step = micro_step_loss(self.model, batch, self.ctx.causal)
+                step = self.ctx.micro_step(self.model, batch)
             loss = step.loss if self.scaler is None else self.scaler.scale(step.loss)
             loss.backward()  # type: ignore[no-untyped-call]  # loss is already Σ/N_window: gradients add up to the window mean
         return step

@@ -36,7 +36,6 @@ from transformers import (
     TrainingArguments,
 )
 
-from trainer_core.accumulation import micro_step_loss
 from trainer_core.distributed import ddp_ready
 from trainer_core.loop.run import TrainingRun
 
@@ -63,7 +62,7 @@ class _ExactTrainer(Trainer):
         num_items_in_batch: Any = None,
     ) -> Any:
         run = self.training_run
-        step = micro_step_loss(model, run.asked(inputs), run.ctx.causal)
+        step = run.ctx.micro_step(model, run.asked(inputs))
         run.after_micro_step(inputs, step)
         return step.loss
 

@@ -13,6 +13,7 @@ from transformers import PreTrainedTokenizerBase
 
 from trainer_core.data.cache_key import backend_json
 from trainer_core.data.chat import encode_messages, encode_prompt_completion
+from trainer_core.data.preference import encode_preference
 from trainer_core.data.tokenized import encode_batch
 from trainer_core.spec.chat import ResolvedFormat, no_template, template_text
 from trainer_core.spec.errors import DatasetError, ModelError
@@ -69,6 +70,8 @@ def encoding_for(
             "refuse_longer": spec.overlong_rows == "refuse",
         }
         return Encoding(fmt, spec.needed_columns(fmt), encode_messages, kwargs, with_indices=True)
+    if fmt == "preference":
+        return _preference_encoding(spec, tokenizer, common)
     if fmt == "prompt-completion":
         if tokenizer.eos_token is None:
             raise ModelError("model: its tokenizer has no EOS to end a completion", param="model")
@@ -88,6 +91,25 @@ def encoding_for(
         "label_index": None if label_names is None else {n: i for i, n in enumerate(label_names)},
     }
     return Encoding(fmt, spec.needed_columns(fmt), encode_batch, kwargs)
+
+
+def _preference_encoding(
+    spec: JobSpec, tokenizer: PreTrainedTokenizerBase, common: dict[str, Any]
+) -> Encoding:
+    """Pairs (``data.preference``): a prompt of messages renders with the chat template, which is
+    looked up when a row needs it (a file of prompt strings trains on a model without one)."""
+    template = spec.chat_template or getattr(tokenizer, "chat_template", None)
+    kwargs = common | {
+        "columns": spec.columns,
+        "template": template_text(template) if isinstance(template, str) else "",
+        "template_kwargs": dict(tokenizer.special_tokens_map),
+        "eos_token": tokenizer.eos_token or "",
+        "refuse_longer": spec.overlong_rows == "refuse",
+    }
+    if isinstance(template, str):
+        kwargs["template"] = chat_template_of(spec, tokenizer)  # its checks (length)
+    return Encoding("preference", spec.needed_columns("preference"), encode_preference, kwargs,
+                    with_indices=True)  # fmt: skip
 
 
 def check_columns(spec: JobSpec, fmt: ResolvedFormat, columns: Sequence[str], param: str) -> None:

@@ -24,6 +24,7 @@ from trainer_core.data.cache import DataCache
 from trainer_core.data.cache_key import cache_key, data_identity
 from trainer_core.data.chat import TOO_LONG
 from trainer_core.data.encoding import check_columns, encoding_for
+from trainer_core.data.preference import ROW_ERROR
 from trainer_core.data.sources import load_source
 from trainer_core.data.tokenized import (
     CUT_COLUMNS,
@@ -54,6 +55,20 @@ class TokenizedSplit:
 
     def __len__(self) -> int:
         return len(self.input_ids)
+
+
+@dataclass(frozen=True)
+class PreferenceSplit(TokenizedSplit):
+    """Pairs (``data.preference``): ``input_ids``/``loss_mask`` are the chosen sequences and
+    ``items`` 1 each (the pair is the unit), beside the rejected ones and the chosen trained
+    tokens (the RPO term's count)."""
+
+    rejected_ids: Sequence[Any] = ()
+    rejected_mask: Sequence[Any] = ()
+    chosen_items: Sequence[int] = ()
+    # The reference's summed log-probs, (pairs, 2) float32, by the model they came from: computed
+    # once and kept with the tokenized rows for as long as they are (a re-plan reuses them).
+    reference: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -132,6 +147,13 @@ def _label_names(ds: datasets.Dataset, column: str) -> list[str]:
 def _prepared(spec: JobSpec) -> Prepared:
     train_ds, eval_ds, held_out = _train_and_eval(spec)
     fmt = spec.format_for(train_ds.column_names)
+    if (fmt == "preference") != (spec.method == "dpo"):
+        raise DatasetError(
+            f"method: {spec.method} does not train {fmt} rows; dpo trains preference rows (OpenAI's "
+            "input, preferred_output, non_preferred_output, or prompt, chosen, rejected) and only "
+            f"them (the dataset's columns: {train_ds.column_names})",
+            param="method",
+        )
     check_columns(spec, fmt, train_ds.column_names, "dataset")
     check_columns(spec, fmt, eval_ds.column_names, "eval_dataset")
     if spec.max_train_samples is not None:
@@ -157,6 +179,9 @@ def _field_error(exc: Exception, param: str) -> DatasetError | None:
     """An encoder's error (raised in a map worker) as a DatasetError naming the field it is
     about: an over-long row the split's own (``dataset``, ``eval_dataset``)."""
     text = str(exc)
+    if ROW_ERROR in text:  # a preference row: "preference row N: field path: what"
+        message = text[text.index(ROW_ERROR) + len(ROW_ERROR) + 1 :].splitlines()[0]
+        return DatasetError(f"{param}: row {message}", param=param)
     if TOO_LONG in text:
         message = text[text.index("row ") :].splitlines()[0]
         return DatasetError(f"{param}: {message}", param=param)
@@ -225,7 +250,15 @@ def _opened(folder: Path) -> JobData:
         items = IntColumn(column_numpy(table.column("n_items")))
         names = table.column_names
         mask = ArrowRows(table.column("loss_mask")) if "loss_mask" in names else None
-        splits.append(TokenizedSplit(ArrowRows(table.column("input_ids")), labels, items, mask))
+        ids = ArrowRows(table.column("input_ids"))
+        if "rejected_ids" in names:
+            rejected = ArrowRows(table.column("rejected_ids"))
+            rejected_mask = ArrowRows(table.column("rejected_mask"))
+            chosen_items = IntColumn(column_numpy(table.column("chosen_items")))
+            splits.append(PreferenceSplit(ids, None, items, mask, rejected, rejected_mask,
+                                          chosen_items))  # fmt: skip
+            continue
+        splits.append(TokenizedSplit(ids, labels, items, mask))
     train, evaluation = splits
     dropped = layout.get("dropped", {})
     for split, name, param in ((train, "train", "dataset"), (evaluation, "eval", "eval_dataset")):

@@ -12,11 +12,11 @@ from transformers import PreTrainedTokenizerBase
 
 from trainer_core.checkpoint.resume import RunState, read_run_state, restore
 from trainer_core.data.cache import DataCache
-from trainer_core.data.load import JobData, load_job_data
+from trainer_core.data.load import JobData, PreferenceSplit, load_job_data
 from trainer_core.data.loader import EpochLoader, EpochPlan
 from trainer_core.data.plan import optimizer_steps_per_epoch
 from trainer_core.distributed import World, join, launched_world, min_over_ranks
-from trainer_core.loop import replan
+from trainer_core.loop import dpo, replan
 from trainer_core.loop.autobatch import choose_micro_batch
 from trainer_core.loop.context import RunContext
 from trainer_core.model.load import load_model, load_tokenizer
@@ -130,10 +130,16 @@ def build_context(
     choice = _micro_batch(spec, state, model, inputs, halved)
     b, k = choice.size, choice.accumulation
     world = inputs.world
-    plan = EpochPlan(
-        data.train, batch_size=b, accumulation=k, seed=spec.seed, pad_id=inputs.pad_id,
-        world=world, group_by_length=spec.groups_by_length,
-    )  # fmt: skip
+    planned: dict[str, Any] = {"batch_size": b, "accumulation": k, "seed": spec.seed,
+                               "pad_id": inputs.pad_id, "world": world,
+                               "group_by_length": spec.groups_by_length}  # fmt: skip
+    objective = None
+    if isinstance(data.train, PreferenceSplit):  # method dpo: the row is a pair (loop.dpo)
+        plan: EpochPlan = dpo.preference_plan(spec, model, data.train, data.eval, inputs.device,
+                                              **planned)  # fmt: skip
+        objective = dpo.objective(spec, model)  # before restore(): the starting weights
+    else:
+        plan = EpochPlan(data.train, **planned)
     cuda = inputs.device.type == "cuda"
     loader = EpochLoader(plan, num_workers=inputs.loader_workers, pin_memory=cuda)
     steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b * world.size, k)
@@ -143,7 +149,7 @@ def build_context(
     ctx = RunContext(
         spec, data, model, inputs.pad_id, inputs.device, loader, optimizer, scheduler,
         output_dir, steps_per_epoch, total_steps, micro_batch_size=b, accumulation=k,
-        resumed=state, tokenizer=inputs.tokenizer, world=world,
+        resumed=state, tokenizer=inputs.tokenizer, world=world, objective=objective,
     )  # fmt: skip
     if state is not None:
         restore(ctx.checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler)

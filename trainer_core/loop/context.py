@@ -5,6 +5,7 @@ the last), and its micro-batches per epoch."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from trainer_core.accumulation import MicroStep, micro_step_loss
 from trainer_core.checkpoint.resume import RunState, spec_fingerprint
 from trainer_core.data.load import JobData
 from trainer_core.data.loader import EpochLoader
@@ -41,6 +43,14 @@ class RunContext:
     resumed: RunState | None = None  # the checkpoint this run starts from, at a window boundary
     tokenizer: Any = None  # saved with the final model
     world: World = SINGLE  # this process's rank among the job's data-parallel processes
+    # A micro-step of another objective than the data's own loss (DPO's pairs: ``loop.dpo``).
+    objective: Callable[[torch.nn.Module, dict[str, Any]], MicroStep] | None = None
+
+    def micro_step(self, model: torch.nn.Module, batch: dict[str, Any]) -> MicroStep:
+        """What every backend calls for a micro-batch: its share of the window's loss."""
+        if self.objective is not None:
+            return self.objective(model, batch)
+        return micro_step_loss(model, batch, self.causal)
 
     @property
     def fingerprint(self) -> str:

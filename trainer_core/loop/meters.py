@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -31,6 +31,18 @@ class Window:
     hits: torch.Tensor | None = None
     tokens: int = 0  # real tokens of its micro-batches
     slots: int = 0  # their padded size (rows x the longest row)
+    sums: dict[str, torch.Tensor] = field(default_factory=dict)  # pairs: Σ of each metric
+
+
+def add_sums(into: dict[str, torch.Tensor], sums: dict[str, torch.Tensor] | None) -> None:
+    """Σ of each named metric (DPO's rewards and log-probs over pairs), on the device."""
+    for name, value in (sums or {}).items():
+        into[name] = into[name] + value if name in into else value
+
+
+def means(names: list[str], totals: list[float], items: float) -> dict[str, float]:
+    """Each metric's mean over the items (pairs) the totals were summed over."""
+    return {name: total / max(items, 1) for name, total in zip(names, totals, strict=True)}
 
 
 class LossMeter:
@@ -44,6 +56,7 @@ class LossMeter:
         self.loss_sum = torch.tensor(resumed.loss_sum if resumed else 0.0, device=device)
         self.loss_items = resumed.loss_items if resumed else 0
         self.samples = 0
+        self.sums: dict[str, torch.Tensor] = {}  # the epoch's closed windows' metric sums
         self.started_at = time.perf_counter()
         self.drop_window()
 
@@ -54,6 +67,7 @@ class LossMeter:
         if "n_tokens" in batch and batch_rows(batch):  # not a rank's all-ignored padding row
             self._window_tokens += int(batch["n_tokens"])
             self._window_slots += int(batch["input_ids"].numel())
+        add_sums(self._window_sums, step.sums)
         if step.hits is not None:
             self._window_hits = (
                 step.hits if self._window_hits is None else self._window_hits + step.hits
@@ -63,7 +77,9 @@ class LossMeter:
         """The optimizer stepped: the window's sums join the epoch's, and are returned for its
         step record."""
         window = Window(self._window_sum, self._window_items, self._window_samples,
-                        self._window_hits, self._window_tokens, self._window_slots)  # fmt: skip
+                        self._window_hits, self._window_tokens, self._window_slots,
+                        self._window_sums)  # fmt: skip
+        add_sums(self.sums, self._window_sums)
         self.loss_sum += self._window_sum
         self.loss_items += self._window_items
         self.samples += self._window_samples
@@ -76,6 +92,7 @@ class LossMeter:
         self._window_items = self._window_samples = 0
         self._window_tokens = self._window_slots = 0
         self._window_hits = None
+        self._window_sums: dict[str, torch.Tensor] = {}
 
     def start_clock(self) -> None:
         self.started_at = time.perf_counter()

@@ -20,10 +20,12 @@ from tqdm import tqdm
 
 from trainer_core.accumulation import COUNT_HITS, MicroStep
 from trainer_core.checkpoint.resume import RunState
+from trainer_core.data.load import PreferenceSplit
 from trainer_core.distributed import agree_on_stop, sum_over_ranks
 from trainer_core.loop.context import RunContext
+from trainer_core.loop.dpo_eval import evaluate_pairs
 from trainer_core.loop.evaluation import evaluate
-from trainer_core.loop.meters import LossMeter, StepMeter, Window, peak_memory_bytes
+from trainer_core.loop.meters import LossMeter, StepMeter, Window, means, peak_memory_bytes
 from trainer_core.loop.metrics_file import MetricsFile
 from trainer_core.loop.reports import SampleBudget, evaluation_report
 from trainer_core.loop.saving import RunCheckpoints
@@ -208,7 +210,9 @@ class TrainingRun:
                 float(steps.tokens), float(steps.slots)]  # fmt: skip
         if window.hits is not None:
             sums.append(float(window.hits.item()))
-        loss_sum, items, samples, tokens, slots, *hits = sum_over_ranks(sums, self.world)
+        names = sorted(window.sums)  # pairs: rewards and log-probs, means over the window's pairs
+        totals = sum_over_ranks(sums + [window.sums[n].item() for n in names], self.world)
+        loss_sum, items, samples, tokens, slots, *hits = totals[: len(sums)]
         steps.samples, steps.tokens, steps.slots = int(samples), int(tokens), int(slots)
         micro_per_epoch = ctx.micro_batches_per_epoch()
         record: dict[str, Any] = {
@@ -217,6 +221,7 @@ class TrainingRun:
             **self.steps.take(loss_sum, int(items), grad_norm, hits[0] if hits else None),
             "learning_rate": self.learning_rate(),
         }
+        record |= means(names, totals[len(sums) :], items)
         elapsed = time.perf_counter() - self.steps.started_at
         done = self.global_step - ctx.start_global_step  # steps of this run (resumes excluded)
         record["elapsed_seconds"] = round(elapsed, 3)
@@ -248,16 +253,19 @@ class TrainingRun:
             return {}
         self.evaluating = True
         predicted: list[int] = []
-        scores = evaluate(
-            ctx.model,
-            ctx.data.eval,
-            batch_size=ctx.spec.per_device_eval_batch_size,
-            pad_id=ctx.pad_id,
-            device=ctx.device,
-            num_classes=len(ctx.data.label_names) if ctx.data.label_names else None,
-            world=self.world,
-            predicted_out=predicted,
-        )
+        if isinstance(ctx.data.eval, PreferenceSplit):  # pairs: DPO's loss and metrics
+            scores = evaluate_pairs(ctx, self.world)
+        else:
+            scores = evaluate(
+                ctx.model,
+                ctx.data.eval,
+                batch_size=ctx.spec.per_device_eval_batch_size,
+                pad_id=ctx.pad_id,
+                device=ctx.device,
+                num_classes=len(ctx.data.label_names) if ctx.data.label_names else None,
+                world=self.world,
+                predicted_out=predicted,
+            )
         self._last_eval = (self.global_step, scores)
         if self.selection.active:
             self.selection.observe(self.global_step, scores)
@@ -291,10 +299,14 @@ class TrainingRun:
         ctx, meter = self.ctx, self.meter
         seconds = meter.seconds()
         # Every rank's share (one collective per epoch); a single process sums only its own.
-        loss_sum, items, samples = sum_over_ranks(
-            [meter.loss_sum.item(), meter.loss_items, meter.samples], self.world
+        names = sorted(meter.sums)  # pairs: rewards and log-probs, means over the epoch's pairs
+        loss_sum, items, samples, *totals = sum_over_ranks(
+            [meter.loss_sum.item(), meter.loss_items, meter.samples]
+            + [meter.sums[n].item() for n in names],
+            self.world,
         )
         record: dict[str, Any] = {"epoch": self.epoch + 1, "train_loss": loss_sum / max(items, 1)}
+        record |= means(names, totals, items)
         record |= self._evaluate(at_epoch_end=True)
         record |= {
             "learning_rate": self.learning_rate(),

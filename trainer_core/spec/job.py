@@ -37,6 +37,9 @@ class JobSpec(RunFields, TrainingFields, BatchFields, PreferenceFields):
             raise ValueError("give max_memory_fraction or max_memory_bytes, not both")
         if self.merge_lora and self.lora is None:
             raise ValueError("merge_lora needs lora")
+        if self.method == "dpo" and self.per_device_train_batch_size == "auto":
+            raise ValueError("per_device_train_batch_size: give a number of pairs for dpo (the "
+                             "'auto' probe measures rows of one sequence, a pair has two)")  # fmt: skip
         b = self.per_device_train_batch_size
         if b != "auto" and self.gradient_accumulation_steps is None:
             assert self.effective_batch_size is not None  # resolved with b
