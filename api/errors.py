@@ -87,7 +87,7 @@ class AsciiJSONResponse(JSONResponse):
         return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
-OPENAI_PREFIXES = ("/v1/fine_tuning", "/v1/models")
+OPENAI_PREFIXES = ("/v1/fine_tuning", "/v1/models", "/v1/chat/completions", "/v1/completions")
 _TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
 
 

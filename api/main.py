@@ -22,6 +22,7 @@ from api.http.prometheus import TimingMiddleware
 from api.http.schema_gate import SchemaGate
 from api.routes import (
     artifacts,
+    chat,
     dashboard,
     files,
     fine_tuning,
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(workers.router, prefix="/v1")
     app.include_router(fine_tuning.router, prefix="/v1")
     app.include_router(models.router, prefix="/v1")
+    app.include_router(chat.router, prefix="/v1")
     install_docs(app)
     install_openapi(app, settings)
     return app

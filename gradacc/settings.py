@@ -156,6 +156,17 @@ class Settings(BaseSettings):
     # Predict requests one tenant may have waiting at once (more: 429).
     max_predicts_per_tenant: int = Field(default=16, ge=1)
     predict_server: bool = Field(default=True, description="Workers start a predict server")
+    # OpenAI's /v1/chat/completions and /v1/completions (docs/serving.md): each predict server
+    # also answers them over HTTP on serve_host (loopback unless the API runs elsewhere) and
+    # serve_port (0: a free port), recorded in its worker's row for the API to forward to. A
+    # request there needs serve_token (unset: each server makes one and records it beside its
+    # address). max_completion_tokens above serve_max_completion_tokens is a 400; a request
+    # still generating after serve_timeout_s stops (504, or an error event in a stream).
+    serve_host: str = "127.0.0.1"
+    serve_port: int = Field(default=0, ge=0, le=65535)
+    serve_token: str | None = Field(default=None, min_length=16)
+    serve_max_completion_tokens: int = Field(default=1024, ge=1)
+    serve_timeout_s: float = Field(default=120.0, gt=0)
     # The job stream's one reader per API process polls the database this often: the delay of
     # a stream message is at most about this plus the training process's own write interval.
     stream_poll_interval_s: float = Field(default=0.25, gt=0)

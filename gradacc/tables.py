@@ -292,6 +292,10 @@ class Worker(Base):
     # GRADACC_QUEUE: the jobs it takes (capacity counts the workers of the API's queue only).
     queue: Mapped[str | None] = mapped_column(String(255))
     current_job: Mapped[str | None] = mapped_column(String(32))
+    # Where its predict server answers OpenAI's chat completions, and the token it wants there
+    # (one it made itself when GRADACC_SERVE_TOKEN is unset): written by that server.
+    serve_url: Mapped[str | None] = mapped_column(String(255))
+    serve_token: Mapped[str | None] = mapped_column(String(255))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -1,13 +1,17 @@
 """The predict server's loop: take the oldest pending request, load (or reuse) its model, answer.
 On the worker's GPU when the worker holds no job, else on the CPU, so a prediction never takes
 memory from a training job. torch and transformers are imported in a thread beside the loop, so
-the server polls at once and the first request does not pay for the whole import."""
+the server polls at once and the first request does not pay for the whole import. Beside the
+loop, threads answer OpenAI's chat completions over HTTP (``worker.predict.openai_server``) with
+the same models (``worker.predict.engine``)."""
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,17 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 from gradacc.db import DATABASE_ERRORS, session_scope
 from gradacc.predictions import answer_prediction, take_prediction
+from gradacc.serving import record_server
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import Job, Worker
-from worker.predict.render import RenderLimits, RenderRefused
+from worker.predict.engine import Engine
+from worker.predict.render import RenderRefused
 
 if TYPE_CHECKING:
     import torch
 
-    from worker.predict.models import ModelCache
-
 log = logging.getLogger(__name__)
+RECORD_EVERY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -70,50 +75,64 @@ def _device(settings: Settings, worker: str) -> torch.device:
     return torch.device("cpu" if busy else "cuda")
 
 
-def answer(
-    cache: ModelCache, task: Task, device: torch.device, limits: RenderLimits
-) -> dict[str, Any]:
+def answer(engine: Engine, task: Task) -> dict[str, Any]:
     from worker.predict.models import classify, generate
 
-    loaded = cache.get(task.folder, causal=task.causal, device=device)
-    if task.causal:
-        return generate(loaded, task.request, limits)
-    return classify(loaded, task.request["inputs"], task.max_length)
+    with engine.lock:  # the OpenAI endpoint's requests use the same models
+        loaded = engine.cache.get(task.folder, causal=task.causal, device=engine.device())
+        if task.causal:
+            return generate(loaded, task.request, engine.limits)
+        return classify(loaded, task.request["inputs"], task.max_length)
 
 
-def _import_models() -> None:
-    import worker.predict.models  # noqa: F401  (torch and transformers, once)
-
-
-class _Answerer:
-    """Answers a task with the server's models (the cache is built at the first request, once
-    the imports are done) and its render limits."""
+class _Address:
+    """This server's OpenAI endpoint, once it listens: recorded in its worker's row, and again
+    every RECORD_EVERY_S (a worker that registers again writes a fresh row)."""
 
     def __init__(self, settings: Settings, worker: str) -> None:
         self.settings, self.worker = settings, worker
-        self.cache: ModelCache | None = None
-        self.limits = RenderLimits(timeout_s=settings.predict_render_timeout_s,
-                                   memory_bytes=settings.predict_render_memory_mb * 2**20)  # fmt: skip
+        self.url: str | None = None
+        self.token: str | None = None
+        self.next_at = 0.0
 
-    def __call__(self, task: Task) -> dict[str, Any]:
-        if self.cache is None:
-            from worker.predict.models import ModelCache
+    def keep(self) -> None:
+        if self.url is None or time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + RECORD_EVERY_S
+        with session_scope(self.settings) as session:
+            record_server(session, worker=self.worker, url=self.url, token=self.token)
 
-            self.cache = ModelCache(self.settings.predict_cache_models)
-        return answer(self.cache, task, _device(self.settings, self.worker), self.limits)
+
+def _import_and_listen(engine: Engine, address: _Address) -> None:
+    """torch and transformers, once; then the OpenAI endpoint listens. One thread does both: a
+    second thread importing from transformers while the first is still importing it finds the
+    package half made (ImportError)."""
+    import worker.predict.models  # noqa: F401
+    from worker.predict.openai_server import start_openai_server
+
+    settings = address.settings
+    # Without a configured token each server makes its own; the API reads it from the row.
+    token = settings.serve_token or secrets.token_urlsafe(32)
+    _, url = start_openai_server(settings, engine, token)
+    log.info("predict server of %s answers OpenAI requests at %s", address.worker, url)
+    address.token = None if settings.serve_token else token
+    address.url = url
 
 
 def serve(settings: Settings, worker: str, stop: threading.Event) -> None:
     parent = os.getppid()
     if parent == 1:  # the worker died while this process started: nobody to serve
         return
+    engine = Engine(settings, lambda: _device(settings, worker))
+    address = _Address(settings, worker)
     # torch and transformers are imported beside the loop, not before it: the loop answers
     # "model gone" at once, and the first real request waits only for what is left of the import.
-    threading.Thread(target=_import_models, name="predict-imports", daemon=True).start()
+    threading.Thread(target=_import_and_listen, args=(engine, address), name="predict-imports",
+                     daemon=True).start()  # fmt: skip
     log.info("predict server of %s ready (up to %d models)", worker, settings.predict_cache_models)
-    answerer = _Answerer(settings, worker)
     while not stop.is_set() and os.getppid() == parent:  # the worker went: so does this
         try:
+            address.keep()
             task, _ = _take(settings, worker)
         except DATABASE_ERRORS:
             stop.wait(1.0)
@@ -121,7 +140,7 @@ def serve(settings: Settings, worker: str, stop: threading.Event) -> None:
         if task is None:
             stop.wait(settings.predict_poll_interval_s)
             continue
-        _respond(settings, task, answerer)
+        _respond(settings, task, lambda t: answer(engine, t))
 
 
 def _respond(settings: Settings, task: Task, answerer: Callable[[Task], dict[str, Any]]) -> None:

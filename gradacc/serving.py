@@ -1,0 +1,86 @@
+"""OpenAI's chat completions, the part both sides share (docs/serving.md): which model a name
+stands for (``resolve_model``: the API checks it before forwarding, the predict server again
+before loading), and where a predict server answers (``record_server`` / ``pick_server``).
+
+A name is a built-in causal LM, or one of the tenant's fine-tuned models or kept checkpoints
+(``gradacc.sources.fine_tuned``); anything else, another tenant's ``ft:`` model included, is
+``model_not_found``: a name never tells one tenant what another has.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from gradacc.errors import InvalidRequest, ModelNotFound
+from gradacc.settings import Settings
+from gradacc.sources import fine_tuned
+from gradacc.tables import JobStatus, Worker
+from gradacc.workers import alive_workers
+from trainer_core.spec.fields import BUILTIN_MODEL_TASKS
+
+CAUSAL = "causal-lm"
+# A built-in base model's weights are made from a seed (they exist nowhere else): the seed a job
+# gets by default, so the base a client talks to is the one a default job trains from.
+BUILTIN_SEED = 42
+TENANT_HEADER = "X-Gradacc-Tenant"  # who asks, told by the API to the predict server
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    name: str  # as the client wrote it: echoed in the answer's ``model``
+    builtin: str | None  # a built-in base model, made from BUILTIN_SEED
+    folder: Path | None  # or the folder to load (``fine_tuned.model_folder``)
+
+
+@dataclass(frozen=True)
+class ServerAddress:
+    url: str  # base URL: ``{url}/v1/chat/completions``
+    token: str
+
+
+def resolve_model(session: Session, settings: Settings, *, model: str, tenant: str) -> ServedModel:
+    """What ``model`` names for ``tenant``; ``ModelNotFound`` (404) when it names nothing of
+    theirs, ``InvalidRequest`` naming ``model`` when it is not a language model."""
+    if model in BUILTIN_MODEL_TASKS:
+        if CAUSAL not in BUILTIN_MODEL_TASKS[model]:
+            raise InvalidRequest(f"{model} is not a language model", param="model")
+        return ServedModel(model, model, None)
+    found = fine_tuned.find(session, model, tenant=tenant, any_api=True)
+    if found is None:
+        raise ModelNotFound(model)
+    name, job = found
+    if name.step is None and job.status != JobStatus.SUCCEEDED:
+        raise ModelNotFound(model)  # not trained (yet): there is no such model to answer
+    if job.spec.get("task") != CAUSAL:
+        raise InvalidRequest(f"{model} is a classifier, not a language model", param="model")
+    try:
+        folder = fine_tuned.model_folder(settings, job, name.step)
+    except fine_tuned.ModelUnavailable:
+        raise ModelNotFound(model) from None
+    return ServedModel(model, None, folder)
+
+
+def record_server(session: Session, *, worker: str, url: str, token: str | None) -> bool:
+    """Write where ``worker``'s predict server answers; False when its row is gone (the worker
+    registers again: the caller writes again later). Commits."""
+    stmt = update(Worker).where(Worker.name == worker).values(serve_url=url, serve_token=token)
+    found = session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
+    session.commit()
+    return bool(found)
+
+
+def pick_server(session: Session, settings: Settings) -> ServerAddress | None:
+    """A live worker's predict server, an idle worker's first (a training job keeps its own
+    worker's CPU busy); None when no live worker records one."""
+    serving = [w for w in alive_workers(session, alive_s=settings.worker_alive_s) if w.serve_url]
+    if not serving:
+        return None
+    idle = [w for w in serving if w.current_job is None] or serving
+    chosen = random.choice(idle)
+    token = chosen.serve_token or settings.serve_token or ""
+    return ServerAddress(str(chosen.serve_url), token)

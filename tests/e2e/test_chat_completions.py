@@ -1,0 +1,204 @@
+"""OpenAI's chat completions through the official ``openai`` SDK against a live ``gradacc serve``
+(a worker and its predict server): a fine-tuned model answers greedily with exactly the tokens
+``model.generate`` gives on the downloaded model with its saved chat template, ``usage`` equals
+the tokenizer's counts, a stream's pieces join to the same text, ``n=2`` with a seed is
+reproducible, ``stop`` is honoured; a checkpoint and the base model answer; /v1/completions too;
+what is not served is a 400 naming it, another tenant's model a 404 ``model_not_found``."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.conftest import serve_with_keys
+from tests.support import wait_final
+
+pytestmark = pytest.mark.integration
+LIMIT = 48  # GRADACC_SERVE_MAX_COMPLETION_TOKENS here
+JOB = {"model": "builtin:tiny-chat", "dataset": "builtin:chat-arithmetic", "task": "causal-lm",
+       "num_train_epochs": 1, "max_train_samples": 64, "max_eval_samples": 8,
+       "per_device_train_batch_size": 8, "learning_rate": 5e-3}  # fmt: skip
+MESSAGES = [{"role": "user", "content": "what is 2 plus 3?"}]
+
+
+@dataclass
+class Stack:
+    alice: openai.OpenAI
+    bob: openai.OpenAI
+    model: str  # alice's fine-tuned model
+    checkpoint: str
+    folder: Path  # its downloaded model/
+
+
+def _download(url: str, key: str, job_id: str, into: Path) -> Path:
+    answer = httpx.get(f"{url}/v1/jobs/{job_id}/artifacts/model", timeout=60,
+                       headers={"Authorization": f"Bearer {key}"})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    with tarfile.open(fileobj=io.BytesIO(answer.content), mode="r:gz") as tar:
+        tar.extractall(into, filter="data")
+    (extracted,) = into.iterdir()
+    return extracted
+
+
+@pytest.fixture(scope="module", params=["embedded"])
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    home = tmp_path_factory.mktemp("chat")
+    env = {"GRADACC_SERVE_MAX_COMPLETION_TOKENS": str(LIMIT)}
+    with serve_with_keys(request, home, env) as (_, url, keys):
+        headers = {"Authorization": f"Bearer {keys['alice']}"}
+        with httpx.Client(base_url=url, timeout=60, headers=headers) as client:
+            created = client.post("/v1/jobs", json=JOB)
+            assert created.status_code == 201, created.text
+            job_id = created.json()["id"]
+            assert wait_final(client, job_id, timeout=240)["status"] == "succeeded"
+            checkpoint = client.get(f"/v1/jobs/{job_id}/checkpoints").json()["data"][0]["model"]
+        sdks = {t: openai.OpenAI(base_url=f"{url}/v1", api_key=k, max_retries=0, timeout=60)
+                for t, k in keys.items()}  # fmt: skip
+        folder = _download(url, keys["alice"], job_id, home / "download")
+        model = f"ft:builtin:tiny-chat:alice::{job_id}"
+        yield Stack(sdks["alice"], sdks["bob"], model, checkpoint, folder)
+
+
+def _generate(model: Any, tokenizer: Any, ids: list[int], max_new_tokens: int) -> list[int]:
+    import torch
+
+    tensor = torch.tensor([ids])
+    out = model.generate(input_ids=tensor, attention_mask=torch.ones_like(tensor),
+                         max_new_tokens=max_new_tokens, do_sample=False,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    return [int(t) for t in out[0, len(ids) :]]
+
+
+@pytest.fixture(scope="module")
+def reference(stack: Stack) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(stack.folder), AutoTokenizer.from_pretrained(
+        stack.folder
+    )
+
+
+def _expected(tokens: list[int], tokenizer: Any) -> tuple[str, str]:
+    finish = "stop" if tokens and tokens[-1] == tokenizer.eos_token_id else "length"
+    return tokenizer.decode(tokens, skip_special_tokens=True), finish
+
+
+def test_greedy_chat_equals_generate_and_the_stream_joins_to_it(
+    stack: Stack, reference: Any
+) -> None:
+    model, tokenizer = reference
+    text = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    tokens = _generate(model, tokenizer, ids, 24)
+    content, finish = _expected(tokens, tokenizer)
+    answer = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,  # type: ignore[arg-type]
+                                                 max_completion_tokens=24, temperature=0)  # fmt: skip
+    assert answer.object == "chat.completion" and answer.model == stack.model
+    (choice,) = answer.choices
+    assert (choice.message.content, choice.finish_reason) == (content, finish)
+    assert choice.message.role == "assistant"
+    assert answer.usage is not None
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (len(ids), len(tokens))
+    stream = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,  # type: ignore[arg-type]
+                                                 max_completion_tokens=24, temperature=0, stream=True,
+                                                 stream_options={"include_usage": True})  # fmt: skip
+    chunks = list(stream)
+    assert {c.object for c in chunks} == {"chat.completion.chunk"}
+    pieces = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+    assert len([p for p in pieces if p]) > 1  # it did arrive in pieces
+    assert "".join(pieces) == content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == finish
+    assert chunks[-1].choices == [] and chunks[-1].usage == answer.usage
+
+
+def test_n_with_a_seed_is_reproducible_and_stop_is_honoured(stack: Stack) -> None:
+    def sample(seed: int) -> list[str | None]:
+        answer = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,  # type: ignore[arg-type]
+                                                     n=2, seed=seed, temperature=1.0, max_tokens=16)  # fmt: skip
+        assert [c.index for c in answer.choices] == [0, 1]
+        assert answer.usage is not None and answer.usage.completion_tokens > 0
+        return [c.message.content for c in answer.choices]
+
+    assert sample(7) == sample(7)
+    greedy = stack.alice.completions.create(model=stack.model, prompt="what is 7 plus 1? ",
+                                            max_tokens=16, temperature=0)  # fmt: skip
+    text = greedy.choices[0].text
+    assert len(text) >= 4, text
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    cut = stack.alice.completions.create(model=stack.model, prompt="what is 7 plus 1? ",
+                                         max_tokens=16, temperature=0, stop=[stop])  # fmt: skip
+    assert cut.choices[0].text == text[: text.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_completions_equal_generate(stack: Stack, reference: Any) -> None:
+    model, tokenizer = reference
+    prompt = "<|im_start|>user\nwhat is 7 plus 1?<|im_end|>\n<|im_start|>assistant\n"
+    ids = tokenizer(prompt)["input_ids"]
+    tokens = _generate(model, tokenizer, ids, 12)
+    content, finish = _expected(tokens, tokenizer)
+    answer = stack.alice.completions.create(model=stack.model, prompt=prompt, max_tokens=12,
+                                            temperature=0, logprobs=2)  # fmt: skip
+    assert answer.object == "text_completion"
+    assert (answer.choices[0].text, answer.choices[0].finish_reason) == (content, finish)
+    logprobs = answer.choices[0].logprobs
+    assert logprobs is not None and logprobs.token_logprobs is not None
+    assert len(logprobs.token_logprobs) == len(tokens)
+    assert answer.usage is not None and answer.usage.completion_tokens == len(tokens)
+    stream = stack.alice.completions.create(model=stack.model, prompt=prompt, max_tokens=12,
+                                            temperature=0, stream=True)  # fmt: skip
+    assert "".join(c.choices[0].text for c in stream if c.choices) == content
+
+
+def test_a_checkpoint_and_the_base_model_answer(stack: Stack) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trainer_core.builtin.models import builtin_tokenizer
+    from trainer_core.model.trained import build_builtin
+
+    kept = stack.alice.chat.completions.create(model=stack.checkpoint, messages=MESSAGES,  # type: ignore[arg-type]
+                                               max_tokens=8, temperature=0)  # fmt: skip
+    assert kept.model == stack.checkpoint and kept.choices[0].message.content is not None
+    tokenizer = builtin_tokenizer("builtin:tiny-chat")
+    base = build_builtin("builtin:tiny-chat", 42, AutoModelForCausalLM, {}, tokenizer).eval()
+    text = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    with torch.inference_mode():
+        content, finish = _expected(_generate(base, tokenizer, ids, 8), tokenizer)
+    answer = stack.bob.chat.completions.create(model="builtin:tiny-chat", messages=MESSAGES,  # type: ignore[arg-type]
+                                               max_tokens=8, temperature=0)  # fmt: skip
+    assert (answer.choices[0].message.content, answer.choices[0].finish_reason) == (content, finish)
+
+
+def test_refusals_name_what_they_refuse(stack: Stack) -> None:
+    alice, bob = stack.alice, stack.bob
+    with pytest.raises(openai.NotFoundError) as other:
+        bob.chat.completions.create(model=stack.model, messages=MESSAGES)  # type: ignore[arg-type]
+    assert isinstance(other.value.body, dict) and other.value.body["code"] == "model_not_found"
+    long = [{"role": "user", "content": "two plus three " * 400}]
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"max_completion_tokens": LIMIT + 1}, "max_completion_tokens"),
+        ({"messages": long}, "messages"),
+        ({"messages": long, "max_tokens": 8}, "messages"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+         "messages.0.content.0.type"),
+        ({"model": "builtin:tiny-bert"}, "model"),
+    ]  # fmt: skip
+    for extra, param in cases:
+        body: dict[str, Any] = {"model": stack.model, "messages": MESSAGES, **extra}
+        with pytest.raises(openai.BadRequestError) as refused:
+            alice.chat.completions.create(**body)
+        assert refused.value.param == param, (extra, refused.value.body)

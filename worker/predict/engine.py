@@ -1,0 +1,62 @@
+"""The predict server's models and the one lock over them: the predictions-table loop and the
+OpenAI endpoint's request threads share the loaded models, and take turns using them (one
+generation at a time: batching concurrent requests is the next step, docs/serving.md).
+
+torch and transformers are imported when a model is first wanted (``worker.predict.server``
+imports them beside its loop), so building an Engine costs nothing."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gradacc.serving import BUILTIN_SEED, ServedModel
+from gradacc.settings import Settings
+from worker.predict.render import RenderLimits
+
+if TYPE_CHECKING:
+    import torch
+
+    from worker.predict.models import Loaded, ModelCache
+
+
+class Engine:
+    def __init__(self, settings: Settings, device: Callable[[], torch.device]) -> None:
+        self.settings, self.device = settings, device
+        self.lock = threading.Lock()  # held while a model is loaded or used
+        self.limits = RenderLimits(timeout_s=settings.predict_render_timeout_s,
+                                   memory_bytes=settings.predict_render_memory_mb * 2**20)  # fmt: skip
+        self._cache: ModelCache | None = None
+        self._builtins: dict[tuple[str, str], Loaded] = {}
+
+    @property
+    def cache(self) -> ModelCache:
+        if self._cache is None:
+            from worker.predict.models import ModelCache
+
+            self._cache = ModelCache(self.settings.predict_cache_models)
+        return self._cache
+
+    def load(self, served: ServedModel) -> Loaded:
+        """The model ``served`` names, loaded once (call with ``lock`` held)."""
+        device = self.device()
+        if served.folder is not None:
+            return self.cache.get(served.folder, causal=True, device=device)
+        assert served.builtin is not None
+        key = (served.builtin, str(device))
+        if key not in self._builtins:
+            self._builtins[key] = _builtin(served.builtin, device)
+        return self._builtins[key]
+
+
+def _builtin(name: str, device: torch.device) -> Loaded:
+    from transformers import AutoModelForCausalLM
+
+    from trainer_core.builtin.models import builtin_tokenizer
+    from trainer_core.model.trained import build_builtin
+    from worker.predict.models import Loaded
+
+    tokenizer: Any = builtin_tokenizer(name)
+    model = build_builtin(name, BUILTIN_SEED, AutoModelForCausalLM, {}, tokenizer)
+    return Loaded(model.to(device).eval(), tokenizer, device)
