@@ -39,6 +39,13 @@ FAST_RECOVERY = {
 }
 
 
+# For a stack whose tests never predict: each worker's predict server imports torch and
+# transformers beside its loop and polls the database (test_embedded.py alone, four workers:
+# 42.7 -> 39.3 s of CPU without). The embedded stacks start one per worker unless told not to
+# (the PostgreSQL stacks never do: settings_env).
+NO_PREDICT = {"GRADACC_PREDICT_SERVER": "false"}
+
+
 def settings_env(settings: Settings) -> dict[str, str]:
     env = {**os.environ, **FAST_RECOVERY, "HF_HUB_OFFLINE": "1", "GRADACC_HOME": str(settings.home)}
     env["GRADACC_QUEUE"] = settings.queue

@@ -7,11 +7,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT, TINY
+from tests.e2e.conftest import NO_PREDICT, embedded_serve
 from tests.support import free_port
 
 pytestmark = pytest.mark.integration
@@ -21,6 +23,14 @@ def gradacc(server: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GRADACC_SERVER": server, "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "commands.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=180)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def served_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``gradacc serve --workers 1`` on the embedded defaults without a predict server (no
+    command here predicts): its base URL."""
+    with embedded_serve(tmp_path_factory.mktemp("served"), env=NO_PREDICT) as (url, _):
+        yield url
 
 
 @pytest.fixture

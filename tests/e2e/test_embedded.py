@@ -18,7 +18,7 @@ import pytest
 
 from gradacc.settings import Settings
 from tests.conftest import ROOT, TINY
-from tests.e2e.conftest import settings_env
+from tests.e2e.conftest import NO_PREDICT, settings_env
 from tests.support import free_port, wait_final, wait_ready
 
 # Starts real worker processes and trains real (tiny) models.
@@ -31,7 +31,7 @@ def served(
 ) -> Iterator[tuple[httpx.Client, Path, subprocess.Popen[bytes]]]:
     tmp_path = tmp_path_factory.mktemp("embedded")
     home = tmp_path / "home"
-    env = settings_env(Settings(home=home))
+    env = settings_env(Settings(home=home)) | NO_PREDICT  # nothing here predicts
     for name in ("GRADACC_DATABASE_URL", "GRADACC_BROKER_URL", "GRADACC_QUEUE"):
         env.pop(name, None)
     port = free_port()

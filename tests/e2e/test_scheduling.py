@@ -21,7 +21,7 @@ from gradacc.db import session_scope
 from gradacc.settings import Settings
 from gradacc.tables import Job, JobEvent
 from tests.conftest import TINY, migrate
-from tests.e2e.conftest import StartWorker, WorkerProcess
+from tests.e2e.conftest import NO_PREDICT, StartWorker, WorkerProcess
 from tests.support import Hold, event_kinds, make_job, wait_final, wait_for, wait_until
 from tests.trainer_core.helpers import final_weights, initial_weights, max_abs_diff, tolerance
 from trainer_core.spec.job import JobSpec
@@ -114,7 +114,9 @@ def test_preemption_on_makes_way_and_the_job_resumes_exactly(
 ) -> None:
     settings, api = embedded
     hold = Hold(tmp_path / "hold", 1)
-    worker = WorkerProcess(settings, "preempting", hold.env() | {"GRADACC_PREEMPT": "true"})
+    worker = WorkerProcess(
+        settings, "preempting", hold.env() | {"GRADACC_PREEMPT": "true"} | NO_PREDICT
+    )
     try:
         low = api.post("/v1/jobs", json=TINY).json()["id"]
         hold.held(timeout=120)
@@ -147,7 +149,8 @@ def test_preemption_off_lets_the_running_job_finish(
 ) -> None:
     settings, api = embedded
     hold = Hold(tmp_path / "hold", 1)
-    worker = WorkerProcess(settings, "patient", hold.env())  # GRADACC_PREEMPT unset: off
+    # GRADACC_PREEMPT unset: off
+    worker = WorkerProcess(settings, "patient", hold.env() | NO_PREDICT)
     try:
         low = api.post("/v1/jobs", json=SMALL).json()["id"]
         hold.held(timeout=120)
