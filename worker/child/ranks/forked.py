@@ -15,8 +15,8 @@ torchrun set it), line-buffered output (``-u``), and its own command line in ``/
 (``proc_title``). It leaves as ``multiprocessing``'s forked processes do: its non-daemon threads
 joined (a checkpoint being written), output flushed, then ``os._exit`` (the agent's exit handlers
 are not the rank's). The agent never runs a torch operation (no OpenMP pool exists to be broken by
-the fork), and falls back to exec once CUDA is initialised in it (a CUDA context does not
-survive a fork) or for any command other than a rank's.
+the fork), and falls back to exec once CUDA was used in it (a CUDA context does not survive a
+fork) or for any command other than a rank's.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import threading
 import traceback
 from collections.abc import Sequence
 from multiprocessing import util as mp_util
+from pathlib import Path
 from typing import IO, Any, NoReturn
 
 import torch
@@ -69,9 +70,16 @@ def _handler(
     stderr: str | None, local_rank_id: int, numa_options: Any = None,
 ) -> SubprocessHandler:  # fmt: skip
     forkable = _rank_args((entrypoint, *map(str, args))) is not None
-    if not forkable or numa_options is not None or torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+    if not forkable or numa_options is not None or _cuda_touched():
         return SubprocessHandler(entrypoint, args, env, stdout, stderr, local_rank_id, numa_options)
     return _ForkedHandler(entrypoint, args, env, stdout, stderr, local_rank_id, None)
+
+
+def _cuda_touched() -> bool:
+    """CUDA was used in this process (torch's lazy init, or any call that loaded the driver,
+    such as a ``torch.cuda.is_available()`` at import): a forked child could not use it."""
+    initialised = bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
+    return initialised or "libcuda.so" in Path("/proc/self/maps").read_text()
 
 
 def _rank_args(command: Sequence[str]) -> list[str] | None:
