@@ -175,10 +175,11 @@ def check_dataset(path: Path, fmt: str) -> dict[str, Any]:
         check_rows(path, fmt, lines_format(path, fmt))
         raise
     found = found_format(details["columns"])
-    check_rows(path, fmt, found)
+    calling = check_rows(path, fmt, found, details["columns"])
     if "label" in details["columns"] and found in (None, "text"):
         check_labels(path, fmt, "label", param="file")
-    return details | {"dataset_format": found}
+    # The function calling its conversations use: a job checks that its chat template reads it.
+    return details | {"dataset_format": found} | ({"function_calling": calling} if calling else {})
 
 
 CHAT_FORMATS = ("messages", "prompt-completion", "preference")

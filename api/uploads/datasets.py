@@ -7,7 +7,7 @@ many more were found; the caller keeps nothing of a refused file.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,9 @@ from gradacc.errors import InvalidRequest
 from trainer_core.spec.chat import (
     MAX_PROBLEMS,
     ResolvedFormat,
-    message_problems,
     prompt_completion_problems,
     resolve_format,
+    row_problems,
 )
 from trainer_core.spec.preference import OPENAI_COLUMNS, check_preference_row
 
@@ -82,27 +82,37 @@ def _rows(
             yield number, row
 
 
-def check_rows(path: Path, fmt: str, found: ResolvedFormat | None) -> None:
-    """Every conversation, prompt-completion or preference row has the shape its format needs."""
+ROW_FIELDS = ("tools", "parallel_tool_calls")  # a conversation row's own, besides messages
+
+
+def check_rows(
+    path: Path, fmt: str, found: ResolvedFormat | None, present: Sequence[str] = ()
+) -> list[str]:
+    """Every conversation, prompt-completion or preference row has the shape its format needs.
+    Returns the function calling that conversations use ("tools", "tool_calls"); ``present``:
+    the file's columns, for the readers that read only some."""
     check: Callable[[dict[str, Any]], list[str]]
+    calling: set[str] = set()
     if found == "preference":
         _check_pairs(path, fmt)
-        return
+        return []
     if found == "messages":
-        columns = ["messages"]
+        columns = ["messages", *(c for c in ROW_FIELDS if c in present)]
 
         def check(row: dict[str, Any]) -> list[str]:
-            return message_problems(row.get("messages"))
+            calling.update(_function_calling(row))
+            return row_problems(row)
     elif found == "prompt-completion":
         columns = ["prompt", "completion"]
 
         def check(row: dict[str, Any]) -> list[str]:
             return prompt_completion_problems(row, "prompt", "completion")
     else:
-        return
+        return []
     where = "line" if fmt in ("jsonl", "json") else "row"
 
     def scan(block: int) -> list[str]:
+        calling.clear()  # a scan again with larger blocks sees every row again
         return [
             f"{where} {number}: {problem}"
             for number, row in _rows(path, fmt, columns, block)
@@ -115,6 +125,15 @@ def check_rows(path: Path, fmt: str, found: ResolvedFormat | None) -> None:
         raise InvalidRequest(
             problem_summary(len(problems), shown, found), param="file", errors=shown
         )
+    return sorted(calling)
+
+
+def _function_calling(row: dict[str, Any]) -> list[str]:
+    messages = row.get("messages")
+    calls = isinstance(messages, list) and any(
+        isinstance(m, dict) and m.get("tool_calls") for m in messages
+    )
+    return ["tools"] * bool(row.get("tools")) + ["tool_calls"] * calls
 
 
 def _check_pairs(path: Path, fmt: str) -> None:

@@ -19,6 +19,7 @@ OPENAI_FIELDS = {
     "seed": "seed",
     "method": "method.type",
     "dpo_beta": "hyperparameters.beta",
+    "tools": "tools",  # no spec field: a training file's function calling, named as OpenAI does
 }
 # step record key -> the name in a fine-tuning job's metrics events and checkpoint metrics
 EVENT_METRICS = {

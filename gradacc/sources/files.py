@@ -24,7 +24,7 @@ from gradacc.ids import time_ordered_id
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import UNFINISHED_STATUSES, File, FilePurpose, Job
-from trainer_core.spec.chat import no_template
+from trainer_core.spec.chat import known_template, no_template
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.fields import (
     BUILTIN_CHAT_MODELS,
@@ -34,6 +34,7 @@ from trainer_core.spec.fields import (
 )
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.sources import FILE_ID_PATTERN, classify_source
+from trainer_core.spec.tools import template_refusal
 
 # spec field -> the purpose of a file it may name
 FILE_FIELDS: dict[str, FilePurpose] = {
@@ -125,7 +126,25 @@ def check_job_data(session: Session, *, spec: JobSpec, tenant: str) -> str | Non
         check_method_fits(spec.method, found, field=field, source=refs[field])
     if fmt == "messages" and spec.chat_template is None and not _has_template(session, spec, refs):
         raise InvalidRequest(no_template(refs.get("model", spec.model)), param="chat_template")
+    if fmt == "messages":
+        _check_function_calling(session, spec, refs)
     return fmt
+
+
+def _check_function_calling(session: Session, spec: JobSpec, refs: dict[str, str]) -> None:
+    """Files whose rows call functions, with a template known here that never reads them: 422
+    naming ``tools``, not a silent drop. The template is read, not rendered (rendering runs in
+    the worker, which refuses a template that renders them as if absent)."""
+    template = known_template(spec.chat_template, spec.model)
+    for field in ("dataset", "eval_dataset"):
+        if template is None or field not in refs:
+            continue
+        calling = session.get_one(File, refs[field]).details.get("function_calling") or []
+        refusal = template_refusal(
+            template, tools="tools" in calling, tool_calls="tool_calls" in calling
+        )
+        if refusal is not None:
+            raise InvalidRequest(f"{refs[field]}: {refusal}", param="tools")
 
 
 def check_method_fits(method: str, fmt: str | None, *, field: str, source: str) -> None:

@@ -16,7 +16,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from trainer_core.spec.chat import CHATML_TEMPLATE
+from trainer_core.spec.chat import BUILTIN_TEMPLATES
 
 ASSETS = Path(__file__).parent / "assets"
 MAX_POSITIONS = 512
@@ -25,8 +25,8 @@ CHAT_SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>"]  # ChatML's turn markers, s
 
 def builtin_tokenizer(name: str) -> PreTrainedTokenizerBase:
     if name == "builtin:tiny-chat":
-        # ChatML with generation markers; a turn ends with <|im_end|>, which is also what
-        # generation stops at (its EOS).
+        # ChatML with generation markers and function calling (spec.chat.CHATML_TEMPLATE); a
+        # turn ends with <|im_end|>, which is also what generation stops at (its EOS).
         return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
             tokenizer_file=str(ASSETS / "tiny-chat-tokenizer.json"),
             bos_token="<|endoftext|>",
@@ -34,7 +34,7 @@ def builtin_tokenizer(name: str) -> PreTrainedTokenizerBase:
             unk_token="<|endoftext|>",
             pad_token="<|endoftext|>",
             additional_special_tokens=CHAT_SPECIAL_TOKENS,
-            chat_template=CHATML_TEMPLATE,
+            chat_template=BUILTIN_TEMPLATES[name],
             model_max_length=MAX_POSITIONS,
         )
     if name == "builtin:tiny-bert":

@@ -8,6 +8,10 @@ what ``apply_chat_template`` makes), and the character spans to train are found:
 - without markers, each trained assistant message's own: the text that rendering the
   conversation up to it (with the generation prompt) and up to its end tells apart, i.e. its
   content and the end-of-turn text the template closes it with.
+A row's ``tools`` reach the template as ``apply_chat_template(..., tools=...)`` does, and an
+assistant's ``tool_calls`` are part of its turn (trained); their ``arguments``, OpenAI's JSON text,
+reach it as the object they encode (transformers' convention). A template that renders a row's
+tools or tool calls as if they were not there is refused (``chat_template``), never a silent drop.
 A token is trained when it overlaps a span, the rule transformers marks tokens by. A
 prompt-completion row trains its completion and the EOS. ``n_items`` counts trained tokens after
 the causal shift: a row's first token predicts nothing, so it is never an item.
@@ -24,8 +28,15 @@ import numpy as np
 import pyarrow as pa
 from transformers.utils.chat_template_utils import render_jinja_template
 
+from trainer_core.data.chat_tools import (
+    check_tools_rendered,
+    decoded_message,
+    decoded_tools,
+    row_column,
+    template_messages,
+)
 from trainer_core.data.tokenized import CUT_COLUMNS, rows_table, tokenizer_for
-from trainer_core.spec.chat import message_problems, prompt_completion_problems
+from trainer_core.spec.chat import prompt_completion_problems, row_problems
 
 # What a refused over-long row's message says (``load`` names the split's field for it).
 TOO_LONG = "tokens a row (max_seq_length, at most the model's context)"
@@ -53,11 +64,29 @@ def _render(messages: list[dict[str, Any]], template: str, kwargs: dict[str, Any
 
 
 def conversation_spans(
-    messages: list[dict[str, Any]], template: str, kwargs: dict[str, Any], *, assistant_only: bool
+    messages: list[dict[str, Any]],
+    template: str,
+    kwargs: dict[str, Any],
+    *,
+    assistant_only: bool,
+    tools: list[dict[str, Any]] | None = None,
 ) -> tuple[str, list[Span]]:
-    """The rendered conversation and the character spans to train in it."""
+    """The rendered conversation and the character spans to train in it; ``tools``: the row's
+    (OpenAI's function calling), passed to the template as ``tools``."""
+    messages = template_messages(messages)
+    if tools:
+        kwargs = kwargs | {"tools": tools}
     marked = has_generation_markers(template)
-    text, generated = _render(messages, template, kwargs, spans=marked)
+    calling = bool(tools) or any(m.get("tool_calls") for m in messages)
+    try:
+        text, generated = _render(messages, template, kwargs, spans=marked)
+    except Exception as exc:  # a template that knows no tool calls meets content null
+        if not calling:
+            raise
+        raise ValueError(f"chat_template: it fails on this row's function calling ({exc}); give "
+                         "'chatml' or a template that renders tools and tool_calls") from exc  # fmt: skip
+    if calling:
+        check_tools_rendered(messages, text, lambda m, kw: _render(m, template, kw)[0], kwargs)
     if not assistant_only:
         return text, [(0, len(text))]
     assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
@@ -135,11 +164,12 @@ def _problems(rows: list[Any], where: str, first_row: int, check: Any) -> None:
 
 def _decoded(conversation: Any) -> Any:
     """A conversation as Python objects. ``datasets`` stores messages whose keys differ (a
-    ``weight`` on some) as JSON text (its ``Json`` feature): decoded here, as it decodes them."""
+    ``weight`` on some) as JSON text (its ``Json`` feature): decoded here, as it decodes them,
+    down to a tool call's ``function`` (its ``arguments`` are OpenAI's JSON text: kept)."""
     if isinstance(conversation, str):
         conversation = json.loads(conversation)
     if isinstance(conversation, list):
-        return [json.loads(m) if isinstance(m, str) else m for m in conversation]
+        return [decoded_message(json.loads(m) if isinstance(m, str) else m) for m in conversation]
     return conversation
 
 
@@ -155,14 +185,23 @@ def encode_messages(
     assistant_only: bool,
     refuse_longer: bool = False,
 ) -> pa.Table:
-    """One ``map`` batch of conversations (``indices``: the rows' positions in the split)."""
-    conversations = [_decoded(c) for c in batch.column(messages_column).to_pylist()]
-    _problems(conversations, "messages_column", indices[0] if indices else 0,
-              lambda row: message_problems(row, messages_column))  # fmt: skip
-    rendered = [
-        conversation_spans(c, template, template_kwargs, assistant_only=assistant_only)
-        for c in conversations
+    """One ``map`` batch of conversations (``indices``: the rows' positions in the split), with
+    each row's ``tools`` and ``parallel_tool_calls`` where the data has them."""
+    first = indices[0] if indices else 0
+    columns = (batch.column(messages_column).to_pylist(), row_column(batch, "tools"),
+               row_column(batch, "parallel_tool_calls"))  # fmt: skip
+    rows = [
+        {messages_column: _decoded(c), "tools": decoded_tools(t), "parallel_tool_calls": p}
+        for c, t, p in zip(*columns, strict=True)
     ]
+    _problems(rows, "messages_column", first, lambda row: row_problems(row, messages_column))
+    rendered = []
+    for offset, row in enumerate(rows):
+        try:
+            rendered.append(conversation_spans(row[messages_column], template, template_kwargs,
+                                               assistant_only=assistant_only, tools=row["tools"]))  # fmt: skip
+        except ValueError as exc:
+            raise ValueError(f"{exc} (row {first + offset + 1})") from exc
     return _encoded([t for t, _ in rendered], [s for _, s in rendered], tokenizer_json, max_length,
                     first_row=indices[0] if indices else 0, refuse_longer=refuse_longer)  # fmt: skip
 
