@@ -1,8 +1,11 @@
-"""End to end on PostgreSQL and Redis with a real Celery worker process and real tiny models."""
+"""End to end on PostgreSQL and Redis with a real Celery worker process and real tiny models. The
+tests that only run jobs share one worker (its start-up is most of their cost); those that kill
+or stop a worker start their own."""
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -10,89 +13,110 @@ from fastapi.testclient import TestClient
 from gradacc.scheduling.queue import create_celery_app, enqueue_job
 from gradacc.settings import Settings
 from tests.conftest import TINY
-from tests.e2e.conftest import StartWorker, process_gone
+from tests.e2e.conftest import StartWorker, WorkerProcess, process_gone
 from tests.support import Hold, event_kinds, wait_final, wait_for, wait_until
 
 # Starts real worker processes and trains real (tiny) models.
 pytestmark = pytest.mark.integration
 
 
-def test_every_backend_trains_and_reports_metrics(
-    api: TestClient, start_worker: StartWorker
-) -> None:
-    specs = [{**TINY, "backend": backend} for backend in ("pytorch", "accelerate", "trainer")]
-    specs.append(
-        {
-            **TINY,
-            "model": "builtin:tiny-gpt2",
-            "dataset": "builtin:tiny-stories",
-            "task": "causal-lm",
-            "max_train_samples": 32,
-            "max_eval_samples": 16,
-        }
-    )
-    ids = [api.post("/v1/jobs", json=spec).json()["id"] for spec in specs]
-    worker = start_worker("all-backends")
-    for job_id, spec in zip(ids, specs, strict=True):
-        job = wait_final(api, job_id, timeout=120)
-        assert job["status"] == "succeeded", (job, worker.log())
-        assert job["progress"]["step"] == job["progress"]["total_steps"] > 0
-        metrics = api.get(f"/v1/jobs/{job_id}/metrics").json()["data"]
-        assert [m["epoch"] for m in metrics] == [1]
-        quality = "eval_perplexity" if spec["task"] == "causal-lm" else "eval_accuracy"
-        for field in ("train_loss", "eval_loss", quality, "learning_rate", "samples_per_second"):
-            assert isinstance(metrics[0][field], float), (field, metrics[0])
-        assert job["metrics"] == metrics[-1]
-        kinds = event_kinds(api, job_id)
-        assert kinds[:3] == ["queued", "started", "training"]
-        assert "epoch" in kinds and kinds[-1] in ("succeeded", "stopped")
+@pytest.fixture(scope="class")
+def shared(pg_redis_settings: Settings) -> Iterator[tuple[WorkerProcess, Hold]]:
+    """One worker for the tests of a class that only run jobs, with a hold at step 1 that a test
+    arms when it needs a job running: the worker and the hold. Stopped at the class's end: the
+    tests after it start (and kill) their own workers, which must be alone on the queue."""
+    hold = Hold(pg_redis_settings.home / "shared-hold", 1, armed=False)
+    worker = WorkerProcess(pg_redis_settings, "shared", hold.env())
+    yield worker, hold
+    worker.stop()
 
 
-def test_a_failing_job_says_why_and_a_redelivery_does_not_rerun_it(
-    api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
-) -> None:
-    # Inside the data root and present (a missing file is refused at POST), but without the
-    # text column: only the training process, reading it, can tell.
-    broken = pg_redis_settings.resolved_data_roots()[0] / "reviews.csv"
-    broken.parent.mkdir(parents=True, exist_ok=True)
-    broken.write_text("review,label\nnice film,1\nbad film,0\n" * 4)
-    missing = str(broken)
-    job_id = api.post("/v1/jobs", json={**TINY, "dataset": missing}).json()["id"]
-    worker = start_worker("failing")
-    job = wait_final(api, job_id)
-    assert job["status"] == "failed", worker.log()
-    assert job["error"]["code"] == "invalid_dataset"
-    assert "text_column" in job["error"]["message"] and "'text'" in job["error"]["message"]
-    assert "GRADACC_" not in job["error"]["message"]
-    # Deliver the same job again; a later job on the same one-job worker proves it was handled.
-    enqueue_job(create_celery_app(pg_redis_settings), pg_redis_settings, job_id)
-    later = api.post("/v1/jobs", json={**TINY, "dataset": missing}).json()["id"]
-    wait_final(api, later)
-    assert event_kinds(api, job_id).count("started") == 1
-    assert api.get(f"/v1/jobs/{job_id}").json()["attempts"] == 1
-    # Two messages, two jobs, one run each: whichever message comes second claims nothing. It
-    # may be read after ``later`` ended (messages are interchangeable: the first one may have
-    # claimed ``later``), so wait for its line rather than read the log at once. (A ``later``
-    # committed between the first message's claim and its settling is claimed on a second look,
-    # not marked throttled: tests/worker/test_claiming.py.)
-    wait_until(lambda: "not claimable" in worker.log(), timeout=120, what="the spare message")
-    assert "throttled" not in event_kinds(api, later)
+class TestOnOneSharedWorker:
+    """Jobs that only need a worker to run them: one worker for the class (``shared``)."""
 
+    def test_every_backend_trains_and_reports_metrics(
+        self, api: TestClient, shared: tuple[WorkerProcess, Hold]
+    ) -> None:
+        specs = [{**TINY, "backend": backend} for backend in ("pytorch", "accelerate", "trainer")]
+        specs.append(
+            {
+                **TINY,
+                "model": "builtin:tiny-gpt2",
+                "dataset": "builtin:tiny-stories",
+                "task": "causal-lm",
+                "max_train_samples": 32,
+                "max_eval_samples": 16,
+            }
+        )
+        ids = [api.post("/v1/jobs", json=spec).json()["id"] for spec in specs]
+        worker, _ = shared
+        for job_id, spec in zip(ids, specs, strict=True):
+            job = wait_final(api, job_id, timeout=120)
+            assert job["status"] == "succeeded", (job, worker.log())
+            assert job["progress"]["step"] == job["progress"]["total_steps"] > 0
+            metrics = api.get(f"/v1/jobs/{job_id}/metrics").json()["data"]
+            assert [m["epoch"] for m in metrics] == [1]
+            quality = "eval_perplexity" if spec["task"] == "causal-lm" else "eval_accuracy"
+            for field in (
+                "train_loss",
+                "eval_loss",
+                quality,
+                "learning_rate",
+                "samples_per_second",
+            ):
+                assert isinstance(metrics[0][field], float), (field, metrics[0])
+            assert job["metrics"] == metrics[-1]
+            kinds = event_kinds(api, job_id)
+            assert kinds[:3] == ["queued", "started", "training"]
+            assert "epoch" in kinds and kinds[-1] in ("succeeded", "stopped")
 
-def test_cancel_stops_a_running_job_and_frees_its_process(
-    api: TestClient, start_worker: StartWorker, pg_redis_settings: Settings
-) -> None:
-    hold = Hold(pg_redis_settings.home / "cancel", 1)  # running, and held there: no race
-    job_id = api.post("/v1/jobs", json=TINY).json()["id"]
-    start_worker("cancel", hold.env())
-    pid = hold.held(timeout=180)
-    cancelled = api.post(f"/v1/jobs/{job_id}/cancel")
-    assert cancelled.json()["status"] == "cancelled"
-    # Stopped by the worker (seconds: its status poll, then SIGTERM and the kill grace), not
-    # by the job running out; a bound for a loaded machine, not a timing.
-    assert process_gone(pid, timeout=30), "the training process outlived its cancel"
-    wait_for(api, job_id, lambda _: "stopped" in event_kinds(api, job_id), timeout=10)
-    assert api.get(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
+    def test_a_failing_job_says_why_and_a_redelivery_does_not_rerun_it(
+        self, api: TestClient, shared: tuple[WorkerProcess, Hold], pg_redis_settings: Settings
+    ) -> None:
+        # Inside the data root and present (a missing file is refused at POST), but without the
+        # text column: only the training process, reading it, can tell.
+        broken = pg_redis_settings.resolved_data_roots()[0] / "reviews.csv"
+        broken.parent.mkdir(parents=True, exist_ok=True)
+        broken.write_text("review,label\nnice film,1\nbad film,0\n" * 4)
+        missing = str(broken)
+        worker, _ = shared
+        seen = len(worker.log_path.read_bytes())  # the shared worker's lines before this test's
+        job_id = api.post("/v1/jobs", json={**TINY, "dataset": missing}).json()["id"]
+        job = wait_final(api, job_id)
+        assert job["status"] == "failed", worker.log()
+        assert job["error"]["code"] == "invalid_dataset"
+        assert "text_column" in job["error"]["message"] and "'text'" in job["error"]["message"]
+        assert "GRADACC_" not in job["error"]["message"]
+        # Deliver the same job again; a later job on the same one-job worker proves it was handled.
+        enqueue_job(create_celery_app(pg_redis_settings), pg_redis_settings, job_id)
+        later = api.post("/v1/jobs", json={**TINY, "dataset": missing}).json()["id"]
+        wait_final(api, later)
+        assert event_kinds(api, job_id).count("started") == 1
+        assert api.get(f"/v1/jobs/{job_id}").json()["attempts"] == 1
+        # Two messages, two jobs, one run each: whichever message comes second claims nothing. It
+        # may be read after ``later`` ended (messages are interchangeable: the first one may have
+        # claimed ``later``), so wait for its line rather than read the log at once. (A ``later``
+        # committed between the first message's claim and its settling is claimed on a second look,
+        # not marked throttled: tests/worker/test_claiming.py.)
+        wait_until(lambda: b"not claimable" in worker.log_path.read_bytes()[seen:], timeout=120,
+                   what="the spare message")  # fmt: skip
+        assert "throttled" not in event_kinds(api, later)
+
+    def test_cancel_stops_a_running_job_and_frees_its_process(
+        self, api: TestClient, shared: tuple[WorkerProcess, Hold]
+    ) -> None:
+        _, hold = shared
+        hold.arm()  # running, and held there: no race
+        job_id = api.post("/v1/jobs", json=TINY).json()["id"]
+        pid = hold.held(timeout=180)
+        cancelled = api.post(f"/v1/jobs/{job_id}/cancel")
+        assert cancelled.json()["status"] == "cancelled"
+        # Stopped by the worker (seconds: its status poll, then SIGTERM and the kill grace), not
+        # by the job running out; a bound for a loaded machine, not a timing.
+        assert process_gone(pid, timeout=30), "the training process outlived its cancel"
+        wait_for(api, job_id, lambda _: "stopped" in event_kinds(api, job_id), timeout=10)
+        assert api.get(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
+        hold.release()
 
 
 def test_a_worker_killed_mid_queue_still_runs_every_job_once(
