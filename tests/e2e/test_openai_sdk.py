@@ -277,3 +277,28 @@ def test_errors_raise_the_sdks_classes(served: Served, files: dict[str, str], tu
     with pytest.raises(openai.AuthenticationError) as no_key:
         nobody.fine_tuning.jobs.list()
     assert no_key.value.param == "Authorization"
+
+
+def test_a_lora_model_predicts_and_trains_again(served: Served, files: dict[str, str]) -> None:
+    """The docs' LoRA example (no merge): its fine_tuned_model answers and trains a new job."""
+    alice = served.alice
+    lora = alice.fine_tuning.jobs.create(
+        model="builtin:tiny-chat", training_file=files["train"], suffix="lora",
+        hyperparameters={"n_epochs": 1, "batch_size": 8},
+        extra_body={"gradacc": {**OURS, "lora": {"r": 4}}})  # fmt: skip
+    lora = wait_status(alice, lora.id, "succeeded")
+    assert lora.fine_tuned_model in [m.id for m in alice.models.list()]
+    if served.settings.database_url is None:  # PostgreSQL stacks run no predict server (one
+        # database for every test: it would take other tests' predictions)
+        headers = {"Authorization": f"Bearer {served.keys['alice']}"}
+        body = {"messages": [{"role": "user", "content": "2 plus 3?"}], "max_new_tokens": 8}
+        reply = httpx.post(f"{served.url}/v1/jobs/{lora.id}/predict", json=body,
+                           headers=headers, timeout=120)  # fmt: skip
+        assert reply.status_code == 200, reply.text
+        assert isinstance(reply.json()["text"], str)
+    again = alice.fine_tuning.jobs.create(
+        model=lora.fine_tuned_model, training_file=files["train"],
+        hyperparameters={"n_epochs": 1, "batch_size": 8}, extra_body={"gradacc": OURS})  # fmt: skip
+    again = wait_status(alice, again.id, "succeeded")
+    assert again.model == lora.fine_tuned_model
+    assert again.fine_tuned_model == f"ft:builtin:tiny-chat:alice::{again.id}"

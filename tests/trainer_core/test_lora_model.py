@@ -93,6 +93,10 @@ def test_a_job_from_the_adapters_starts_from_the_merged_weights(
     assert max_abs_diff(start, merged) < 1e-6
     lora_b = [v for k, v in _state(model).items() if "lora_B" in k]
     assert lora_b and all(float(t.abs().max()) == 0 for t in lora_b)  # a new adapter, at zero
+    whole = again.model_copy(update={"lora": None, "merge_lora": False})
+    full = load_model(whole, load_tokenizer(whole), None)  # a full fine-tune trains every weight
+    assert all(p.requires_grad for p in full.parameters())
+    assert max_abs_diff(_state(full), merged) < 1e-6
 
 
 def test_a_classifier_keeps_its_labels_and_head(tmp_path: Path) -> None:

@@ -137,7 +137,11 @@ def load_trained(
         base = auto.from_pretrained(hub_base(folder / ADAPTER_CONFIG), trust_remote_code=False,
                                     **label_kwargs)  # fmt: skip
     model = _with_adapter(base, folder)
-    return model.merge_and_unload() if merge else model
+    if not merge:
+        return model
+    merged = model.merge_and_unload()
+    merged.requires_grad_(True)  # peft froze the base: merged, it is a plain model again
+    return merged
 
 
 def _with_adapter(base: Any, folder: Path) -> Any:
