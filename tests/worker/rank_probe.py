@@ -21,6 +21,7 @@ def main(argv: list[str]) -> int:
     seen = {
         "forked": "worker.child.ranks.agent" in sys.modules,  # a new interpreter has not loaded it
         "parent": me.ppid(),
+        "agent_cmdline": [a for a in psutil.Process(me.ppid()).cmdline() if a],
         "cmdline": [a for a in me.cmdline() if a],  # a forked rank's is padded with NULs
         "environ_rank": me.environ().get("RANK"),
         "name": me.name(),

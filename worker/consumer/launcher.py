@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gradacc.settings import Settings
+from worker.child.ranks.proc_title import room_in_environment
 from worker.fork_server.child import ready_probe, run_forked
 
 PRELOAD = "worker.fork_server.preload"
@@ -67,7 +68,8 @@ def warm(settings: Settings) -> None:
     if not settings.fork_server:
         return
     probe = _context().Process(target=ready_probe, name="probe")
-    probe.start()  # answered once the server's preload is done
+    with room_in_environment():  # in the server's /proc environment, for forked ranks
+        probe.start()  # answered once the server's preload is done
     probe.join()
 
 

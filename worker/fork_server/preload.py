@@ -11,9 +11,11 @@ import atexit
 import os
 
 import worker.fork_server.child  # noqa: F401  (what a forked job unpickles: already imported)
+from worker.child.ranks.proc_title import ENV_ROOM
 from worker.fork_server.modes import enter_server_mode
 from worker.fork_server.warmup import warm_up
 
+os.environ.pop(ENV_ROOM, None)  # room in /proc for a job's forked ranks, never a variable of ours
 enter_server_mode()
 warm_up()
 # The server exits when its worker is gone (its "alive" pipe closes). Tearing down torch and

@@ -20,8 +20,8 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import parse_args, run
 
+from worker.child.ranks.fork_popen import die_with_parent
 from worker.child.ranks.forked import fork_ranks
-from worker.child.ranks.launcher import die_with_parent
 
 
 def main(argv: list[str]) -> int:

@@ -12,9 +12,9 @@ What a new interpreter would have had, a forked rank sets up itself: the rank's 
 default signal handlers (the agent's would turn torchrun's SIGTERM into an exception), the
 thread count ``OMP_NUM_THREADS`` asks for (read by OpenMP when the agent loaded torch, before
 torchrun set it), line-buffered output (``-u``), and its own command line in ``/proc``
-(``proc_title``). It leaves as ``multiprocessing``'s forked processes do: its non-daemon threads
-joined (a checkpoint being written), output flushed, then ``os._exit`` (the agent's exit handlers
-are not the rank's). The agent never runs a torch operation (no OpenMP pool exists to be broken by
+(``proc_title``). It leaves as ``multiprocessing``'s forked processes do (``fork_popen``): its
+non-daemon threads joined (a checkpoint being written), output flushed, then ``os._exit`` (the
+agent's exit handlers are not the rank's). The agent never runs a torch operation (no OpenMP pool exists to be broken by
 the fork), and falls back to exec once CUDA was used in it (a CUDA context does not survive a
 fork) or for any command other than a rank's.
 """
@@ -22,22 +22,19 @@ fork) or for any command other than a rank's.
 from __future__ import annotations
 
 import importlib
-import logging
 import os
-import signal
 import subprocess
 import sys
-import threading
-import traceback
 from collections.abc import Sequence
-from multiprocessing import util as mp_util
+from functools import partial
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, Any
 
 import torch
 from torch.distributed.elastic.multiprocessing import api as elastic_api
 from torch.distributed.elastic.multiprocessing.subprocess_handler import SubprocessHandler
 
+from worker.child.ranks.fork_popen import ForkedPopen, default_signals
 from worker.child.ranks.proc_title import ENV_ROOM, show_as
 
 RANK_MODULE = "worker.child.ranks.main"
@@ -52,7 +49,6 @@ PRELOAD = (
     "transformers.models.gpt2.modeling_gpt2",
     "datasets",
 )
-_DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def fork_ranks() -> None:
@@ -91,52 +87,9 @@ def _rank_args(command: Sequence[str]) -> list[str] | None:
 
 class _ForkedHandler(SubprocessHandler):
     def _popen(self, args: tuple[str, ...], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        return _ForkedRank(list(args), env, self._stdout, self._stderr)
-
-
-class _ForkedRank(subprocess.Popen[bytes]):
-    """A ``Popen`` whose child is forked and runs the rank in place of an exec: its ``poll``,
-    ``wait`` and signals are Popen's own."""
-
-    def __init__(
-        self, command: list[str], env: dict[str, str], stdout: IO[Any] | None,
-        stderr: IO[Any] | None,
-    ) -> None:  # fmt: skip
-        self._rank = (command, env, stdout, stderr)
-        super().__init__(command)
-
-    def _execute_child(self, *_popen_arguments: Any) -> None:
-        ready_read, ready_write = os.pipe()
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()  # or the child would write the agent's buffered lines again
-        pid = os.fork()
-        if pid == 0:
-            os.close(ready_read)
-            _run_rank(*self._rank, ready=ready_write)
-        os.close(ready_write)
-        os.read(ready_read, 1)  # the child has its own session: torchrun may killpg it now
-        os.close(ready_read)
-        self.pid = pid
-        self._child_created = True
-
-
-def _run_rank(
-    command: list[str], env: dict[str, str], stdout: IO[Any] | None, stderr: IO[Any] | None,
-    *, ready: int,
-) -> NoReturn:  # fmt: skip
-    code = 1
-    try:
-        os.setsid()  # as Popen(start_new_session=True): torchrun stops a rank with killpg
-        os.close(ready)
-        code = _rank_main(command, env, stdout, stderr)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if not isinstance(exc.code, int | None):
-            print(exc.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        _leave(code)
+        command = list(args)
+        body = partial(_rank_main, command, env, self._stdout, self._stderr)
+        return ForkedPopen(command, body, new_session=True)  # torchrun stops a rank with killpg
 
 
 def _rank_main(
@@ -145,9 +98,7 @@ def _rank_main(
     for stream, fd in ((stdout, 1), (stderr, 2)):
         if stream is not None:
             os.dup2(stream.fileno(), fd)
-    for signum in _DEFAULT_SIGNALS:
-        signal.signal(signum, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    default_signals()
     rank_variables = {k: v for k, v in env.items() if os.environ.get(k) != v}
     os.environ.update(env)
     show_as(command, rank_variables)
@@ -156,20 +107,7 @@ def _rank_main(
     for out in (sys.stdout, sys.stderr):
         if hasattr(out, "reconfigure"):
             out.reconfigure(line_buffering=True)
-    mp_util._finalizer_registry.clear()  # type: ignore[attr-defined]  # the agent's, as mp's fork does
     main = importlib.import_module(RANK_MODULE)
     arguments = _rank_args(command) or []
     sys.argv = [main.__file__ or RANK_MODULE, *arguments]
     return int(main.main(arguments))
-
-
-def _leave(code: int) -> NoReturn:
-    """As ``multiprocessing``'s forked processes end (``Process._bootstrap``)."""
-    try:
-        getattr(mp_util, "_exit_function")()  # noqa: B009  (its own children: data loaders)
-        getattr(threading, "_shutdown")()  # noqa: B009  (non-daemon threads, as at exit)
-        logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-    finally:
-        os._exit(code)

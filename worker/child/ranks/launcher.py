@@ -24,7 +24,6 @@ directory: rank 0's exit file is read by each.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -32,10 +31,11 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gradacc.db import session_scope
+from gradacc.db import get_engine, session_scope
 from gradacc.jobs.records import add_event
 from gradacc.jobs.restarts import restart_or_fail, resume_point
 from gradacc.jobs.states import fail_job
@@ -44,17 +44,12 @@ from gradacc.tables import Job, JobStatus
 from trainer_core.spec import replan
 from trainer_core.spec.outputs import PREEMPT_FILE, RANK0_EXIT_FILE
 from worker import exit_codes
-from worker.child.ranks.proc_title import env_room
+from worker.child.ranks.fork_popen import ForkedPopen, default_signals
+from worker.child.ranks.fork_popen import die_with_parent as die_with_parent  # predict_process
+from worker.child.ranks.proc_title import env_room, fits, show_as
 
 FAILURES_FILE = "rank_failures.json"  # the ranks that failed in torchrun's last run
 GANG_FAILURES_WAIT_S = 5.0  # node 0 waits this long for the other machines' failures
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """Linux: SIGKILL this process when the process that started it exits, however it exits."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def rank_error_file(rank: int | str) -> str:
@@ -107,7 +102,7 @@ def launch_ranks(
     signal.signal(signal.SIGUSR1, lambda *_: preempt.touch())
     parent = os.getppid()
     while True:
-        returncode, failed = _run_ranks(job_dir, job_id, num_processes, parent, rendezvous)
+        returncode, failed = _run_ranks(settings, job_id, num_processes, parent, rendezvous)
         exit_file = job_dir / RANK0_EXIT_FILE
         if exit_file.is_file():
             return int(exit_file.read_text())
@@ -162,16 +157,16 @@ def failures_file(node_rank: int | None) -> str:
 
 
 def _run_ranks(
-    job_dir: Path, job_id: str, num_processes: int, parent: int, rendezvous: Rendezvous | None
+    settings: Settings, job_id: str, num_processes: int, parent: int, rendezvous: Rendezvous | None
 ) -> tuple[int, list[dict[str, Any]]]:
     """One run of torchrun: its exit status, and the ranks that failed (``rank_agent``)."""
+    job_dir = settings.jobs_dir / job_id
     failures = job_dir / failures_file(None if rendezvous is None else rendezvous.node_rank)
     for path in (failures, job_dir / RANK0_EXIT_FILE, *job_dir.glob(rank_error_file("*"))):
         path.unlink(missing_ok=True)
     preempt = job_dir / PREEMPT_FILE
     command = torchrun_command(job_id, num_processes, failures, rendezvous)
-    # The room last: each forked rank writes its own variables there for /proc (proc_title).
-    agent = subprocess.Popen(command, preexec_fn=die_with_parent, env={**os.environ, **env_room()})
+    agent = _start_agent(command, settings.resolved_database_url())
     while True:
         try:
             returncode = agent.wait(timeout=0.5)
@@ -181,6 +176,30 @@ def _run_ranks(
                 preempt.touch()  # the worker died: checkpoint and stop, another one resumes
     failed = json.loads(failures.read_text()) if failures.is_file() else []
     return returncode, failed
+
+
+def _start_agent(command: list[str], database_url: str) -> subprocess.Popen[bytes]:
+    """torchrun's agent, forked from this process when it is warm (forked from the worker's fork
+    server: torch, transformers and the core imported) and ``/proc`` can show the agent's command
+    whole; else started cold (``python -m worker.child.entry``: a fork would import as much)."""
+    if "torch" not in sys.modules or not fits(command):
+        # The room last: each forked rank writes its own variables there for /proc (proc_title).
+        env = {**os.environ, **env_room()}
+        return subprocess.Popen(command, preexec_fn=die_with_parent, env=env)
+    get_engine(database_url).dispose()  # no pooled connection shared with the agent's processes
+    return ForkedPopen(command, partial(_agent, command), new_session=False)
+
+
+def _agent(command: list[str]) -> int:
+    """The forked agent: what an exec'd one would have been (``fork_popen``). Its ranks write
+    their variables in the room the worker's fork server has (``proc_title.room_in_environment``)."""
+    die_with_parent()
+    default_signals()
+    show_as(command, {})
+    from worker.child.ranks import agent  # torch.distributed.run: torch is imported already
+
+    sys.argv = [agent.__file__ or "agent", *command[3:]]
+    return agent.main(command[3:])
 
 
 def _start_again(

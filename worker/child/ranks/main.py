@@ -19,7 +19,8 @@ from trainer_core.spec.replan import RanksReplan
 from worker import exit_codes
 from worker.child.logs import configure_job_logging
 from worker.child.outcome import fail_early, running_spec, train_and_record
-from worker.child.ranks.launcher import die_with_parent, rank_error_file
+from worker.child.ranks.fork_popen import die_with_parent
+from worker.child.ranks.launcher import rank_error_file
 from worker.child.reporting import describe_error
 from worker.child.training import run_training
 

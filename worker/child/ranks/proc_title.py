@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 ENV_ROOM = "GRADACC_RANK_ENVIRON_ROOM"
@@ -28,20 +29,36 @@ def env_room() -> dict[str, str]:
     return {ENV_ROOM: "." * ENV_ROOM_BYTES}
 
 
+@contextmanager
+def room_in_environment() -> Iterator[None]:
+    """Around the start of the worker's fork server (the agent forked from a job's training
+    process has the server's environment block): the room is in its block, not in the worker's
+    ``os.environ`` afterwards (the server's preload drops it from its own)."""
+    os.environ.update(env_room())
+    try:
+        yield
+    finally:
+        os.environ.pop(ENV_ROOM, None)
+
+
+def fits(argv: Sequence[str]) -> bool:
+    """``argv`` fits where ``/proc`` shows this process's command line (a process forked from
+    this one can show it whole)."""
+    start, end = _stat_fields(45, 46)
+    return len(_joined(argv)) <= end - start
+
+
 def show_as(argv: Sequence[str], variables: Mapping[str, str]) -> None:
     """This process's ``/proc`` command line becomes ``argv``, its name ``argv[0]``'s base name,
     and ``variables`` end its environment block, where there is room. Best effort: a kernel that
     refuses a write to ``/proc/self/mem`` leaves the parent's."""
     try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        arg_start, arg_end, env_start = (int(fields[i]) for i in (45, 46, 47))
+        arg_start, arg_end, env_start = _stat_fields(45, 46, 47)
         block = Path("/proc/self/environ").read_bytes()
         with open("/proc/self/mem", "r+b", buffering=0) as memory:
             memory.seek(arg_start)
-            memory.write(
-                _fitted(b"\0".join(os.fsencode(a) for a in argv) + b"\0", arg_end - arg_start)
-            )
-            room = _room(block)
+            memory.write(_fitted(_joined(argv), arg_end - arg_start))
+            room = _room(block) if variables else None  # an agent's: left for its ranks
             if room is not None:
                 memory.seek(env_start + room[0])
                 memory.write(_entries(variables, room[1] - room[0]))
@@ -49,6 +66,16 @@ def show_as(argv: Sequence[str], variables: Mapping[str, str]) -> None:
         pass
     name = os.path.basename(argv[0]).encode()[:15]
     ctypes.CDLL(None).prctl(_PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+
+
+def _stat_fields(*indices: int) -> list[int]:
+    """``/proc/self/stat``'s fields after the name (0: the state), as numbers."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return [int(fields[i]) for i in indices]
+
+
+def _joined(argv: Sequence[str]) -> bytes:
+    return b"\0".join(os.fsencode(a) for a in argv) + b"\0"
 
 
 def _fitted(data: bytes, size: int) -> bytes:
