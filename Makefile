@@ -24,8 +24,9 @@ run: setup
 browser: setup
 	sh scripts/install_browser.sh $(PY)
 
-# Two test processes, a test file each at a time: ~13 min here alone (566 tests, 2 cores; CPU-bound,
-# a third process gains nothing: docs/testing.md).
+# Two test processes, a test file each at a time, the costliest files first (tests/schedule.py
+# orders them and turns xdist's reordering off). CPU-bound on 2 cores: a third process gains
+# nothing. Figures: docs/testing.md.
 test: setup browser lint typecheck
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
