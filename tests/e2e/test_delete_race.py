@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import TINY
-from tests.e2e.conftest import embedded_serve
+from tests.e2e.conftest import NO_PREDICT, embedded_serve
 from tests.support import Hold, wait_until
 
 pytestmark = pytest.mark.integration
@@ -21,7 +21,8 @@ PAIRS = 6
 
 def test_cancel_then_delete_at_once_never_breaks_the_worker(tmp_path: Path) -> None:
     hold = Hold(tmp_path / "hold", 1, armed=False)
-    with embedded_serve(tmp_path, env=hold.env()) as (url, log), httpx.Client(base_url=url) as api:
+    env = hold.env() | NO_PREDICT
+    with embedded_serve(tmp_path, env=env) as (url, log), httpx.Client(base_url=url) as api:
         answers: list[int] = []
         for _ in range(PAIRS):
             hold.arm()

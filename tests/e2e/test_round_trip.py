@@ -17,7 +17,7 @@ import pytest
 
 from gradacc.settings import Settings
 from tests.e2e.archives import attacks, tar_gz_of
-from tests.e2e.conftest import serve_with_keys
+from tests.e2e.conftest import NO_PREDICT, serve_with_keys
 from tests.support import wait_final, wait_until
 from tests.trainer_core.helpers import prompt_completion_file
 from trainer_core.builtin.chat_corpus import chat_arithmetic
@@ -51,6 +51,7 @@ def served(
     limits = {
         "GRADACC_MAX_UPLOAD_BYTES": str(MAX_UPLOAD),
         "GRADACC_MAX_MODEL_UNPACKED_BYTES": str(MAX_UNPACKED),
+        **NO_PREDICT,  # models are loaded here with transformers, not through the service
     }
     home = tmp_path_factory.mktemp("home")
     with (
