@@ -17,7 +17,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.uploads.archives import unpack_model
-from api.uploads.datasets import check_labels, check_rows, found_format, lines_format
+from api.uploads.datasets import (
+    check_labels,
+    check_rows,
+    found_format,
+    lines_details,
+    lines_format,
+    schema_mix_in_tools,
+)
 from api.uploads.formats import archive_format, dataset_format, inspect_dataset
 from api.uploads.receive import Upload
 from gradacc.errors import FileInUse, FileNotFound, InvalidRequest, StorageQuotaExceeded
@@ -168,16 +175,20 @@ def check_dataset(path: Path, fmt: str) -> dict[str, Any]:
     it holds (format, rows, columns, the dataset format its columns suggest)."""
     try:
         details = inspect_dataset(path, fmt)
-    except InvalidRequest:
+    except InvalidRequest as refusal:
         # JSON lines that pyarrow cannot read as one table (a line that is no object, a field
         # that changes type) may still be chat rows: then their problems say more, line by line
         # (up to FALLBACK_MAX_BYTES: past it, lines_format reads nothing and the refusal stands).
-        check_rows(path, fmt, lines_format(path, fmt))
-        raise
-    found = found_format(details["columns"])
-    calling = check_rows(path, fmt, found, details["columns"])
-    if "label" in details["columns"] and found in (None, "text"):
-        check_labels(path, fmt, "label", param="file")
+        found = lines_format(path, fmt)
+        calling = check_rows(path, fmt, found)
+        if found != "messages" or not schema_mix_in_tools(refusal):
+            raise
+        details = lines_details(path, fmt)  # good conversations whose tools' schemas vary
+    else:
+        found = found_format(details["columns"])
+        calling = check_rows(path, fmt, found, details["columns"])
+        if "label" in details["columns"] and found in (None, "text"):
+            check_labels(path, fmt, "label", param="file")
     # The function calling its conversations use: a job checks that its chat template reads it.
     return details | {"dataset_format": found} | ({"function_calling": calling} if calling else {})
 

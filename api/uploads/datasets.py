@@ -63,6 +63,24 @@ def lines_format(path: Path, fmt: str) -> ResolvedFormat | None:
     return found_format(sorted(keys))
 
 
+def schema_mix_in_tools(refusal: InvalidRequest) -> bool:
+    """pyarrow's refusal is a value inside a row's ``tools`` that changes kind (the JSON
+    Schemas of ``parameters`` are free-form: a default that is a number here, text there). The
+    core reads such rows as JSON (``datasets``' ``Json`` feature), so they are not refused."""
+    return "of column 'tools/" in refusal.message
+
+
+def lines_details(path: Path, fmt: str) -> dict[str, Any]:
+    """``inspect_dataset``'s details of JSON rows read as Python (after ``lines_format`` found
+    them readable): rows, and columns in the order they first appear."""
+    columns: dict[str, None] = {}
+    rows = 0
+    for _, row in _rows(path, fmt, []):
+        rows += 1
+        columns.update(dict.fromkeys(row))
+    return {"format": fmt, "rows": rows, "columns": list(columns)}
+
+
 def _rows(
     path: Path, fmt: str, columns: list[str], block: int = BLOCK_BYTES
 ) -> Iterator[tuple[int, dict[str, Any]]]:

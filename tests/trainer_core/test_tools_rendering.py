@@ -123,3 +123,17 @@ def test_a_bad_row_is_named_by_line_and_field(tmp_path: Path) -> None:
         _split(write_jsonl(tmp_path / "bad.jsonl", rows))
     assert "row 3: messages[2].tool_call_id" in str(caught.value)  # no system message
     assert caught.value.param == "messages_column"
+
+
+def test_tools_whose_schemas_differ_in_kind_render_as_given(tmp_path: Path) -> None:
+    """``datasets`` stores such tools as JSON text (no one Arrow type holds both); decoded,
+    each row's tools reach the template as the row gave them."""
+    rows = tool_rows(2)
+    for row, default in zip(rows, (3, "c"), strict=True):
+        row["tools"] = json.loads(json.dumps(row["tools"]))
+        row["tools"][0]["function"]["parameters"]["properties"]["unit"] = {"default": default}
+    split = _split(write_jsonl(tmp_path / "mixed.jsonl", rows))
+    tokenizer = load_tokenizer(make_spec(CHAT))
+    for i, row in enumerate(rows):
+        assert [int(t) for t in split.input_ids[i]] == reference(tokenizer, row)[0]
+    assert '"default": 3' in tokenizer.decode(split.input_ids[0])
