@@ -3,7 +3,8 @@
 ``model.generate`` gives on the downloaded model with its saved chat template, ``usage`` equals
 the tokenizer's counts, a stream's pieces join to the same text, ``n=2`` with a seed is
 reproducible, ``stop`` is honoured; a checkpoint and the base model answer; /v1/completions too;
-what is not served is a 400 naming it, another tenant's model a 404 ``model_not_found``."""
+what is not served is a 400 naming it, another tenant's model a 404 ``model_not_found``; a client
+that closes its stream mid-way stops its generation, and the next request is answered."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import openai
 import pytest
 
 from tests.e2e.conftest import serve_with_keys
-from tests.support import wait_final
+from tests.support import wait_final, wait_until
+from worker.predict.failpoints import SERVE_HOLD
 
 pytestmark = pytest.mark.integration
 LIMIT = 48  # GRADACC_SERVE_MAX_COMPLETION_TOKENS here
@@ -36,6 +38,8 @@ class Stack:
     model: str  # alice's fine-tuned model
     checkpoint: str
     folder: Path  # its downloaded model/
+    gate: Path  # while it exists, a stream parks at each token (SERVE_HOLD)
+    log: Path
 
 
 def _download(url: str, key: str, job_id: str, into: Path) -> Path:
@@ -53,7 +57,10 @@ def stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("chat")
-    env = {"GRADACC_SERVE_MAX_COMPLETION_TOKENS": str(LIMIT)}
+    gate = home / "hold"
+    # A stream left parked would hold the models past the next request's deadline (a 504).
+    env = {"GRADACC_SERVE_MAX_COMPLETION_TOKENS": str(LIMIT), SERVE_HOLD: str(gate),
+           "GRADACC_SERVE_TIMEOUT_S": "20"}  # fmt: skip
     with serve_with_keys(request, home, env) as (_, url, keys):
         headers = {"Authorization": f"Bearer {keys['alice']}"}
         with httpx.Client(base_url=url, timeout=60, headers=headers) as client:
@@ -66,7 +73,19 @@ def stack(
                 for t, k in keys.items()}  # fmt: skip
         folder = _download(url, keys["alice"], job_id, home / "download")
         model = f"ft:builtin:tiny-chat:alice::{job_id}"
-        yield Stack(sdks["alice"], sdks["bob"], model, checkpoint, folder)
+        # The predict server listens once torch is imported: a 503 until then (a tiny job can
+        # train sooner).
+        wait_until(lambda: _answers(sdks["alice"], model), what="the predict server", timeout=60)
+        yield Stack(sdks["alice"], sdks["bob"], model, checkpoint, folder, gate, home / "serve.log")
+
+
+def _answers(sdk: openai.OpenAI, model: str) -> bool:
+    try:
+        sdk.completions.create(model=model, prompt="1", max_tokens=1)
+    except openai.InternalServerError as exc:
+        assert exc.status_code == 503, exc
+        return False
+    return True
 
 
 def _generate(model: Any, tokenizer: Any, ids: list[int], max_new_tokens: int) -> list[int]:
@@ -202,3 +221,23 @@ def test_refusals_name_what_they_refuse(stack: Stack) -> None:
         with pytest.raises(openai.BadRequestError) as refused:
             alice.chat.completions.create(**body)
         assert refused.value.param == param, (extra, refused.value.body)
+
+
+def test_a_client_that_goes_away_frees_the_models(stack: Stack) -> None:
+    stack.gate.touch()  # the stream parks at its first token until its client is gone
+    try:
+        stream = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,  # type: ignore[arg-type]
+                                                     max_tokens=LIMIT, temperature=0, stream=True)  # fmt: skip
+        first = next(iter(stream))
+        assert first.choices[0].delta.role == "assistant"
+        stream.close()
+        # Answered only once the parked stream let go of the models (or a 504 at its deadline).
+        after = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,  # type: ignore[arg-type]
+                                                    max_tokens=4, temperature=0)  # fmt: skip
+        assert after.choices[0].message.content is not None
+        lines = wait_until(lambda: [line for line in stack.log.read_text().splitlines()
+                                    if "its client went away" in line],
+                           what="the predict server's note of the closed stream", timeout=30)  # fmt: skip
+        assert f"after 1 of {LIMIT} tokens" in lines[0]
+    finally:
+        stack.gate.unlink(missing_ok=True)

@@ -13,6 +13,7 @@ import torch
 
 from gradacc.serving import ServedModel
 from worker.predict.engine import Engine
+from worker.predict.failpoints import hold_stream
 from worker.predict.generation import Completion, Sampling, TokenLogprob, complete
 from worker.predict.models import chat_prompt
 from worker.predict.openai_protocol import (
@@ -118,10 +119,14 @@ def _stream_choice(loaded: Loaded, kind: Kind, index: int, ids: list[int], sampl
         offset[0] += sum(len(t.token) for t in found)
         send(chunk_choice(kind, index, text, logprobs=logprobs))
 
+    def cancelled() -> bool:  # asked after each token
+        hold_stream(reply.gone)
+        return reply.gone()
+
     started = time.monotonic()
     done = complete(loaded, ids, sampling, deadline=deadline, on_delta=on_delta,
-                    cancelled=reply.gone)  # fmt: skip
+                    cancelled=cancelled)  # fmt: skip
     if reply.closed:
-        spent = time.monotonic() - started
-        log.info("a stream stopped: its client went away after %.2f s", spent)
+        log.info("a stream stopped: its client went away after %d of %d tokens (%.2f s)",
+                 len(done.tokens), sampling.max_tokens, time.monotonic() - started)  # fmt: skip
     return done
