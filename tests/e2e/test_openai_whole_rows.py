@@ -2,7 +2,8 @@
 live ``gradacc serve`` (embedded stack, one server for the module): long answers behind a long
 system prompt train every token (``trained_tokens`` is transformers' own count of the assistant
 tokens), no validation file holds nothing out (60 rows, 60 trained), and a row longer than the
-model's context fails the job naming the file and the row, as OpenAI refuses it."""
+model's context fails the job naming the file and the row, as OpenAI refuses it; a
+function-calling file trains its tool calls (``trained_tokens`` counts them, tool results not)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 
 from tests.e2e.conftest import serve_with_keys
 from tests.e2e.test_openai_sdk import wait_status
+from tests.tools_rows import reference as tools_reference
+from tests.tools_rows import tool_rows
 from trainer_core.builtin.models import MAX_POSITIONS, builtin_tokenizer
 
 pytestmark = pytest.mark.integration
@@ -95,3 +98,29 @@ def test_a_row_longer_than_the_context_fails_naming_it(alice: openai.OpenAI) -> 
         f"training_file: row 3 is {tokens} tokens long; this job trains on at most "
         f"{MAX_POSITIONS} tokens a row"
     )
+
+
+def _without_calls(row: dict[str, Any]) -> dict[str, Any]:
+    """The row less its tool-calling turns and their results: what would train without them."""
+    kept = [m for m in row["messages"] if m["role"] != "tool" and not m.get("tool_calls")]
+    return {"messages": kept, "tools": row.get("tools")}
+
+
+def test_a_function_calling_file_trains_its_tool_calls(alice: openai.OpenAI) -> None:
+    rows = tool_rows(20)
+    tokenizer = builtin_tokenizer("builtin:tiny-chat")
+    masks = [tools_reference(tokenizer, row)[1] for row in rows]
+    expected = sum(sum(mask[1:]) for mask in masks)  # transformers' count, after the shift
+    answers_only = sum(sum(tools_reference(tokenizer, _without_calls(r))[1][1:]) for r in rows)
+    calls = sum(len(m.get("tool_calls") or []) for r in rows for m in r["messages"])
+    assert expected - answers_only > 10 * calls  # the calls are a real part of the count
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    file = alice.files.create(file=("tools.jsonl", data), purpose="fine-tune")
+    job = alice.fine_tuning.jobs.create(
+        model="builtin:tiny-chat",
+        training_file=file.id,
+        method={"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 1,
+                                                                         "batch_size": 5}}},
+    )  # fmt: skip
+    job = wait_status(alice, job.id, "succeeded")
+    assert job.trained_tokens == expected
