@@ -28,6 +28,7 @@ from gradacc.tables import Job
 from tests.e2e.conftest import serve_with_keys
 from tests.support import wait_until
 from trainer_core.builtin.chat_corpus import chat_arithmetic
+from trainer_core.builtin.preference_corpus import preference_arithmetic
 from trainer_core.testing.failpoints import HOLD_AT, held_marker
 
 pytestmark = pytest.mark.integration
@@ -302,3 +303,66 @@ def test_a_lora_model_predicts_and_trains_again(served: Served, files: dict[str,
     again = wait_status(alice, again.id, "succeeded")
     assert again.model == lora.fine_tuned_model
     assert again.fine_tuned_model == f"ft:builtin:tiny-chat:alice::{again.id}"
+
+
+def pairs_jsonl(split: str, rows: int) -> bytes:
+    """builtin:preference-arithmetic's pairs in OpenAI's preference shape."""
+    pairs = preference_arithmetic(split)
+    lines = [{"input": {"messages": prompt}, "preferred_output": chosen,
+              "non_preferred_output": rejected}
+             for prompt, chosen, rejected in zip(pairs["prompt"], pairs["chosen"],
+                                                 pairs["rejected"], strict=False)][:rows]  # fmt: skip
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+
+def test_a_dpo_job_trains_and_reports_its_pairs(served: Served) -> None:
+    """OpenAI's preference loop: pairs uploaded, ``method: dpo`` with ``beta``, polled to
+    succeeded; metrics events, checkpoints and the results file carry the pair metrics, and the
+    fine_tuned_model is a model that trains (and on the embedded stack predicts); a malformed
+    pair file is refused naming its line."""
+    alice = served.alice
+
+    def upload(name: str, data: bytes) -> Any:
+        return alice.files.create(file=(name, data), purpose="fine-tune")
+
+    train = upload("p.jsonl", pairs_jsonl("train", 24))
+    valid = upload("v.jsonl", pairs_jsonl("validation", 8))
+    job = alice.fine_tuning.jobs.create(
+        model="builtin:tiny-chat", training_file=train.id, validation_file=valid.id,
+        method={"type": "dpo", "dpo": {"hyperparameters": {"beta": 0.2, "n_epochs": 2,
+                                                           "batch_size": 8}}},
+        extra_body={"gradacc": OURS})  # fmt: skip
+    done = wait_status(alice, job.id, "succeeded")
+    assert done.method.dpo.hyperparameters.beta == 0.2  # type: ignore[union-attr]
+    metrics = [e.data for e in alice.fine_tuning.jobs.list_events(job.id, limit=100)
+               if e.type == "metrics"]  # fmt: skip
+    assert [m["step"] for m in metrics] == [6, 5, 4, 3, 2, 1]  # type: ignore[index]  # 24 / 8 x 2
+    assert all(0 <= m["train_rewards_accuracies"] <= 1 for m in metrics)  # type: ignore[index]
+    assert metrics[0]["valid_rewards_margins"] is not None  # type: ignore[index]
+    checkpoints = alice.fine_tuning.jobs.checkpoints.list(job.id).data
+    assert [c.step_number for c in checkpoints] == [6, 3]
+    assert checkpoints[0].metrics.model_dump()["train_rewards_accuracies"] is not None
+    (results_id,) = done.result_files
+    rows = list(csv.DictReader(io.StringIO(alice.files.content(results_id).text)))
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert rows[-1]["valid_rewards_accuracies"] and "train_logps_chosen" in rows[0]
+    assert done.fine_tuned_model in [m.id for m in alice.models.list()]
+    if served.settings.database_url is None:  # the embedded stack runs a predict server
+        headers = {"Authorization": f"Bearer {served.keys['alice']}"}
+        body = {"messages": [{"role": "user", "content": "what is 2 plus 3?"}],
+                "max_new_tokens": 8}  # fmt: skip
+        reply = httpx.post(f"{served.url}/v1/jobs/{job.id}/predict", json=body,
+                           headers=headers, timeout=120)  # fmt: skip
+        assert reply.status_code == 200, reply.text
+    again = alice.fine_tuning.jobs.create(
+        model=done.fine_tuned_model, training_file=train.id,
+        method={"type": "dpo", "dpo": {"hyperparameters": {"batch_size": 8}}},
+        extra_body={"gradacc": OURS})  # fmt: skip
+    assert alice.fine_tuning.jobs.cancel(again.id).status == "cancelled"  # its model resolved
+    bad = pairs_jsonl("train", 3).splitlines()
+    bad[1] = bad[1].replace(b'"preferred_output": [{"role": "assistant"',
+                            b'"preferred_output": [{"role": "user"')  # fmt: skip
+    with pytest.raises(openai.BadRequestError) as refused:
+        upload("bad.jsonl", b"\n".join(bad) + b"\n")
+    assert refused.value.param == "file"
+    assert "line 2: preferred_output[0].role: must be 'assistant'" in refused.value.message
