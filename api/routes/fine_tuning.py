@@ -3,12 +3,14 @@ is the same on both). Errors are OpenAI's: 400 for a bad body, with ``param`` (a
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
+from sse_starlette import EventSourceResponse
 
-from api.deps import CeleryDep, ReadSessionDep, SessionDep, SettingsDep, TenantDep
-from api.routes.jobs import IdempotencyKey
+from api.deps import CeleryDep, ReadEngineDep, ReadSessionDep, SessionDep, SettingsDep, TenantDep
+from api.routes.jobs import IdempotencyKey, LastEventId
 from api.schemas.jobs import ErrorResponse
 from api.schemas.openai import (
     FineTuningCheckpointList,
@@ -21,6 +23,9 @@ from api.services import fine_tuning as ft
 from api.services import fine_tuning_create
 from api.services import jobs as job_services
 from api.services import pause as job_pause
+from api.stream.hub import messages
+from api.stream.reads import Cursor
+from gradacc.errors import JobNotFound
 from gradacc.jobs.states import JOB_ID_PATTERN
 
 router = APIRouter(
@@ -128,6 +133,29 @@ def resume_fine_tuning_job(
     job = job_pause.resume_job(session, job_id=job_id, tenant=tenant, celery=celery,
                                settings=settings)  # fmt: skip
     return ft.to_openai(job)
+
+
+@router.get(
+    "/{job_id}/stream",
+    response_class=EventSourceResponse,
+    summary="Its live stream (Server-Sent Events; gradacc's, not OpenAI's)",
+    responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"},
+               429: {"model": ErrorResponse, "description": "Too many streams open"}},
+)  # fmt: skip
+async def stream_fine_tuning_job(
+    job_id: str, request: Request, engine: ReadEngineDep, tenant: TenantDep,
+    settings: SettingsDep, last_event_id: LastEventId = "",
+) -> EventSourceResponse:  # fmt: skip
+    """As /v1/jobs/{job_id}/stream, but each `job` message is the fine_tuning.job object that
+    retrieve returns."""
+    since = Cursor.parse(last_event_id) if last_event_id else Cursor()
+    row = await asyncio.to_thread(job_services.read_job, engine, job_id=job_id, tenant=tenant)
+    if row.fine_tuning is None:  # a /v1/jobs job: not on this API
+        raise JobNotFound(job_id)
+    slot = request.app.state.stream_hub.take_slot(tenant, limit=settings.max_streams_per_tenant)
+    stream = messages(request.app.state.stream_hub, job_id=job_id, row=row, since=since,
+                      slot=slot, shape="fine_tuning.job")  # fmt: skip
+    return EventSourceResponse(stream, ping=15)
 
 
 @router.get("/{job_id}/events", response_model=FineTuningEventList, summary="List its events")

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from api.schemas.openai import (
@@ -42,7 +42,10 @@ def get_fine_tuning_job(session: Session, *, job_id: str, tenant: str) -> Job:
     return job
 
 
-def to_openai(job: Job) -> FineTuningJob:
+def to_openai(job: Job | Row[Any]) -> FineTuningJob:
+    """OpenAI's ``fine_tuning.job``: the one shape of a fine-tuning job, wherever it appears
+    (create, retrieve, list, cancel, pause, resume, and the snapshots of its stream, which
+    give a row of ``api.services.jobs.JOB_COLUMNS``)."""
     ft = job.fine_tuning or {}
     done = job.status == JobStatus.SUCCEEDED and not fine_tuned.model_deleted(job)
     error = _error(job, ft)
@@ -72,7 +75,7 @@ def to_openai(job: Job) -> FineTuningJob:
     )
 
 
-def _error(job: Job, ft: dict[str, Any]) -> JobError | None:
+def _error(job: Job | Row[Any], ft: dict[str, Any]) -> JobError | None:
     """The failure with the field it names in the body's words (``dataset`` is training_file)."""
     if job.error_code is None:
         return None

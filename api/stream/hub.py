@@ -14,19 +14,26 @@ import contextlib
 import json
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine
 
 from api.schemas.jobs import JobRead
+from api.services.fine_tuning import to_openai
 from api.stream.reads import HISTORY_PAGE, Cursor, Item, read_new, read_page, read_snapshots
 from gradacc.errors import TooManyStreams
 from gradacc.tables import TERMINAL_STATUSES
 
 log = logging.getLogger(__name__)
 QUEUE_SIZE = 10_000  # a subscriber this far behind is dropped; it resumes with Last-Event-ID
+# A job snapshot's shape, by the API a stream belongs to: /v1/jobs shows its job object, the
+# fine-tuning API the fine_tuning.job that its retrieve returns (the same function's output).
+SHAPES: dict[str, Callable[[Any], str]] = {
+    "job": lambda row: JobRead.of(row).model_dump_json(),
+    "fine_tuning.job": lambda row: to_openai(row).model_dump_json(),
+}
 
 
 @dataclass(eq=False)
@@ -34,6 +41,7 @@ class Subscriber:
     job_id: str
     cursor: Cursor
     queue: asyncio.Queue[Item | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
+    shape: str = "job"  # a key of SHAPES
 
     def wants(self, item: Item) -> bool:
         """Not already sent (history and live may overlap); advances the cursor."""
@@ -127,8 +135,11 @@ class StreamHub:
         for job_id, row in rows.items():
             if self.snapshots.get(job_id) != tuple(row) and job_id in self.subscribers:
                 self.snapshots[job_id] = tuple(row)
-                snapshot = JobRead.of(row).model_dump_json()
-                self._publish(Item(job_id, "job", 0, {"json": snapshot, "status": row.status}))
+                # Each shape its subscribers want, rendered once for all of them.
+                shapes = {subscriber.shape for subscriber in self.subscribers[job_id]}
+                texts = {shape: SHAPES[shape](row) for shape in shapes}
+                self._publish(Item(job_id, "job", 0, {"json": texts, "status": row.status,
+                                                      "row": row}))  # fmt: skip
 
     def _advance(self, item: Item) -> None:
         c = self.cursors.get(item.job_id)
@@ -153,12 +164,13 @@ class StreamHub:
 
 
 async def messages(
-    hub: StreamHub, *, job_id: str, row: Any, since: Cursor, slot: StreamSlot
+    hub: StreamHub, *, job_id: str, row: Any, since: Cursor, slot: StreamSlot, shape: str = "job"
 ) -> AsyncIterator[dict[str, Any]]:
-    """SSE messages for one subscriber: its history, the job's snapshot, then live items, until
-    the job's final status has been sent. ``row`` was read first: a final status in it was
-    committed after the job's last rows, so the history read after it holds them all."""
-    subscriber = Subscriber(job_id, since)
+    """SSE messages for one subscriber: its history, the job's snapshot (in ``shape``), then
+    live items, until the job's final status has been sent. ``row`` was read first: a final
+    status in it was committed after the job's last rows, so the history read after it holds
+    them all."""
+    subscriber = Subscriber(job_id, since, shape=shape)
     try:
         more = True
         while more:
@@ -167,8 +179,8 @@ async def messages(
             )
             for item in page:
                 if subscriber.wants(item):
-                    yield _message(item, subscriber.cursor)
-        snapshot = JobRead.of(row).model_dump_json()
+                    yield _message(item, subscriber)
+        snapshot = SHAPES[shape](row)
         yield {"event": "job", "id": str(subscriber.cursor), "data": snapshot}
         if row.status in TERMINAL_STATUSES:
             return
@@ -177,7 +189,7 @@ async def messages(
             item = live
             if not subscriber.wants(item):
                 continue
-            yield _message(item, subscriber.cursor)
+            yield _message(item, subscriber)
             if item.kind == "job" and item.data["status"] in TERMINAL_STATUSES:
                 return
     finally:
@@ -185,6 +197,10 @@ async def messages(
         slot.release()
 
 
-def _message(item: Item, cursor: Cursor) -> dict[str, Any]:
-    data = item.data["json"] if item.kind == "job" else json.dumps(item.data)
-    return {"event": item.kind, "id": str(cursor), "data": data}
+def _message(item: Item, subscriber: Subscriber) -> dict[str, Any]:
+    if item.kind == "job":
+        shape = subscriber.shape
+        data = item.data["json"].get(shape) or SHAPES[shape](item.data["row"])
+    else:
+        data = json.dumps(item.data)
+    return {"event": item.kind, "id": str(subscriber.cursor), "data": data}

@@ -114,7 +114,7 @@ def find_job(
     return job if name.base in (model, root_model(model)) else None
 
 
-def model_deleted(job: Job) -> bool:
+def model_deleted(job: Job | Row[Any]) -> bool:
     """Its model was deleted through /v1/models (the job and its records stay)."""
     return bool((job.fine_tuning or {}).get("model_deleted"))
 
