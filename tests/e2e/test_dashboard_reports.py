@@ -1,8 +1,9 @@
 """The dashboard in a real browser (Playwright and Debian's chromium) against ``gradacc serve``
 with API keys on: the key banner clears once a valid key is entered; the list shows name, model,
 dataset, backend and b x K; a classifier's page draws its confusion matrix and answers in the
-"Try it" box; a chat model's page lists its samples, newest evaluation first; every chart's y
-labels are distinct. A screenshot of each page is kept (``GRADACC_TEST_ARTIFACTS``)."""
+"Try it" box; a chat model's page lists its samples, newest evaluation first; a DPO job's page
+plots its reward accuracy and rewards; every chart's y labels are distinct. A screenshot of each
+page is kept (``GRADACC_TEST_ARTIFACTS``)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ JOBS = {
     "dash-classifier": {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment"},
     "dash-chat": {"model": "builtin:tiny-chat", "dataset": "builtin:chat-arithmetic",
                   "task": "causal-lm", "metadata": {"team": "chat"}},
+    "dash-dpo": {"model": "builtin:tiny-chat", "dataset": "builtin:preference-arithmetic",
+                 "task": "causal-lm", "method": "dpo", "logging_steps": 2},
 }  # fmt: skip
 
 
@@ -79,7 +82,7 @@ def test_the_dashboard_pages(stack: tuple[str, str, dict[str, str]]) -> None:
         page.click("#key-form button[type=submit]")
         expect(banner).to_be_hidden()
         rows = page.locator("#jobs tbody tr")
-        expect(rows).to_have_count(2)
+        expect(rows).to_have_count(3)
         chat_row = page.locator(f"#jobs tbody tr[data-id={ids['dash-chat']}]")
         for text in (
             "dash-chat",
@@ -112,6 +115,19 @@ def test_the_dashboard_pages(stack: tuple[str, str, dict[str, str]]) -> None:
         page.click("#try-form button[type=submit]")
         expect(page.locator("#try-output .answer")).to_have_count(2, timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / "dashboard-classifier.png"), full_page=True)
+        expect(page.locator("#rewards-figure")).to_be_hidden()  # no pairs, no rewards chart
+
+        page.goto(f"{url}/#/jobs/{ids['dash-dpo']}")
+        expect(page.locator("#job-status")).to_have_attribute("data-status", "succeeded")
+        expect(page.locator("#quality-caption")).to_have_text(
+            "reward accuracy (train window, eval)"
+        )
+        expect(page.locator("#rewards-figure")).to_be_visible()
+        for chart in ("#chart-quality", "#chart-rewards"):
+            expect(page.locator(chart)).not_to_have_attribute("data-points", "0")
+            _distinct_ticks(page, chart)
+        # 96 pairs / 16 x 3 epochs = 18 steps, a record every 2: 9 windows x 3 reward series.
+        expect(page.locator("#chart-rewards")).to_have_attribute("data-points", "27")
 
         page.goto(f"{url}/#/jobs/{ids['dash-chat']}")
         expect(page.locator("#job-status")).to_have_attribute("data-status", "succeeded")
