@@ -25,32 +25,33 @@ from typing import Protocol, TypeVar
 import pytest
 
 # Seconds each file costs: CPU alone (a cgroup's count, docs/testing.md) for the e2e files
-# measured on 2026-12-02; for the rest, the file's time in the last two-process run.
+# measured on 2026-12-02 (with the forked torchrun ranks for the gang, multi-process and
+# rank-restart files); for the rest, the file's time in the last two-process run.
 COST_S: dict[str, float] = {
-    "tests/e2e/test_gang_lost_node.py": 129,
-    "tests/e2e/test_gang_faults.py": 107,
-    "tests/e2e/test_gang.py": 103,
-    "tests/e2e/test_multi_process.py": 90,
-    "tests/e2e/test_rank_restarts.py": 86,
+    "tests/e2e/test_gang_lost_node.py": 108,
     "tests/e2e/test_concurrent_posts.py": 68,
     "tests/e2e/test_pg_redis.py": 59,
     "tests/e2e/test_scheduling.py": 53,
     "tests/e2e/test_contract_fuzz.py": 49,
-    "tests/e2e/test_round_trip.py": 45,
     "tests/e2e/test_embedded.py": 39,
+    "tests/e2e/test_multi_process.py": 37,
+    "tests/e2e/test_gang_faults.py": 36,
     "tests/e2e/test_client_cli.py": 36,
     "tests/e2e/test_openai_sdk.py": 35,
     "tests/e2e/test_dashboard_reports.py": 35,
+    "tests/e2e/test_gang.py": 34,
+    "tests/e2e/test_round_trip.py": 34,
     "tests/trainer_core/test_distributed.py": 34,
     "tests/e2e/test_child_kill.py": 33,
     "tests/e2e/test_serve_signals.py": 32,
     "tests/e2e/test_predict.py": 30,
     "tests/trainer_core/test_chat_equivalence.py": 26,
-    "tests/e2e/test_delete_race.py": 26,
     "tests/trainer_core/test_crash.py": 25,
+    "tests/e2e/test_rank_restarts.py": 23,
     "tests/e2e/test_dashboard.py": 21,
     "tests/trainer_core/test_cli.py": 20,
     "tests/e2e/test_tenants_worker.py": 20,
+    "tests/e2e/test_delete_race.py": 19,
     "tests/trainer_core/test_training_options.py": 17,
     "tests/trainer_core/test_hub_cache.py": 16,
     "tests/worker/test_process_layout.py": 14,
