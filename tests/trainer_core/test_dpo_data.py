@@ -26,14 +26,14 @@ TRL = {"prompt": USER, "chosen": [{"role": "assistant", "content": "4."}],
        "rejected": [{"role": "assistant", "content": "5, I think."}]}  # fmt: skip
 
 
-def load(tmp_path: Path, rows: list[Any], **changes: Any) -> tuple[PreferenceSplit, Any]:
+def load(tmp_path: Path, rows: list[Any], **changes: Any) -> tuple[Any, Any]:
     path = tmp_path / "pairs.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     spec = JobSpec(model="builtin:tiny-chat", dataset=str(path), task="causal-lm", method="dpo",
                    validation_split_percentage=0, **changes)  # fmt: skip
     tokenizer = load_tokenizer(spec)
     split = load_job_data(spec, tokenizer).train
-    assert isinstance(split, PreferenceSplit)
+    assert isinstance(split, PreferenceSplit) and split.loss_mask is not None
     return split, tokenizer
 
 
