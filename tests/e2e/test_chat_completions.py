@@ -52,7 +52,7 @@ def _download(url: str, key: str, job_id: str, into: Path) -> Path:
     return extracted
 
 
-@pytest.fixture(scope="module", params=["embedded"])
+@pytest.fixture(scope="module", params=["embedded", "pg_redis"])
 def stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
@@ -60,7 +60,8 @@ def stack(
     gate = home / "hold"
     # A stream left parked would hold the models past the next request's deadline (a 504).
     env = {"GRADACC_SERVE_MAX_COMPLETION_TOKENS": str(LIMIT), SERVE_HOLD: str(gate),
-           "GRADACC_SERVE_TIMEOUT_S": "20"}  # fmt: skip
+           "GRADACC_SERVE_TIMEOUT_S": "20", "GRADACC_PREDICT_SERVER": "true"}  # fmt: skip
+    # (PostgreSQL stacks start no predict server unless told: settings_env.)
     with serve_with_keys(request, home, env) as (_, url, keys):
         headers = {"Authorization": f"Bearer {keys['alice']}"}
         with httpx.Client(base_url=url, timeout=60, headers=headers) as client:
