@@ -22,8 +22,8 @@ router = APIRouter(
 )
 
 UPLOAD_DOC = """Multipart form: `file` (the bytes) and `purpose`: `dataset` (default; .csv, .jsonl,
-.json or .parquet, checked and counted), `fine-tune` (OpenAI's: a JSONL of `messages` or
-`prompt`/`completion` rows) or `model` (a .tar.gz or .zip of a `save_pretrained` directory with
+.json or .parquet, checked and counted), `fine-tune` (OpenAI's: a JSONL of `messages`,
+`prompt`/`completion` or preference rows, each line checked) or `model` (a .tar.gz or .zip of a `save_pretrained` directory with
 safetensors weights). Streamed to disk; over `GRADACC_MAX_UPLOAD_BYTES` is 413, and so is an
 upload that would take the tenant past `GRADACC_MAX_STORAGE_BYTES_PER_TENANT`. Other parts than
 `file` and `purpose`, or either twice, are refused."""

@@ -139,11 +139,7 @@ def _job_create(
     body: FineTuningJobCreate, resolved: dict[str, Any], *, max_seq_length: int = MAX_SEQ_LENGTH
 ) -> JobCreate:
     ours = dict(body.gradacc or {})
-    taken = sorted(set(ours) & (set(OPENAI_FIELDS) | {"learning_rate_multiplier"}))
-    if taken:
-        field = taken[0]
-        where = openai_param(field, "dpo" if field == "dpo_beta" else body.method_type)
-        raise InvalidRequest(f"set by {where} in the fine-tuning body", param=f"gradacc.{field}")
+    _refuse_body_fields(ours, body.method_type)
     batch = resolved["batch_size"]
     base_rate = ours.pop("learning_rate", BASE_LEARNING_RATE)
     spec: dict[str, Any] = {
@@ -182,6 +178,16 @@ def _job_create(
     except ValidationError as exc:
         errors = [_renamed_error(e, body.method_type) for e in exc.errors()]
         raise RequestValidationError(errors) from None
+
+
+def _refuse_body_fields(ours: dict[str, Any], method: str) -> None:
+    """A spec field the fine-tuning body sets (``num_train_epochs``, ``dpo_beta``) is not taken
+    from ``gradacc`` too: 400 naming it and the body's field that sets it."""
+    taken = sorted(set(ours) & (set(OPENAI_FIELDS) | {"learning_rate_multiplier"}))
+    if taken:
+        field = taken[0]
+        where = openai_param(field, "dpo" if field == "dpo_beta" else method)
+        raise InvalidRequest(f"set by {where} in the fine-tuning body", param=f"gradacc.{field}")
 
 
 def _renamed_error(error: Any, method: str = "supervised") -> dict[str, Any]:
