@@ -28,7 +28,7 @@ LIMIT = 48  # GRADACC_SERVE_MAX_COMPLETION_TOKENS here
 JOB = {"model": "builtin:tiny-chat", "dataset": "builtin:chat-arithmetic", "task": "causal-lm",
        "num_train_epochs": 1, "max_train_samples": 64, "max_eval_samples": 8,
        "per_device_train_batch_size": 8, "learning_rate": 5e-3}  # fmt: skip
-MESSAGES = [{"role": "user", "content": "what is 2 plus 3?"}]
+MESSAGES: Any = [{"role": "user", "content": "what is 2 plus 3?"}]
 
 
 @dataclass
@@ -121,7 +121,7 @@ def test_greedy_chat_equals_generate_and_the_stream_joins_to_it(
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     tokens = _generate(model, tokenizer, ids, 24)
     content, finish = _expected(tokens, tokenizer)
-    answer = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,  # type: ignore[arg-type]
+    answer = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,
                                                  max_completion_tokens=24, temperature=0)  # fmt: skip
     assert answer.object == "chat.completion" and answer.model == stack.model
     (choice,) = answer.choices
@@ -129,7 +129,7 @@ def test_greedy_chat_equals_generate_and_the_stream_joins_to_it(
     assert choice.message.role == "assistant"
     assert answer.usage is not None
     assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (len(ids), len(tokens))
-    stream = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,  # type: ignore[arg-type]
+    stream = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,
                                                  max_completion_tokens=24, temperature=0, stream=True,
                                                  stream_options={"include_usage": True})  # fmt: skip
     chunks = list(stream)
@@ -143,7 +143,7 @@ def test_greedy_chat_equals_generate_and_the_stream_joins_to_it(
 
 def test_n_with_a_seed_is_reproducible_and_stop_is_honoured(stack: Stack) -> None:
     def sample(seed: int) -> list[str | None]:
-        answer = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,  # type: ignore[arg-type]
+        answer = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,
                                                      n=2, seed=seed, temperature=1.0, max_tokens=16)  # fmt: skip
         assert [c.index for c in answer.choices] == [0, 1]
         assert answer.usage is not None and answer.usage.completion_tokens > 0
@@ -187,7 +187,7 @@ def test_a_checkpoint_and_the_base_model_answer(stack: Stack) -> None:
     from trainer_core.builtin.models import builtin_tokenizer
     from trainer_core.model.trained import build_builtin
 
-    kept = stack.alice.chat.completions.create(model=stack.checkpoint, messages=MESSAGES,  # type: ignore[arg-type]
+    kept = stack.alice.chat.completions.create(model=stack.checkpoint, messages=MESSAGES,
                                                max_tokens=8, temperature=0)  # fmt: skip
     assert kept.model == stack.checkpoint and kept.choices[0].message.content is not None
     tokenizer = builtin_tokenizer("builtin:tiny-chat")
@@ -196,7 +196,7 @@ def test_a_checkpoint_and_the_base_model_answer(stack: Stack) -> None:
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     with torch.inference_mode():
         content, finish = _expected(_generate(base, tokenizer, ids, 8), tokenizer)
-    answer = stack.bob.chat.completions.create(model="builtin:tiny-chat", messages=MESSAGES,  # type: ignore[arg-type]
+    answer = stack.bob.chat.completions.create(model="builtin:tiny-chat", messages=MESSAGES,
                                                max_tokens=8, temperature=0)  # fmt: skip
     assert (answer.choices[0].message.content, answer.choices[0].finish_reason) == (content, finish)
 
@@ -204,7 +204,7 @@ def test_a_checkpoint_and_the_base_model_answer(stack: Stack) -> None:
 def test_refusals_name_what_they_refuse(stack: Stack) -> None:
     alice, bob = stack.alice, stack.bob
     with pytest.raises(openai.NotFoundError) as other:
-        bob.chat.completions.create(model=stack.model, messages=MESSAGES)  # type: ignore[arg-type]
+        bob.chat.completions.create(model=stack.model, messages=MESSAGES)
     assert isinstance(other.value.body, dict) and other.value.body["code"] == "model_not_found"
     long = [{"role": "user", "content": "two plus three " * 400}]
     cases: list[tuple[dict[str, Any], str]] = [
@@ -227,13 +227,13 @@ def test_refusals_name_what_they_refuse(stack: Stack) -> None:
 def test_a_client_that_goes_away_frees_the_models(stack: Stack) -> None:
     stack.gate.touch()  # the stream parks at its first token until its client is gone
     try:
-        stream = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,  # type: ignore[arg-type]
+        stream = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,
                                                      max_tokens=LIMIT, temperature=0, stream=True)  # fmt: skip
         first = next(iter(stream))
         assert first.choices[0].delta.role == "assistant"
         stream.close()
         # Answered only once the parked stream let go of the models (or a 504 at its deadline).
-        after = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,  # type: ignore[arg-type]
+        after = stack.alice.chat.completions.create(model=stack.model, messages=MESSAGES,
                                                     max_tokens=4, temperature=0)  # fmt: skip
         assert after.choices[0].message.content is not None
         lines = wait_until(lambda: [line for line in stack.log.read_text().splitlines()
