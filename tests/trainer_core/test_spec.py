@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from trainer_core.spec.chat import CHATML_TEMPLATE
 from trainer_core.spec.job import JobSpec, example_spec
 
 BASE = {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment"}
@@ -71,3 +72,16 @@ def test_accepts_hub_ids_and_paths(source: str) -> None:
 def test_importing_the_spec_does_not_import_torch() -> None:
     code = "import sys, trainer_core, trainer_core.spec.job; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_a_real_sized_chat_template_is_taken_and_the_template_bound_is_stated() -> None:
+    """Every other string of the spec is capped at 1024 characters; a chat template is not
+    (Qwen's and Llama's run to several thousand), only at the renderer's own bound."""
+    chat = {"model": "builtin:tiny-chat", "dataset": "builtin:chat-arithmetic", "task": "causal-lm"}
+    padding = "{#" + "x" * 5000 + "#}"  # a Jinja comment: renders as the ChatML template does
+    spec = JobSpec(**chat, chat_template=padding + CHATML_TEMPLATE)
+    assert spec.chat_template is not None and len(spec.chat_template) > 5000
+    with pytest.raises(ValidationError) as refused:
+        JobSpec(**chat, chat_template="{#" + "x" * 70000 + "#}" + CHATML_TEMPLATE)
+    assert refused.value.errors()[0]["loc"] == ("chat_template",)
+    assert "65536" in str(refused.value)

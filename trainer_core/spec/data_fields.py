@@ -18,6 +18,7 @@ from trainer_core.spec.fields import (
     BUILTIN_DATASETS,
     BUILTIN_MODEL_TASKS,
     BUILTIN_MODELS,
+    MAX_TEMPLATE_CHARS,
     Backend,
     Task,
     check_chat_template,
@@ -87,6 +88,7 @@ class DataFields(SpecBase):
     chat_template: str | None = Field(
         default=None,
         validate_default=True,
+        max_length=MAX_TEMPLATE_CHARS,  # real templates (Qwen's, Llama's) pass the 1024 cap
         description="messages: the chat template, 'chatml' or a Jinja template; default the "
         "tokenizer's own. Saved with the model",
         examples=["chatml"],
