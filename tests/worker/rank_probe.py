@@ -26,8 +26,16 @@ def main(argv: list[str]) -> int:
         "environ_rank": me.environ().get("RANK"),
         "name": me.name(),
     }
-    Path(out, f"rank{rank}.json").write_text(json.dumps(seen))
+    written = Path(out, f"rank{rank}.json")
+    Path(out, f".rank{rank}.tmp").write_text(json.dumps(seen))
+    Path(out, f".rank{rank}.tmp").rename(written)  # whole or absent when torchrun stops us
     mode = os.environ.get("PROBE_MODE")
+    if rank == "1" and mode:
+        # Fail only once rank 0 has recorded itself: on a busy machine a cold rank 0 is still
+        # importing when rank 1 dies, and torchrun stops it before it writes (seen under load).
+        deadline = time.monotonic() + 60
+        while not Path(out, "rank0.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
     if rank == "1" and mode == "exit":
         return 7
     if rank == "1" and mode == "kill":
