@@ -56,6 +56,7 @@ class RunState:
     metrics: list[dict[str, Any]] = field(default_factory=list)  # the finished epochs' records
     loss_sum: float = 0.0  # the partial epoch's loss meter, summed over every rank
     loss_items: int = 0
+    train_tokens: int = 0  # a dpo epoch's trained tokens so far (both completions of each pair)
     selection: dict[str, Any] | None = None  # best metric, its step, the patience counter
     evaluation: dict[str, Any] | None = None  # the last evaluation's step and scores
 

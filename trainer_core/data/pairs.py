@@ -43,6 +43,9 @@ def collate_pairs(
         "pair_weight": torch.ones(len(rows)),
         "n_items": len(rows),  # the meters count pairs
         "n_rows": len(rows),
+        # Trained tokens of both completions after the shift (``collate``'s item count): what
+        # an epoch record reports as ``train_tokens``, the same count as SFT's trained tokens.
+        "n_train_tokens": batch["n_items"],
     }
     if reference is not None:  # cached: (pairs, 2) float32, chosen then rejected
         both = np.concatenate([reference[rows, 0], reference[rows, 1]])
@@ -89,7 +92,7 @@ class PreferencePlan(EpochPlan):
         if not rows:
             batch["labels"] = torch.full_like(batch["labels"], IGNORE_INDEX)
             batch["pair_weight"] = torch.zeros_like(batch["pair_weight"])
-            batch["n_items"], batch["n_rows"] = 0, 0
+            batch["n_items"], batch["n_rows"], batch["n_train_tokens"] = 0, 0, 0
         # DDP averages over the W ranks: Σ own / (N_W / W) averages to Σ all / N_W.
         size = self.world.size
         batch["n_window_items"] = micro.n_window_items / size

@@ -55,6 +55,8 @@ class LossMeter:
         self.device = device
         self.loss_sum = torch.tensor(resumed.loss_sum if resumed else 0.0, device=device)
         self.loss_items = resumed.loss_items if resumed else 0
+        # Pairs: the trained tokens of both completions (a chat job's are its items already).
+        self.train_tokens = resumed.train_tokens if resumed else 0
         self.samples = 0
         self.sums: dict[str, torch.Tensor] = {}  # the epoch's closed windows' metric sums
         self.started_at = time.perf_counter()
@@ -64,6 +66,7 @@ class LossMeter:
         self._window_sum += step.summed  # stays on the device: no host sync, no graph (detached)
         self._window_items += int(batch["n_items"])
         self._window_samples += batch_rows(batch)
+        self._window_train_tokens += int(batch.get("n_train_tokens", 0))
         if "n_tokens" in batch and batch_rows(batch):  # not a rank's all-ignored padding row
             self._window_tokens += int(batch["n_tokens"])
             self._window_slots += int(batch["input_ids"].numel())
@@ -82,6 +85,7 @@ class LossMeter:
         add_sums(self.sums, self._window_sums)
         self.loss_sum += self._window_sum
         self.loss_items += self._window_items
+        self.train_tokens += self._window_train_tokens
         self.samples += self._window_samples
         self.drop_window()
         return window
@@ -89,7 +93,7 @@ class LossMeter:
     def drop_window(self) -> None:
         """The window is abandoned (it will be retried from its start)."""
         self._window_sum = torch.zeros((), device=self.device)
-        self._window_items = self._window_samples = 0
+        self._window_items = self._window_samples = self._window_train_tokens = 0
         self._window_tokens = self._window_slots = 0
         self._window_hits = None
         self._window_sums: dict[str, torch.Tensor] = {}

@@ -300,13 +300,15 @@ class TrainingRun:
         seconds = meter.seconds()
         # Every rank's share (one collective per epoch); a single process sums only its own.
         names = sorted(meter.sums)  # pairs: rewards and log-probs, means over the epoch's pairs
-        loss_sum, items, samples, *totals = sum_over_ranks(
-            [meter.loss_sum.item(), meter.loss_items, meter.samples]
+        loss_sum, items, samples, train_tokens, *totals = sum_over_ranks(
+            [meter.loss_sum.item(), meter.loss_items, meter.samples, meter.train_tokens]
             + [meter.sums[n].item() for n in names],
             self.world,
         )
         record: dict[str, Any] = {"epoch": self.epoch + 1, "train_loss": loss_sum / max(items, 1)}
         record |= means(names, totals, items)
+        if isinstance(ctx.data.train, PreferenceSplit):  # items are pairs: tokens counted apart
+            record["train_tokens"] = int(train_tokens)
         record |= self._evaluate(at_epoch_end=True)
         record |= {
             "learning_rate": self.learning_rate(),
@@ -347,10 +349,11 @@ class TrainingRun:
         ``micro_batch`` (default: the size in force) done in ``epoch``."""
         ctx = self.ctx
         b, accumulation = micro_batch or (ctx.micro_batch_size, ctx.accumulation)
-        loss_sum, loss_items = 0.0, 0.0
+        loss_sum, loss_items, train_tokens = 0.0, 0.0, 0.0
         if micro_step > 0:  # inside an epoch: keep the meter's sums over every rank
-            loss_sum, loss_items = sum_over_ranks(
-                [self.meter.loss_sum.item(), self.meter.loss_items], self.world
+            meter = self.meter
+            loss_sum, loss_items, train_tokens = sum_over_ranks(
+                [meter.loss_sum.item(), meter.loss_items, meter.train_tokens], self.world
             )
         state = RunState(
             epoch=epoch,
@@ -363,6 +366,7 @@ class TrainingRun:
             metrics=self.metrics,
             loss_sum=loss_sum,
             loss_items=int(loss_items),
+            train_tokens=int(train_tokens),
             selection=self.selection.state.to_json(),
             evaluation={"step": self._last_eval[0], **self._last_eval[1]}
             if self._last_eval
