@@ -29,6 +29,9 @@ from tests.e2e.conftest import serve_with_keys
 from tests.support import wait_until
 from trainer_core.builtin.chat_corpus import chat_arithmetic
 from trainer_core.builtin.preference_corpus import preference_arithmetic
+from trainer_core.data.load import PreferenceSplit, load_job_data
+from trainer_core.model.load import load_tokenizer
+from trainer_core.spec.job import JobSpec
 from trainer_core.testing.failpoints import HOLD_AT, held_marker
 
 pytestmark = pytest.mark.integration
@@ -315,9 +318,22 @@ def pairs_jsonl(split: str, rows: int) -> bytes:
     return "".join(json.dumps(line) + "\n" for line in lines).encode()
 
 
-def test_a_dpo_job_trains_and_reports_its_pairs(served: Served) -> None:
+def pair_tokens(data: bytes, folder: Path) -> int:
+    """The trained tokens of both completions of every pair of ``data``, after the shift, counted
+    by the core's tokenizing as the job runs it (max_seq_length 96), from the masks alone."""
+    path = folder / "pairs.jsonl"
+    path.write_bytes(data)
+    spec = JobSpec(model="builtin:tiny-chat", dataset=str(path), task="causal-lm", method="dpo",
+                   max_seq_length=OURS["max_seq_length"], validation_split_percentage=0)  # fmt: skip
+    split = load_job_data(spec, load_tokenizer(spec)).train
+    assert isinstance(split, PreferenceSplit) and split.loss_mask is not None
+    return sum(int(sum(mask[1:])) for mask in [*split.loss_mask, *split.rejected_mask])
+
+
+def test_a_dpo_job_trains_and_reports_its_pairs(served: Served, tmp_path: Path) -> None:
     """OpenAI's preference loop: pairs uploaded, ``method: dpo`` with ``beta``, polled to
-    succeeded; metrics events, checkpoints and the results file carry the pair metrics, and the
+    succeeded; metrics events, checkpoints and the results file carry the pair metrics, the
+    trained tokens are those of both completions of every pair over the 2 epochs, and the
     fine_tuned_model is a model that trains (and on the embedded stack predicts); a malformed
     pair file is refused naming its line."""
     alice = served.alice
@@ -326,6 +342,7 @@ def test_a_dpo_job_trains_and_reports_its_pairs(served: Served) -> None:
         return alice.files.create(file=(name, data), purpose="fine-tune")
 
     train = upload("p.jsonl", pairs_jsonl("train", 24))
+    headers = {"Authorization": f"Bearer {served.keys['alice']}"}
     valid = upload("v.jsonl", pairs_jsonl("validation", 8))
     job = alice.fine_tuning.jobs.create(
         model="builtin:tiny-chat", training_file=train.id, validation_file=valid.id,
@@ -334,6 +351,11 @@ def test_a_dpo_job_trains_and_reports_its_pairs(served: Served) -> None:
         extra_body={"gradacc": OURS})  # fmt: skip
     done = wait_status(alice, job.id, "succeeded")
     assert done.method.dpo.hyperparameters.beta == 0.2  # type: ignore[union-attr]
+    epochs = httpx.get(f"{served.url}/v1/jobs/{job.id}/metrics", headers=headers,
+                       timeout=60).json()["data"]  # fmt: skip
+    tokens = pair_tokens(pairs_jsonl("train", 24), tmp_path)
+    assert [e["train_tokens"] for e in epochs] == [tokens, tokens]
+    assert isinstance(done.trained_tokens, int) and done.trained_tokens == 2 * tokens > 0
     metrics = [e.data for e in alice.fine_tuning.jobs.list_events(job.id, limit=100)
                if e.type == "metrics"]  # fmt: skip
     assert [m["step"] for m in metrics] == [6, 5, 4, 3, 2, 1]  # type: ignore[index]  # 24 / 8 x 2
@@ -348,7 +370,6 @@ def test_a_dpo_job_trains_and_reports_its_pairs(served: Served) -> None:
     assert rows[-1]["valid_rewards_accuracies"] and "train_logps_chosen" in rows[0]
     assert done.fine_tuned_model in [m.id for m in alice.models.list()]
     if served.settings.database_url is None:  # the embedded stack runs a predict server
-        headers = {"Authorization": f"Bearer {served.keys['alice']}"}
         body = {"messages": [{"role": "user", "content": "what is 2 plus 3?"}],
                 "max_new_tokens": 8}  # fmt: skip
         reply = httpx.post(f"{served.url}/v1/jobs/{job.id}/predict", json=body,
