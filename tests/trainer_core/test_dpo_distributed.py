@@ -20,10 +20,10 @@ from tests.trainer_core.helpers import (
     tolerance,
 )
 from tests.trainer_core.test_distributed import _env, torchrun
-from tests.trainer_core.test_dpo_exactness import BACKENDS, LR, dpo_spec, pair_loss
+from tests.trainer_core.test_dpo_exactness import BACKENDS, LOSSES, LR, dpo_spec, pair_loss
 
 # (backend, loss) trained by 2 ranks in one launch (imports paid once).
-TWO_RANKS = [(backend, "sigmoid+rpo") for backend in BACKENDS] + [("pytorch", "ipo")]
+TWO_RANKS = [(backend, loss) for backend in BACKENDS for loss in LOSSES]  # every cell
 
 
 @pytest.fixture(scope="module")
