@@ -60,6 +60,17 @@ def _two_rank_spec(task: str, backend: str) -> dict[str, Any]:
     return spec.model_dump()
 
 
+def train_on_two_ranks(root: Path, jobs: list[dict[str, Any]]) -> None:
+    """Every job ({spec, out}) trained in turn by one torchrun of 2 ranks (``dist_runner``):
+    one start-up for the lot."""
+    (root / "jobs.json").write_text(json.dumps(jobs))
+    runner = str(Path(__file__).with_name("dist_runner.py"))
+    done = subprocess.run(
+        torchrun(runner, str(root / "jobs.json")), env=_env(), capture_output=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
     """Each pair trained with (b, K) = (4, 2) on 2 processes; its output directory."""
@@ -67,12 +78,7 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str],
     outs = {pair: root / "-".join(pair) for pair in PAIRS}
     jobs = [{"spec": _two_rank_spec(task, backend), "out": str(outs[(task, backend)])}
             for task, backend in PAIRS]  # fmt: skip
-    (root / "jobs.json").write_text(json.dumps(jobs))
-    runner = str(Path(__file__).with_name("dist_runner.py"))
-    done = subprocess.run(
-        torchrun(runner, str(root / "jobs.json")), env=_env(), capture_output=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    train_on_two_ranks(root, jobs)
     return outs
 
 

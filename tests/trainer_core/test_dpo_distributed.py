@@ -5,7 +5,6 @@ micro-batch of 3 pairs one rank holds 1 and the other 2), and (b, K) trains as (
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from tests.trainer_core.helpers import (
     run,
     tolerance,
 )
-from tests.trainer_core.test_distributed import _env, torchrun
+from tests.trainer_core.test_distributed import train_on_two_ranks
 from tests.trainer_core.test_dpo_exactness import BACKENDS, LOSSES, LR, dpo_spec, pair_loss
 
 # (backend, loss) trained by 2 ranks in one launch (imports paid once).
@@ -39,12 +38,7 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory, data: Path) -> dict[tupl
                               gradient_accumulation_steps=3, num_processes=2,
                               device="cpu").model_dump(), "out": str(outs[(backend, loss)])}
             for backend, loss in TWO_RANKS]  # fmt: skip
-    (root / "jobs.json").write_text(json.dumps(jobs))
-    runner = str(Path(__file__).with_name("dist_runner.py"))
-    done = subprocess.run(
-        torchrun(runner, str(root / "jobs.json")), env=_env(), capture_output=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    train_on_two_ranks(root, jobs)
     return outs
 
 
