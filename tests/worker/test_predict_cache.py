@@ -9,7 +9,7 @@ import torch
 
 from trainer_core.spec.job import JobSpec
 from trainer_core.train import train
-from worker.predict.models import ModelCache
+from worker.predict.cache import ModelCache
 
 
 def test_least_recently_used_model_goes_first(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from worker.predict.render import RenderLimits
 if TYPE_CHECKING:
     import torch
 
-    from worker.predict.models import Loaded, ModelCache
+    from worker.predict.cache import Loaded, ModelCache
 
 
 class Engine:
@@ -33,7 +33,7 @@ class Engine:
     @property
     def cache(self) -> ModelCache:
         if self._cache is None:
-            from worker.predict.models import ModelCache
+            from worker.predict.cache import ModelCache
 
             self._cache = ModelCache(self.settings.predict_cache_models)
         return self._cache
@@ -55,7 +55,7 @@ def _builtin(name: str, device: torch.device) -> Loaded:
 
     from trainer_core.builtin.models import builtin_tokenizer
     from trainer_core.model.trained import build_builtin
-    from worker.predict.models import Loaded
+    from worker.predict.cache import Loaded
 
     tokenizer: Any = builtin_tokenizer(name)
     model = build_builtin(name, BUILTIN_SEED, AutoModelForCausalLM, {}, tokenizer)

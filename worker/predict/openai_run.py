@@ -31,7 +31,7 @@ from worker.predict.openai_protocol import (
 from worker.predict.render import RenderRefused
 
 if TYPE_CHECKING:
-    from worker.predict.models import Loaded
+    from worker.predict.cache import Loaded
     from worker.predict.reply import Reply
 
 log = logging.getLogger(__name__)
