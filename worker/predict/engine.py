@@ -1,6 +1,7 @@
-"""The predict server's models and the one lock over them: the predictions-table loop and the
-OpenAI endpoint's request threads share the loaded models, and take turns using them (one
-generation at a time: batching concurrent requests is the next step, docs/serving.md).
+"""The predict server's models and the one thread that uses them: the predictions-table loop and
+the OpenAI endpoint's request threads share the loaded models through the batcher
+(``worker.predict.batcher``), which decodes concurrent requests' rows of one model together and
+runs every other use of the models (a load, a classifier) between its steps.
 
 torch and transformers are imported when a model is first wanted (``worker.predict.server``
 imports them beside its loop), so building an Engine costs nothing."""
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gradacc.serving import BUILTIN_SEED, ServedModel
 from gradacc.settings import Settings
@@ -18,7 +19,10 @@ from worker.predict.render import RenderLimits
 if TYPE_CHECKING:
     import torch
 
+    from worker.predict.batcher import Batcher
     from worker.predict.cache import Loaded, ModelCache
+
+T = TypeVar("T")
 
 
 class Engine:
@@ -29,6 +33,28 @@ class Engine:
                                    memory_bytes=settings.predict_render_memory_mb * 2**20)  # fmt: skip
         self._cache: ModelCache | None = None
         self._builtins: dict[tuple[str, str], Loaded] = {}
+        self._batcher: Batcher | None = None
+        self._making = threading.Lock()  # two first requests make one batcher
+
+    @property
+    def batcher(self) -> Batcher:
+        with self._making:
+            if self._batcher is None:
+                from worker.predict.batcher import Batcher
+
+                self._batcher = Batcher()
+            return self._batcher
+
+    def on_models(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the batcher's thread between decode steps, with ``lock`` held: nothing
+        else touches the models then (a load may add an adapter to a base a batch is using)."""
+
+        def locked() -> T:
+            with self.lock:
+                return fn()
+
+        return self.batcher.call(locked)
+
 
     @property
     def cache(self) -> ModelCache:

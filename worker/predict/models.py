@@ -1,6 +1,7 @@
 """Answering with a loaded model the way ``transformers.pipeline`` does: softmax over a
 classifier's logits per input; a causal LM's greedy (or sampled, with ``temperature``)
-continuation of a prompt or a chat, decoded without special tokens."""
+continuation of a prompt or a chat, decoded without special tokens (a row of the batcher, the
+OpenAI endpoint's path)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 import torch
 
 from trainer_core.spec.fields import MAX_TEMPLATE_CHARS
+from worker.predict.batcher import Batcher, choices
 from worker.predict.cache import Loaded
+from worker.predict.generation import Sampling
 from worker.predict.render import RenderLimits, RenderRefused, render_limited
 
 
@@ -42,31 +45,24 @@ def chat_prompt(tokenizer: Any, messages: list[dict[str, str]], limits: RenderLi
     return render_limited(render, limits)
 
 
-@torch.inference_mode()
-def generate(loaded: Loaded, request: dict[str, Any], limits: RenderLimits) -> dict[str, Any]:
-    tokenizer, model = loaded.tokenizer, loaded.model
+def generate(batcher: Batcher, loaded: Loaded, request: dict[str, Any], limits: RenderLimits,
+             *, deadline: float) -> dict[str, Any]:  # fmt: skip
+    """One row of the batcher (the OpenAI endpoint's path): greedy, or sampled with
+    ``temperature`` from the request's ``seed`` (0 unless given)."""
+    tokenizer = loaded.tokenizer
     messages = request.get("messages")
     if messages is not None:
         text = chat_prompt(tokenizer, messages, limits)
-        encoded = tokenizer(text, add_special_tokens=False, return_tensors="pt")
+        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     else:
-        encoded = tokenizer(request["prompt"], return_tensors="pt")
-    ids = encoded["input_ids"].to(loaded.device)
-    temperature = float(request.get("temperature", 0.0))
-    torch.manual_seed(int(request.get("seed", 0)))
-    sampling: dict[str, Any] = {"do_sample": False}
-    if temperature > 0:
-        sampling = {"do_sample": True, "temperature": temperature}
-    out = model.generate(
-        input_ids=ids,
-        attention_mask=encoded["attention_mask"].to(loaded.device),
-        max_new_tokens=int(request.get("max_new_tokens", 64)),
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        **sampling,
-    )
-    reply = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
-    answer: dict[str, Any] = {"text": reply}
+        ids = list(tokenizer(request["prompt"])["input_ids"])
+    sampling = Sampling(max_tokens=int(request.get("max_new_tokens", 64)),
+                        temperature=float(request.get("temperature", 0.0)))  # fmt: skip
+    rows = choices(loaded, ids, sampling, seed=int(request.get("seed", 0)), deadline=deadline)
+    (done,) = batcher.complete(rows)
+    if done.timed_out:
+        raise TimeoutError("the generation ran past its deadline (GRADACC_PREDICT_TIMEOUT_S)")
+    answer: dict[str, Any] = {"text": done.text}
     if messages is not None:
-        answer["message"] = {"role": "assistant", "content": reply}
+        answer["message"] = {"role": "assistant", "content": done.text}
     return answer

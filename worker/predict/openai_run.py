@@ -1,20 +1,19 @@
-"""One OpenAI request on the predict server, with the engine's lock held: the prompt (a chat
-rendered with the model's own template, under the render limits), its sampling, its ``n``
-choices, answered whole or streamed as Server-Sent Events."""
+"""One OpenAI request on the predict server: the prompt (a chat rendered with the model's own
+template, under the render limits), its sampling, its ``n`` choices as rows of the batcher
+(``worker.predict.batcher``: they decode together with every other request's rows of the same
+model), answered whole or streamed as Server-Sent Events."""
 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from gradacc.serving import ServedModel
+from worker.predict.batcher import Row, choices
 from worker.predict.engine import Engine
 from worker.predict.failpoints import hold_stream
-from worker.predict.generation import Completion, Sampling, TokenLogprob, complete
+from worker.predict.generation import Sampling
 from worker.predict.models import chat_prompt
 from worker.predict.openai_protocol import (
     Kind,
@@ -65,7 +64,9 @@ def prompt_ids(engine: Engine, loaded: Loaded, kind: Kind, body: dict[str, Any])
 
 def run_request(engine: Engine, kind: Kind, served: ServedModel, body: dict[str, Any],
                 reply: Reply, *, deadline: float) -> None:  # fmt: skip
-    loaded = engine.load(served)
+    """Answer one request: its model loaded (by the batcher's thread, between decode steps: a
+    load may add an adapter to a base that a batch is using), its rows run in the batcher."""
+    loaded = engine.on_models(lambda: engine.load(served))
     ids = prompt_ids(engine, loaded, kind, body)
     sampling = sampling_of(body, kind, prompt_tokens=len(ids), context=context_of(loaded),
                            limit=engine.settings.serve_max_completion_tokens)  # fmt: skip
@@ -73,60 +74,70 @@ def run_request(engine: Engine, kind: Kind, served: ServedModel, body: dict[str,
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 8:
         raise invalid("n", "must be from 1 to 8")
     seed = body.get("seed")
-    # One seed for the whole request: its n choices follow one another from it, reproducibly.
-    torch.manual_seed(seed if isinstance(seed, int) else random.getrandbits(63))
     if body.get("stream"):
-        _stream(loaded, kind, served.name, ids, sampling, n, body, reply, deadline)
+        rows = choices(loaded, ids, sampling, n=n, seed=_seed(seed), deadline=deadline,
+                       cancelled=lambda: _parked_or_gone(reply))  # fmt: skip
+        _stream(engine, kind, served.name, rows, sampling, body, reply)
         return
-    done = [complete(loaded, ids, sampling, deadline=deadline) for _ in range(n)]
+    rows = choices(loaded, ids, sampling, n=n, seed=_seed(seed), deadline=deadline,
+                   cancelled=reply.gone)  # fmt: skip
+    done = engine.batcher.complete(rows)
     if any(c.timed_out for c in done):
         raise ServeError(504, "timeout", TIMEOUT)
+    if reply.gone():
+        return  # nobody to answer
     wanted = sampling.top_logprobs is not None
     reply.json(200, answer(kind, served.name, done, len(ids), wanted))
 
 
-def _stream(loaded: Loaded, kind: Kind, model: str, ids: list[int], sampling: Sampling, n: int,
-            body: dict[str, Any], reply: Reply, deadline: float) -> None:  # fmt: skip
+def _seed(seed: Any) -> int | None:
+    """The request's seed: choice i of a seeded request draws from (seed, i), reproducibly."""
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
+def _parked_or_gone(reply: Reply) -> bool:
+    """A stream's cancellation, asked after each token (the test failpoint parks it there)."""
+    hold_stream(reply.gone)
+    return reply.gone()
+
+
+def _stream(engine: Engine, kind: Kind, model: str, rows: list[Row], sampling: Sampling,
+            body: dict[str, Any], reply: Reply) -> None:  # fmt: skip
+    """The rows' events as chunks as they come; the choices' pieces interleave (by index)."""
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    ident, spent = new_id(kind), 0
+    wanted = sampling.top_logprobs is not None
+    ident, spent, offsets = new_id(kind), 0, [0] * len(rows)
 
     def send(choice: dict[str, Any]) -> None:
         reply.event(chunk(kind, ident, model, [choice], include_usage))
 
     reply.start_stream()
-    for index in range(n):
-        done = _stream_choice(loaded, kind, index, ids, sampling, send, reply, deadline)
-        if reply.closed:
-            return  # nobody to tell
-        if done.timed_out:
-            reply.event(ServeError(504, "timeout", TIMEOUT).body())
-            break
-        send(chunk_choice(kind, index, None, finish_reason=done.finish_reason))
-        spent += len(done.tokens)
-    if include_usage:
-        reply.event(chunk(kind, ident, model, [], False) | {"usage": usage(len(ids), spent)})
-    reply.finish_stream()
-
-
-def _stream_choice(loaded: Loaded, kind: Kind, index: int, ids: list[int], sampling: Sampling,
-                   send: Any, reply: Reply, deadline: float) -> Completion:  # fmt: skip
-    wanted, offset = sampling.top_logprobs is not None, [0]
     if kind.chat:
-        send(chunk_choice(kind, index, "", role=True))
-
-    def on_delta(text: str, found: list[TokenLogprob]) -> None:
-        logprobs = logprobs_of(kind, found, wanted=wanted, offset=offset[0])
-        offset[0] += sum(len(t.token) for t in found)
-        send(chunk_choice(kind, index, text, logprobs=logprobs))
-
-    def cancelled() -> bool:  # asked after each token
-        hold_stream(reply.gone)
-        return reply.gone()
-
-    started = time.monotonic()
-    done = complete(loaded, ids, sampling, deadline=deadline, on_delta=on_delta,
-                    cancelled=cancelled)  # fmt: skip
+        for row in rows:
+            send(chunk_choice(kind, row.index, "", role=True))
+    started, timed_out = time.monotonic(), False
+    for event in engine.batcher.run(rows):
+        if event.text or event.logprobs:
+            logprobs = logprobs_of(kind, event.logprobs, wanted=wanted, offset=offsets[event.index])
+            offsets[event.index] += sum(len(t.token) for t in event.logprobs)
+            send(chunk_choice(kind, event.index, event.text, logprobs=logprobs))
+        done = event.done
+        if done is None:
+            continue
+        if done.cancelled:
+            log.info("a stream stopped: its client went away after %d of %d tokens (%.2f s)",
+                     len(done.tokens), sampling.max_tokens, time.monotonic() - started)  # fmt: skip
+        elif done.timed_out:
+            timed_out = True
+        else:
+            send(chunk_choice(kind, event.index, None, finish_reason=done.finish_reason))
+            spent += len(done.tokens)
     if reply.closed:
-        log.info("a stream stopped: its client went away after %d of %d tokens (%.2f s)",
-                 len(done.tokens), sampling.max_tokens, time.monotonic() - started)  # fmt: skip
-    return done
+        return  # nobody to tell
+    if timed_out:
+        reply.event(ServeError(504, "timeout", TIMEOUT).body())
+    if include_usage:
+        reply.event(
+            chunk(kind, ident, model, [], False) | {"usage": usage(len(rows[0].prompt), spent)}
+        )
+    reply.finish_stream()

@@ -5,7 +5,8 @@ Only the API talks to it: a request carries the server's token and the tenant th
 authenticated (``X-Gradacc-Tenant``); without the token it is a 401. The model's name is
 resolved again here for that tenant. A stream is written as each token arrives; a client that
 goes away (a failed write, or its socket closed) stops its generation at the next token.
-Threads (one per connection) take turns on the models through the engine's lock.
+Threads (one per connection) hand their rows to the engine's batcher, which decodes the rows of
+concurrent requests for one model together (``worker.predict.batcher``).
 """
 
 from __future__ import annotations
@@ -60,13 +61,7 @@ class OpenAIApp:
     def handle(self, kind: Kind, tenant: str, body: dict[str, Any], reply: Reply) -> None:
         deadline = time.monotonic() + self.settings.serve_timeout_s
         served = self.resolve(body, tenant)
-        if not self.engine.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise ServeError(504, "timeout", "the request's deadline passed while it waited "
-                             "(GRADACC_SERVE_TIMEOUT_S)")  # fmt: skip
-        try:
-            run_request(self.engine, kind, served, body, reply, deadline=deadline)
-        finally:
-            self.engine.lock.release()
+        run_request(self.engine, kind, served, body, reply, deadline=deadline)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -88,6 +83,18 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("a completion failed")
             if not reply.started:
                 reply.json(500, ServeError(500, "internal_error", "the generation failed").body())
+
+    def do_GET(self) -> None:
+        """``/stats``: the model cache's counts (bases and adapters loaded, and how many times
+        each kind was read), for tests, the bench and an operator; the token, as for any call."""
+        reply = Reply(self)
+        try:
+            if self.path != "/stats":
+                raise ServeError(404, "not_found", f"no route {self.path}")
+            self.server.app.authorize(self.headers)
+            reply.json(200, self.server.app.engine.cache.stats())
+        except ServeError as exc:
+            reply.json(exc.status, exc.body())
 
     def _body(self) -> dict[str, Any]:
         size = int(self.headers.get("Content-Length") or 0)

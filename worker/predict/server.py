@@ -29,6 +29,8 @@ from worker.predict.render import RenderRefused
 if TYPE_CHECKING:
     import torch
 
+    from worker.predict.cache import Loaded
+
 log = logging.getLogger(__name__)
 RECORD_EVERY_S = 5.0
 
@@ -76,13 +78,26 @@ def _device(settings: Settings, worker: str) -> torch.device:
 
 
 def answer(engine: Engine, task: Task) -> dict[str, Any]:
+    """A thin view over the OpenAI endpoint's path: a causal LM's request becomes a row of the
+    batcher (decoded with whatever else runs on that model); a classifier runs between its steps."""
+    from worker.predict.batcher import activate
     from worker.predict.models import classify, generate
 
-    with engine.lock:  # the OpenAI endpoint's requests use the same models
-        loaded = engine.cache.get(task.folder, causal=task.causal, device=engine.device())
-        if task.causal:
-            return generate(loaded, task.request, engine.limits)
+    device = engine.device()  # a database read: not on the batcher's thread
+
+    def load() -> Loaded:
+        return engine.cache.get(task.folder, causal=task.causal, device=device)
+
+    loaded = engine.on_models(load)
+    if task.causal:
+        deadline = time.monotonic() + engine.settings.predict_timeout_s
+        return generate(engine.batcher, loaded, task.request, engine.limits, deadline=deadline)
+
+    def run() -> dict[str, Any]:
+        activate(loaded)
         return classify(loaded, task.request["inputs"], task.max_length)
+
+    return engine.on_models(run)
 
 
 class _Address:
