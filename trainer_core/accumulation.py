@@ -12,7 +12,8 @@ classification) of its *whole* window. Each micro-step back-propagates
 ∇[Σ_{items in W} loss / N_W] — for a partial window too, where dividing by K would be wrong.
 
 Preference pairs (``method: dpo``) follow the same rule with the pair as the item: see "Pairs"
-below, where their window math is written.
+below, where their window math is written; GRPO-family rollouts with the loss type's item: see
+"Rollouts".
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
+from trainer_core.spec.reinforcement import PolicyLoss
 from trainer_core.testing.failpoints import check_out_of_memory
 
 IGNORE_INDEX = -100
@@ -223,3 +225,60 @@ def pair_micro_step(
         summed = summed + loss.rpo_alpha * nll_sum.detach() * per_pair
     sums = {name: (value * weight).sum() for name, value in metrics.items()}
     return MicroStep(total, summed, None, sums)
+
+
+# --- Rollouts -------------------------------------------------------------------------------
+# GRPO-family training on a window's fixed rollouts (``data.rollouts``). With l_it the clipped
+# policy loss of token t of completion i (``policy_token_losses``) and T_i its loss-carrying
+# tokens (after any truncation masking), every loss type is Σ_i w_i Σ_{t∈T_i} l_it / N_W over the
+# window, with the weight and the count fixed by the window, never by a micro-batch:
+#     dapo     w_i = 1         N_W = Σ_i |T_i|           (the window's loss-carrying tokens)
+#     grpo     w_i = 1/|T_i|   N_W = #{i : |T_i| > 0}    (its completions that carry loss)
+#     dr_grpo  w_i = 1         N_W = #{i : |T_i| > 0} · L_max   (L_max: max_completion_length)
+# So each micro-step back-propagates Σ_{i in it} w_i Σ_t l_it / N_W (N_W / W under DDP, which
+# averages), and after the window's last backward the gradient is that of one forward over the
+# window, whatever b, K, the ranks or a re-plan. A completion whose tokens are all masked counts
+# in no normaliser: as if it had not been sampled. ``bnpo`` (a micro-batch's own token mean) is
+# refused by the spec (``spec.reinforcement``).
+
+
+def policy_token_losses(
+    logps: torch.Tensor, mask: torch.Tensor, batch: dict[str, Any], loss: PolicyLoss
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """l_it at every shifted position (B, T-1), 0 where ``mask`` is, and per token whether the
+    clip fired and the k3 KL (detached). The log-ratios are masked before ``exp``: a masked
+    token's old log-prob (a truncated completion's) must not overflow into 0 · inf = NaN."""
+    ratio = torch.exp((logps - batch["old_logps"].to(logps.dtype)) * mask)
+    advantages = batch["advantages"].to(logps.dtype)[:, None]
+    bounded = ratio.clamp(loss.lower_clip, loss.upper_clip)
+    losses = -torch.minimum(ratio * advantages, bounded * advantages)
+    clipped = ((ratio < loss.lower_clip) & (advantages < 0)) | (
+        (ratio > loss.upper_clip) & (advantages > 0)
+    )  # the clip took the gradient away: TRL's clip_ratio/region_mean
+    metrics = {"clip_ratio": clipped.to(logps.dtype) * mask}
+    if "ref_logps" in batch:  # k3 = exp(q - p) - (q - p) - 1 (q: the reference's), as TRL
+        delta = (batch["ref_logps"].to(logps.dtype) - logps) * mask
+        kl = torch.exp(delta) - delta - 1
+        losses = losses + loss.beta * kl
+        metrics["kl"] = kl.detach()
+    return losses * mask, metrics
+
+
+def rollout_micro_step(
+    model: torch.nn.Module, batch: dict[str, Any], loss: PolicyLoss
+) -> MicroStep:
+    """A micro-batch of completions (``collate_rollouts``): its share of the window's loss, and
+    the metric sums, each scaled so the meters' division by the window's items gives its own
+    mean: clip_ratio and kl over trained tokens, completion_length over completions."""
+    check_out_of_memory(int(batch["input_ids"].shape[0]))  # failpoint (failpoints.py): rows
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    logps = -token_nll(logits, batch["labels"])
+    mask = (batch["labels"][:, 1:] != IGNORE_INDEX).to(logps.dtype)
+    losses, metrics = policy_token_losses(logps, mask, batch, loss)
+    summed = (losses.sum(-1) * batch["row_weight"].to(logps.dtype)).sum()
+    items = batch["n_window_items"]
+    per_token = items / max(batch["n_window_tokens"], 1e-9)
+    per_completion = items / max(batch["n_window_completions"], 1e-9)
+    sums = {name: value.sum() * per_token for name, value in metrics.items()}
+    sums["completion_length"] = batch["completion_lengths"].sum() * per_completion
+    return MicroStep(summed / (items or 1), summed.detach(), None, sums)

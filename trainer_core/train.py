@@ -37,6 +37,7 @@ from transformers.utils import logging as hf_logging
 from trainer_core.backends import get_backend
 from trainer_core.checkpoint.format import best_checkpoint, load_weights
 from trainer_core.data.cache import DataCache
+from trainer_core.data.rollouts import RolloutSplit
 from trainer_core.distributed import barrier
 from trainer_core.loop import replan
 from trainer_core.loop.build import Inputs, MicroBatchChoice, build_context, load_inputs
@@ -244,10 +245,12 @@ def train(
     progress_bar: bool = False,
     data_cache: DataCache | None = None,
     loader_workers: int | None = None,
+    rollouts: RolloutSplit | None = None,
 ) -> TrainResult:
     """Train one job; see the module docstring. ``data_cache`` keeps the tokenized data between
     jobs and resumes (without one it lives in a temporary folder); ``loader_workers`` processes
-    build the batches off the training thread (0, the default: on it).
+    build the batches off the training thread (0, the default: on it). ``rollouts``: a window's
+    fixed GRPO-family rollouts (``data.rollouts``) train instead of the spec's dataset.
 
     Example:
         >>> from trainer_core.data.cache import DataCache
@@ -257,7 +260,9 @@ def train(
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # "Writing model shards" bars on every checkpoint
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    inputs = load_inputs(spec, data_cache=data_cache, loader_workers=loader_workers)
+    inputs = load_inputs(
+        spec, data_cache=data_cache, loader_workers=loader_workers, rollouts=rollouts
+    )
     ctx, choice = build_context(spec, output_dir, inputs, resume=resume)
     if not ctx.world.is_main:
         callback = NULL_CALLBACK  # metrics, progress and events come from rank 0

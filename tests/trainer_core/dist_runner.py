@@ -1,8 +1,8 @@
 """Run under torchrun: train each job of a JSON list in turn, counting DDP's all-reduces.
 
 ``torchrun --nproc_per_node 2 tests/trainer_core/dist_runner.py JOBS.json``, where JOBS.json is
-``[{"spec": {...}, "out": "DIR"}, ...]``. One launch trains several jobs, so the ~4 s import of
-torch and transformers is paid once per rank. Rank 0 writes ``DIR/comm.json``: the counts of
+``[{"spec": {...}, "out": "DIR"}, ...]`` (a GRPO job adds ``rollouts`` and ``loss``). One launch
+trains several jobs, so the ~4 s import of torch and transformers is paid once per rank. Rank 0 writes ``DIR/comm.json``: the counts of
 ``CommCounter`` (``syncs``: backward passes whose gradients were all-reduced), the run's status
 its metrics and its step records.
 """
@@ -13,8 +13,10 @@ import json
 import sys
 from pathlib import Path
 
+from trainer_core.data.rollouts import Rollouts, rollout_split
 from trainer_core.distributed import launched_world, leave, observe_ddp
 from trainer_core.spec.job import JobSpec
+from trainer_core.spec.reinforcement import PolicyLoss
 from trainer_core.testing.comm_counter import CommCounter
 from trainer_core.testing.recorder import Recorder
 from trainer_core.train import train
@@ -28,7 +30,10 @@ def main(jobs_file: str) -> int:
         counter.reset()
         steps = Recorder()
         spec = JobSpec.model_validate(job["spec"])
-        result = train(spec, Path(job["out"]), resume=True, callback=steps)
+        rollouts = None
+        if "rollouts" in job:  # a window of fixed GRPO rollouts and its loss (data.rollouts)
+            rollouts = rollout_split(Rollouts(**job["rollouts"]), PolicyLoss(**job["loss"]))
+        result = train(spec, Path(job["out"]), resume=True, callback=steps, rollouts=rollouts)
         if world.is_main:
             report = {**counter.counts(), "status": result.status, "metrics": result.metrics,
                       "steps": steps.steps}  # fmt: skip

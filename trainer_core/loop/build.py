@@ -4,17 +4,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from trainer_core.accumulation import rollout_micro_step
 from trainer_core.checkpoint.resume import RunState, read_run_state, restore
 from trainer_core.data.cache import DataCache
-from trainer_core.data.load import JobData, PreferenceSplit, load_job_data
+from trainer_core.data.load import JobData, PreferenceSplit, TokenizedSplit, load_job_data
 from trainer_core.data.loader import EpochLoader, EpochPlan
 from trainer_core.data.plan import optimizer_steps_per_epoch
+from trainer_core.data.rollouts import RolloutPlan, RolloutSplit
 from trainer_core.distributed import World, join, launched_world, min_over_ranks
 from trainer_core.loop import dpo, replan
 from trainer_core.loop.autobatch import choose_micro_batch
@@ -73,12 +76,16 @@ def _join_world(spec: JobSpec, device: torch.device) -> tuple[World, torch.devic
 
 
 def load_inputs(
-    spec: JobSpec, *, data_cache: DataCache | None = None, loader_workers: int | None = None
-) -> Inputs:
+    spec: JobSpec, *, data_cache: DataCache | None = None, loader_workers: int | None = None,
+    rollouts: RolloutSplit | None = None,
+) -> Inputs:  # fmt: skip
     world, device = _join_world(spec, resolve_device(spec))
     check_precision(spec.mixed_precision, device)
     tokenizer = load_tokenizer(spec)
-    data = load_job_data(spec, tokenizer, data_cache)
+    if rollouts is None:
+        data = load_job_data(spec, tokenizer, data_cache)
+    else:  # a window's fixed rollouts train instead of the spec's dataset (``data.rollouts``)
+        data = JobData(rollouts, TokenizedSplit([], None, []), None, format="rollouts")
     if loader_workers is None:
         # Inline by default. A batch of pre-tokenized rows is cheap to build, and on a GPU the
         # device computes asynchronously while the host builds the next one anyway; a worker
@@ -138,6 +145,9 @@ def build_context(
         plan: EpochPlan = dpo.preference_plan(spec, model, data.train, data.eval, inputs.device,
                                               **planned)  # fmt: skip
         objective = dpo.objective(spec, model)  # before restore(): the starting weights
+    elif isinstance(data.train, RolloutSplit):  # completions; the loss type sets the item
+        plan = RolloutPlan(data.train, **planned)
+        objective = partial(rollout_micro_step, loss=data.train.loss)
     else:
         plan = EpochPlan(data.train, **planned)
     cuda = inputs.device.type == "cuda"

@@ -1,0 +1,166 @@
+"""A window's fixed rollouts as rows the epoch plan can cut, and their micro-batches.
+
+Rollouts are sampled once for the whole window, before its micro-batches: prompt and completion
+ids, whether each completion was truncated (cut at the sampling budget, no EOS), the log-prob each
+token was sampled with (old), the reference's when there is a KL term, and the advantages, fixed
+before the backward (``group_advantages``). So b, K, the ranks and a re-plan change only how the
+backward is cut, never what is trained; the micro-batch counts completions and may cut a group.
+
+A row is prompt + completion. What it trains is its completion's tokens, minus any the caller
+masked (tool output) and, with ``mask_truncated_completions``, all of a truncated completion's
+(after the causal shift every completion token is predicted from the one before it). Its item
+count is what its loss type divides by (``accumulation``, "Rollouts"): its trained tokens for
+dapo; 1 for grpo and max_completion_length for dr_grpo when it trains anything, else 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate
+from trainer_core.data.load import TokenizedSplit
+from trainer_core.data.loader import EpochPlan
+from trainer_core.data.plan import EpochIndex
+from trainer_core.distributed import shard
+from trainer_core.spec.reinforcement import PolicyLoss
+
+
+def group_advantages(rewards: Sequence[float], group_size: int, scale: bool) -> np.ndarray:
+    """Each completion's reward minus its group's mean (a group: ``group_size`` consecutive
+    completions of one prompt), divided by the group's std when ``scale`` (+1e-4, as TRL). A
+    group whose rewards are all equal gets zeros: it carries no policy gradient."""
+    grouped = np.asarray(rewards, dtype=np.float64).reshape(-1, group_size)
+    centred = grouped - grouped.mean(axis=1, keepdims=True)
+    if scale:
+        centred = centred / (grouped.std(axis=1, ddof=1, keepdims=True) + 1e-4)
+    advantages: np.ndarray = centred.reshape(-1).astype(np.float32)
+    return advantages
+
+
+@dataclass(frozen=True)
+class Rollouts:
+    """What sampling and grading hand the trainer for one window, one entry per completion."""
+
+    prompt_ids: Sequence[Sequence[int]]
+    completion_ids: Sequence[Sequence[int]]
+    truncated: Sequence[bool]
+    old_logps: Sequence[Sequence[float]]  # per completion token
+    advantages: Sequence[float]
+    ref_logps: Sequence[Sequence[float]] | None = None  # per completion token, for the KL term
+    completion_mask: Sequence[Sequence[int]] | None = None  # 0: a token that carries no loss
+
+
+@dataclass(frozen=True)
+class RolloutSplit(TokenizedSplit):
+    """Rows prompt + completion (``input_ids``, ``loss_mask``), ``items`` per the loss type."""
+
+    loss: PolicyLoss = field(default_factory=PolicyLoss)
+    prompt_lengths: Sequence[int] = ()
+    lengths: Sequence[int] = ()  # sampled completion tokens, truncated ones included
+    trained: Sequence[int] = ()  # tokens that carry loss
+    old_logps: Sequence[Sequence[float]] = ()
+    ref_logps: Sequence[Sequence[float]] | None = None
+    advantages: Sequence[float] = ()
+
+
+def rollout_split(rollouts: Rollouts, loss: PolicyLoss) -> RolloutSplit:
+    rows, masks, trained = [], [], []
+    for i, (prompt, completion) in enumerate(zip(rollouts.prompt_ids, rollouts.completion_ids,
+                                                 strict=True)):  # fmt: skip
+        mask = (
+            list(rollouts.completion_mask[i]) if rollouts.completion_mask else [1] * len(completion)
+        )
+        if rollouts.truncated[i] and loss.mask_truncated_completions:
+            mask = [0] * len(completion)
+        rows.append(list(prompt) + list(completion))
+        masks.append([0] * len(prompt) + mask)
+        trained.append(sum(mask))
+    per_completion = {"dapo": None, "grpo": 1, "dr_grpo": loss.max_completion_length}
+    unit = per_completion[loss.loss_type]
+    items = [t if unit is None else (unit if t else 0) for t in trained]
+    return RolloutSplit(
+        rows, None, items, masks, loss=loss,
+        prompt_lengths=[len(p) for p in rollouts.prompt_ids],
+        lengths=[len(c) for c in rollouts.completion_ids], trained=trained,
+        old_logps=rollouts.old_logps, ref_logps=rollouts.ref_logps,
+        advantages=rollouts.advantages,
+    )  # fmt: skip
+
+
+def _shifted(split: RolloutSplit, rows: list[int], values: Sequence[Sequence[float]],
+             width: int) -> torch.Tensor:  # fmt: skip
+    """Per-token values placed where the causal shift predicts each completion token: column
+    p - 1 holds the value of the token at position p. 0 elsewhere."""
+    out = torch.zeros((len(rows), width - 1), dtype=torch.float32)
+    for i, row in enumerate(rows):
+        start = split.prompt_lengths[row] - 1
+        out[i, start : start + split.lengths[row]] = torch.as_tensor(values[row])
+    return out
+
+
+def collate_rollouts(split: RolloutSplit, rows: list[int], pad_id: int) -> dict[str, Any]:
+    """One micro-batch of completions, right-padded, with what the policy loss reads."""
+    batch = collate(split.input_ids, None, MicroBatch(rows, 0, 0, True), pad_id, split.loss_mask)
+    width = batch["input_ids"].shape[1]
+    trained = torch.tensor([split.trained[r] for r in rows], dtype=torch.float32)
+    per_token = split.loss.loss_type == "grpo"  # each completion's token mean
+    batch |= {
+        "old_logps": _shifted(split, rows, split.old_logps, width),
+        "advantages": torch.tensor([split.advantages[r] for r in rows], dtype=torch.float32),
+        "row_weight": 1 / trained.clamp(min=1) if per_token else torch.ones(len(rows)),
+        "completion_lengths": torch.tensor([split.lengths[r] for r in rows], dtype=torch.float32),
+        "n_items": sum(int(split.items[r]) for r in rows),
+        "n_rows": len(rows),
+        "n_train_tokens": int(trained.sum()),
+    }
+    if split.ref_logps is not None:
+        batch["ref_logps"] = _shifted(split, rows, split.ref_logps, width)
+    return batch
+
+
+class RolloutPlan(EpochPlan):
+    """``EpochPlan`` over completions: the same windows, each micro-batch carrying its window's
+    normaliser N_W (Σ items) and, for the metrics, its trained tokens and completions."""
+
+    split: RolloutSplit
+
+    def __init__(self, split: RolloutSplit, **plan: Any) -> None:
+        self._trained = np.asarray(split.trained, dtype=np.int64)
+        self._counts: tuple[int, np.ndarray, np.ndarray] | None = None
+        super().__init__(split, **plan)
+
+    def window_counts(self, epoch: int, window: int) -> tuple[int, int]:
+        """(trained tokens, completions) of the window, over every rank."""
+        if self._counts is None or self._counts[0] != epoch:
+            index: EpochIndex = self.full_plan(epoch)
+            starts = np.arange(0, len(index.order), self.batch_size * self.accumulation)
+            tokens = np.add.reduceat(self._trained[index.order], starts)
+            completions = np.add.reduceat(np.ones(len(index.order), dtype=np.int64), starts)
+            self._counts = (epoch, tokens, completions)
+        return int(self._counts[1][window]), int(self._counts[2][window])
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
+        epoch, index = key if isinstance(key, tuple) else (self.epoch, self.skip + key)
+        micro = self.full_plan(epoch)[index]
+        rows = shard(micro.rows, self.world) if self.world.distributed else micro.rows
+        # A rank with no completions in a ragged last micro-batch still joins the window's
+        # all-reduce: it runs a stand-in row of weight 0, every label ignored (adds zero).
+        batch = collate_rollouts(self.split, rows or micro.rows[:1], self.pad_id)
+        if not rows:
+            batch["labels"] = torch.full_like(batch["labels"], IGNORE_INDEX)
+            batch["row_weight"] = torch.zeros_like(batch["row_weight"])
+            batch["completion_lengths"] = torch.zeros_like(batch["completion_lengths"])
+            batch["n_items"], batch["n_rows"], batch["n_train_tokens"] = 0, 0, 0
+        tokens, completions = self.window_counts(epoch, micro.window)
+        # DDP averages over the W ranks: Σ own / (N_W / W) averages to Σ all / N_W.
+        size = self.world.size
+        batch["n_window_items"] = micro.n_window_items / size
+        batch["n_window_tokens"] = tokens / size
+        batch["n_window_completions"] = completions / size
+        batch["last_in_window"] = micro.last_in_window
+        return batch
