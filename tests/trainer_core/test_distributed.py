@@ -42,15 +42,20 @@ PAIRS = [("classification", b) for b in ("pytorch", "accelerate", "trainer")] + 
     ("chat", "pytorch"),
 ]
 B, K = 4, 2
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def torchrun(*args: str, nproc: int = 2) -> list[str]:
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    """torchrun whose ranks are forked from its warm agent (``forked_torchrun``): a two-rank
+    launch pays the imports once, not three times."""
+    launcher = [sys.executable, "-m", "tests.trainer_core.forked_torchrun", "--standalone"]
     return [*launcher, f"--nproc_per_node={nproc}", *args]
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(extra or {})}
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # tests.*
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": path,
+            **(extra or {})}  # fmt: skip
 
 
 def _two_rank_spec(task: str, backend: str) -> dict[str, Any]:
