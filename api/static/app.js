@@ -172,6 +172,7 @@ function showJob(job) {
   showControls(job);
   $("cancel").disabled = TERMINAL.includes(job.status);
   $("download").disabled = job.status !== "succeeded";
+  updateChat(job);
 }
 
 function onJobMessage(charts, kind, data) {
@@ -232,6 +233,7 @@ async function openJob(jobId) {
   }
   const abort = new AbortController();
   current = { id: jobId, abort, charts, job };
+  openChat(job);
   $("confusion").replaceChildren();
   $("confusion-step").textContent = "";
   $("try-output").replaceChildren();
@@ -342,6 +344,7 @@ async function downloadModel() {
 function closeJob() {
   if (!current) return;
   current.abort.abort();
+  closeChat();
   Object.values(current.charts).forEach((chart) => chart.destroy());
   current = null;
 }

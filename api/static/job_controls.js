@@ -30,6 +30,7 @@ async function refreshCheckpoints(jobId) {
     return;
   }
   if (!current || current.id !== jobId) return; // another page opened meanwhile
+  chatCheckpoints(jobId, listed);
   const number = (value) => (typeof value === "number" ? value.toFixed(4) : "");
   const rows = listed.map((c) => {
     const tr = row("td", [c.step_number, c.epoch, number(c.metrics.train_loss),

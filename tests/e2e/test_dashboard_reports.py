@@ -2,8 +2,9 @@
 with API keys on: the key banner clears once a valid key is entered; the list shows name, model,
 dataset, backend and b x K; a classifier's page draws its confusion matrix and answers in the
 "Try it" box; a chat model's page lists its samples, newest evaluation first; a DPO job's page
-plots its reward accuracy and rewards; every chart's y labels are distinct. A screenshot of each
-page is kept (``GRADACC_TEST_ARTIFACTS``)."""
+plots its reward accuracy and rewards; every chart's y labels are distinct; the chat model's
+page chats through its streamed chat pane. A screenshot of each page is kept
+(``GRADACC_TEST_ARTIFACTS``)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from gradacc.db import session_scope
 from gradacc.settings import Settings
 from tests.e2e.conftest import embedded_serve
 from tests.e2e.test_dashboard import ARTIFACTS, CHROMIUM, browser_missing
-from tests.support import wait_final
+from tests.support import wait_final, wait_until
+from worker.predict.failpoints import SERVE_HOLD
 
 pytestmark = pytest.mark.integration
+Stack = tuple[str, str, dict[str, str], Path]  # URL, API key, job ids by name, the stream gate
 COMMON = {"num_train_epochs": 3, "max_train_samples": 96, "max_eval_samples": 24,
           "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
           "learning_rate": 5e-3}  # fmt: skip
@@ -36,9 +39,11 @@ JOBS = {
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, dict[str, str]]]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     folder = tmp_path_factory.mktemp("dash")
-    with embedded_serve(folder, env={"GRADACC_REQUIRE_AUTH": "true"}) as (url, _):
+    gate = folder / "hold"  # while it exists, a chat stream parks at each token (SERVE_HOLD)
+    env = {"GRADACC_REQUIRE_AUTH": "true", SERVE_HOLD: str(gate)}
+    with embedded_serve(folder, env=env) as (url, _):
         with session_scope(Settings(home=folder / "home")) as session:
             key = create_api_key(session, tenant="ana")
         auth = {"Authorization": f"Bearer {key}"}
@@ -50,7 +55,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, 
                 ids[name] = reply.json()["id"]
             for job_id in ids.values():
                 assert wait_final(client, job_id, timeout=240)["status"] == "succeeded"
-        yield url, key, ids
+        yield url, key, ids, gate
 
 
 def _distinct_ticks(page: Any, chart: str) -> list[str]:
@@ -60,14 +65,14 @@ def _distinct_ticks(page: Any, chart: str) -> list[str]:
     return labels
 
 
-def test_the_dashboard_pages(stack: tuple[str, str, dict[str, str]]) -> None:
+def test_the_dashboard_pages(stack: Stack) -> None:
     try:
         from playwright.sync_api import expect, sync_playwright
     except ImportError:
         browser_missing("Playwright's Python package is not installed")
     if not Path(CHROMIUM).exists():
         browser_missing("chromium is not installed")
-    url, key, ids = stack
+    url, key, ids, _ = stack
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -147,5 +152,109 @@ def test_the_dashboard_pages(stack: tuple[str, str, dict[str, str]]) -> None:
         page.click("#try-form button[type=submit]")
         expect(page.locator("#try-output .answer")).to_have_count(1, timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / "dashboard-chat.png"), full_page=True)
+        browser.close()
+    assert errors == []
+
+
+def _greedy(client: httpx.Client, model: str, messages: list[dict[str, str]]) -> str | None:
+    """The non-streamed greedy answer through the API; None while no predict server answers."""
+    body = {"model": model, "messages": messages, "max_completion_tokens": 24, "temperature": 0}
+    reply = client.post("/v1/chat/completions", json=body)
+    if reply.status_code == 503:  # the predict server listens once torch is imported
+        return None
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["choices"][0]["message"]["content"])
+
+
+def _pieces(client: httpx.Client, model: str, messages: list[dict[str, str]]) -> list[str]:
+    """The text pieces of the same request streamed through the API (empty deltas left out)."""
+    body = {"model": model, "messages": messages, "max_completion_tokens": 24, "temperature": 0,
+            "stream": True}  # fmt: skip
+    pieces = []
+    with client.stream("POST", "/v1/chat/completions", json=body) as reply:
+        assert reply.status_code == 200
+        for line in reply.iter_lines():
+            if line.startswith("data: {"):
+                delta = json.loads(line[6:])["choices"][0]["delta"]
+                pieces += [delta["content"]] if delta.get("content") else []
+    return pieces
+
+
+def test_the_chat_pane(stack: Stack) -> None:
+    """A chat model's page streams each answer into its chat pane, piece by piece, equal to the
+    API's greedy answer to the same conversation (the first turn sent back with the second);
+    Stop ends a held stream; an OpenAI error body's message is shown; a checkpoint picked
+    answers as itself; a classifier's page has no chat."""
+    try:
+        from playwright.sync_api import expect, sync_playwright
+    except ImportError:
+        browser_missing("Playwright's Python package is not installed")
+    if not Path(CHROMIUM).exists():
+        browser_missing("chromium is not installed")
+    url, key, ids, gate = stack
+    api = httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {key}"})
+    with api, sync_playwright() as p:
+        job = api.get(f"/v1/jobs/{ids['dash-chat']}").json()
+        checkpoints = api.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
+        first = [{"role": "user", "content": "what is 2 plus 3?"}]
+        model = job["fine_tuned_model"]
+        answer = wait_until(lambda: _greedy(api, model, first), timeout=60, what="an answer")
+        second = [*first, {"role": "assistant", "content": answer},
+                  {"role": "user", "content": "and 4 plus 4?"}]  # fmt: skip
+        answer_2 = _greedy(api, model, second)
+        assert answer and answer_2
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 1100})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.add_init_script(f"sessionStorage.setItem('gradacc_api_key', {json.dumps(key)})")
+        page.goto(f"{url}/#/jobs/{job['id']}")
+        expect(page.locator("#chat-pane")).to_be_visible()
+        expect(page.locator("#chat-model option")).to_have_count(1 + len(checkpoints))
+        page.fill("#chat-max-tokens", "24")
+        answers = page.locator("#chat-log li[data-role=assistant]")
+        for turn, (text, expected) in enumerate([(first[0]["content"], answer),
+                                                 (second[-1]["content"], answer_2)]):  # fmt: skip
+            page.fill("#chat-form textarea", text)
+            page.click("#chat-send")
+            expect(answers.nth(turn)).to_have_attribute("data-state", "done", timeout=30_000)
+            assert answers.nth(turn).text_content() == expected
+        # Drawn piece by piece, as the stream sends them (one per token here).
+        pieces = _pieces(api, model, first)
+        assert "".join(pieces) == answer and len(pieces) >= 2
+        assert answers.nth(0).get_attribute("data-chunks") == str(len(pieces))
+        page.locator("#chat-section").screenshot(path=str(ARTIFACTS / "dashboard-chat-pane.png"))
+
+        gate.touch()  # the next stream parks after its first token until Stop closes it
+        try:
+            page.fill("#chat-form textarea", "what is 1 plus 1?")
+            page.click("#chat-send")
+            expect(answers.nth(2)).not_to_have_attribute("data-chunks", "0", timeout=30_000)
+            page.click("#chat-stop")
+            expect(answers.nth(2)).to_have_attribute("data-state", "stopped")
+            expect(page.locator("#chat-send")).to_be_enabled()
+        finally:
+            gate.unlink()
+        page.fill("#chat-max-tokens", "100000")  # above the server's limit: a 400 naming it
+        page.fill("#chat-form textarea", "what is 3 plus 3?")
+        page.click("#chat-send")
+        expect(page.locator("#chat-error")).to_contain_text("max_completion_tokens")
+        expect(answers).to_have_count(3)  # the failed turn is not kept: its text is back
+        expect(page.locator("#chat-form textarea")).to_have_value("what is 3 plus 3?")
+
+        page.fill("#chat-max-tokens", "24")
+        page.click("#chat-clear")  # a new conversation, with a checkpoint as the model
+        checkpoint = page.locator("#chat-model option").nth(1).get_attribute("value") or ""
+        assert checkpoint.endswith(f":ckpt-step-{checkpoints[0]['step_number']}")
+        page.select_option("#chat-model", checkpoint)
+        page.fill("#chat-form textarea", first[0]["content"])
+        page.click("#chat-send")
+        expect(answers).to_have_count(1)
+        expect(answers.first).to_have_attribute("data-state", "done", timeout=30_000)
+        assert answers.first.text_content() == _greedy(api, checkpoint, first)
+
+        page.goto(f"{url}/#/jobs/{ids['dash-classifier']}")
+        expect(page.locator("#chat-note")).to_contain_text("classifier")
+        expect(page.locator("#chat-pane")).to_be_hidden()
         browser.close()
     assert errors == []
