@@ -227,3 +227,23 @@ def test_a_masked_token_cannot_overflow_into_nan(rollouts: Rollouts) -> None:
         grads.append(gradient_of(model, step.loss))
     assert all(torch.isfinite(g).all() for g in grads[0].values())
     assert relative_gap(grads[0], grads[1]) == 0.0
+
+
+def test_a_completion_mask_trains_only_its_tokens(rollouts: Rollouts) -> None:
+    """The caller's mask (tool output, say) zeroing every token of the four truncated completions
+    trains exactly what truncation masking does, without a reference (β 0): the same counts and
+    the same gradient."""
+    loss = policy_loss("grpo", beta=0.0)
+    untruncated = dataclasses.replace(rollouts, truncated=[False] * 12, ref_logps=None,
+        completion_mask=[[0 if cut else 1] * len(c) for c, cut in
+                         zip(rollouts.completion_ids, rollouts.truncated, strict=True)])  # fmt: skip
+    grads = []
+    for window in (dataclasses.replace(rollouts, ref_logps=None), untruncated):
+        split = rollout_split(window, loss)
+        assert list(split.items) == [0 if cut else 1 for cut in rollouts.truncated]
+        batch = collate_rollouts(split, list(range(12)), pad_id=0)
+        batch |= {"n_window_items": 8, "n_window_tokens": sum(split.trained),
+                  "n_window_completions": 12}  # fmt: skip
+        model = starting_model(grpo_spec())
+        grads.append(gradient_of(model, rollout_micro_step(model, batch, loss).loss))
+    assert relative_gap(grads[0], grads[1]) == 0.0
