@@ -6,11 +6,12 @@ import os
 import socket
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gradacc.upstreams import Upstreams, parse_upstreams
 from trainer_core.spec.outputs import DATA_CACHE_DIR
 
 # A job's priority lies in [-PRIORITY_BOUND, PRIORITY_BOUND] (the schema's bounds); what a
@@ -147,6 +148,9 @@ class Settings(BaseSettings):
     # recently used out first); an answer that takes longer than the timeout is a 504. Both
     # sides poll the predictions table this often.
     predict_cache_models: int = Field(default=2, ge=1, le=64)
+    # Of those models, LoRA adapters share their base (one copy of it): at most this many
+    # adapters stay on the loaded bases, least recently used out first.
+    predict_cache_adapters: int = Field(default=16, ge=1, le=1024)
     predict_timeout_s: float = Field(default=60.0, gt=0)
     predict_poll_interval_s: float = Field(default=0.02, gt=0)
     # A chat template renders in a child of the predict server with this much more address space
@@ -167,6 +171,10 @@ class Settings(BaseSettings):
     serve_token: str | None = Field(default=None, min_length=16)
     serve_max_completion_tokens: int = Field(default=1024, ge=1)
     serve_timeout_s: float = Field(default=120.0, gt=0)
+    # Models answered by external OpenAI-compatible servers (vLLM, SGLang): a JSON object from a
+    # model pattern (a name, "prefix*", "*") to {base_url, api_key | api_key_env, model}
+    # (gradacc.upstreams; docs/serving.md). Checked at start: a bad entry stops the process.
+    serve_upstreams: Annotated[Upstreams, NoDecode] = Field(default_factory=Upstreams)
     # The job stream's one reader per API process polls the database this often: the delay of
     # a stream message is at most about this plus the training process's own write interval.
     stream_poll_interval_s: float = Field(default=0.25, gt=0)
@@ -189,6 +197,11 @@ class Settings(BaseSettings):
     prometheus_multiproc_dir: str | None = Field(
         default=None, validation_alias=AliasChoices("prometheus_multiproc_dir")
     )
+
+    @field_validator("serve_upstreams", mode="before")
+    @classmethod
+    def _parse_upstreams(cls, raw: Any) -> Any:
+        return parse_upstreams(raw, environ=os.environ) if isinstance(raw, str) else raw
 
     @property
     def is_embedded(self) -> bool:

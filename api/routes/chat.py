@@ -16,7 +16,10 @@ router = APIRouter(tags=["chat"])
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 415, 504)
 }
-ERRORS[503] = {"model": ErrorResponse, "description": "No predict server is up"}
+ERRORS[503] = {
+    "model": ErrorResponse,
+    "description": "No predict server is up, or the model's upstream server cannot be reached",
+}
 STREAM = {"text/event-stream": {"schema": {"type": "string"}}}
 SHARED = (
     " `stream: true` answers Server-Sent Events of chunks ending in `data: [DONE]` (with "
@@ -40,7 +43,7 @@ async def create_chat_completion(
     body: ChatCompletionRequest, request: Request, settings: SettingsDep, tenant: TenantDep
 ) -> Response:
     return await chat_services.complete(request.app.state.sessionmaker, settings,
-                                        path="/v1/chat/completions", body=body, tenant=tenant)  # fmt: skip
+                                        path="/chat/completions", body=body, tenant=tenant)  # fmt: skip
 
 
 @router.post(
@@ -55,4 +58,4 @@ async def create_completion(
     body: CompletionRequest, request: Request, settings: SettingsDep, tenant: TenantDep
 ) -> Response:
     return await chat_services.complete(request.app.state.sessionmaker, settings,
-                                        path="/v1/completions", body=body, tenant=tenant)  # fmt: skip
+                                        path="/completions", body=body, tenant=tenant)  # fmt: skip

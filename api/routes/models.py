@@ -17,9 +17,13 @@ router = APIRouter(
 
 
 @router.get("", response_model=ModelList, summary="List models")
-async def list_models(session: ReadSessionDep, tenant: TenantDep) -> ModelList:
-    """The base models (built in) and the fine-tuned models of your succeeded jobs."""
-    return ModelList(data=model_services.list_models(session, tenant=tenant))
+async def list_models(
+    session: ReadSessionDep, settings: SettingsDep, tenant: TenantDep
+) -> ModelList:
+    """The base models (built in), the fine-tuned models of your succeeded jobs, and the models
+    an upstream server answers by exact name (`GRADACC_SERVE_UPSTREAMS`; its globs are not
+    listed)."""
+    return ModelList(data=model_services.list_models(session, settings, tenant=tenant))
 
 
 @router.get(
@@ -29,8 +33,10 @@ async def list_models(session: ReadSessionDep, tenant: TenantDep) -> ModelList:
     description="A base model, or one of your fine-tuned models (`ft:…`, or a checkpoint's "
     "name); another tenant's is a 404.",
 )
-async def retrieve_model(model: str, session: ReadSessionDep, tenant: TenantDep) -> ModelObject:
-    return model_services.get_model(session, model=model, tenant=tenant)
+async def retrieve_model(
+    model: str, session: ReadSessionDep, settings: SettingsDep, tenant: TenantDep
+) -> ModelObject:
+    return model_services.get_model(session, settings, model=model, tenant=tenant)
 
 
 @router.delete(

@@ -264,7 +264,10 @@ class ModelObject(BaseModel):
     object: Literal["model"] = "model"
     id: str
     created: int
-    owned_by: str = Field(description="gradacc for the built-in ones, else the tenant")
+    owned_by: str = Field(
+        description="gradacc for the built-in ones, upstream for a model an "
+        "upstream server answers (GRADACC_SERVE_UPSTREAMS), else the tenant"
+    )
 
 
 class ModelList(BaseModel):

@@ -1,7 +1,9 @@
 """/v1/chat/completions and /v1/completions: refuse what is not served (a 400 naming it), check
 the model is the tenant's (404 ``model_not_found`` otherwise), then forward the request to a
 predict server and pass its answer, or its stream, straight through (``api.services.upstream``).
-The API loads no model: it only knows where one is."""
+A model ``GRADACC_SERVE_UPSTREAMS`` sends elsewhere goes to that server instead, as the client
+wrote it, with the tenant check still done here. The API loads no model: it only knows where
+one is."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from api.services.upstream import Upstream, forward
 from gradacc.errors import InvalidRequest, NoWorkers
 from gradacc.serving import TENANT_HEADER, pick_server, resolve_model
 from gradacc.settings import Settings
+from gradacc.upstreams import OWN_PREFIXES, UpstreamRoute
 
 # OpenAI's fields that would change the answer in ways this server cannot: named when given.
 UNSERVED = {
@@ -91,6 +94,11 @@ async def complete(
     body: ChatCompletionRequest | CompletionRequest,
     tenant: str,
 ) -> Response:
+    """``path`` is relative to a server's ``/v1`` (``/chat/completions``)."""
+    route = settings.serve_upstreams.match(body.model)
+    if route is not None:
+        return await _complete_upstream(sessions, settings, route, path=path, body=body,
+                                        tenant=tenant)  # fmt: skip
     _check_served(body, settings)
     sent = forwarded_body(body)
 
@@ -101,8 +109,34 @@ async def complete(
         if server is None:
             raise NoWorkers("no worker's predict server is up to answer (GRADACC_PREDICT_SERVER)")
         headers = {"Authorization": f"Bearer {server.token}", TENANT_HEADER: tenant}
-        return Upstream(server.url, headers)
+        return Upstream(f"{server.url}/v1", headers)
 
     upstream = await run_in_threadpool(locate)
+    return await forward(upstream, path, sent, stream=bool(body.stream),
+                         timeout_s=settings.serve_timeout_s)  # fmt: skip
+
+
+async def _complete_upstream(
+    sessions: sessionmaker[Session],
+    settings: Settings,
+    route: UpstreamRoute,
+    *,
+    path: str,
+    body: ChatCompletionRequest | CompletionRequest,
+    tenant: str,
+) -> Response:
+    """Forwarded whole: what the upstream serves (tools, images, response_format) and its limits
+    are its own, and its errors pass through. A name of this server's own (a built-in, an ``ft:``
+    model) is checked for the tenant first, so a ``*`` route never opens another tenant's model."""
+    if body.model.startswith(OWN_PREFIXES):
+
+        def check() -> None:
+            with sessions() as session:
+                resolve_model(session, settings, model=body.model, tenant=tenant)
+
+        await run_in_threadpool(check)
+    sent = body.model_dump(exclude_none=True) | {"model": route.upstream_model(body.model)}
+    label = f"the upstream server for {body.model!r} (GRADACC_SERVE_UPSTREAMS {route.pattern!r})"
+    upstream = Upstream(route.server.base_url, route.headers(), label)
     return await forward(upstream, path, sent, stream=bool(body.stream),
                          timeout_s=settings.serve_timeout_s)  # fmt: skip

@@ -1,5 +1,6 @@
-"""/v1/models: the built-in base models and the tenant's fine-tuned ones; a fine-tuned model can
-be deleted (its weights go; the job and its metrics stay)."""
+"""/v1/models: the built-in base models, the tenant's fine-tuned ones and the names
+``GRADACC_SERVE_UPSTREAMS`` sends elsewhere by exact name; a fine-tuned model can be deleted (its
+weights go; the job and its metrics stay)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from trainer_core.spec.fields import BUILTIN_MODELS
 from trainer_core.spec.outputs import MODEL_DIR
 
 BUILTIN_CREATED = 1767225600  # 2026-01-01: the built-ins ship with the code
+UPSTREAM_OWNER = "upstream"  # owned_by of a model an upstream server answers (created: unknown, 0)
 
 
 def _owned(job: Job) -> ModelObject:
@@ -33,11 +35,13 @@ def _live(session: Session, *, tenant: str) -> list[Job]:
     return [job for job in jobs if not fine_tuned.model_deleted(job)]
 
 
-def list_models(session: Session, *, tenant: str) -> list[ModelObject]:
+def list_models(session: Session, settings: Settings, *, tenant: str) -> list[ModelObject]:
     builtins = [
         ModelObject(id=m, created=BUILTIN_CREATED, owned_by="gradacc") for m in BUILTIN_MODELS
     ]
-    return builtins + [_owned(job) for job in _live(session, tenant=tenant)]
+    elsewhere = [ModelObject(id=m, created=0, owned_by=UPSTREAM_OWNER)
+                 for m in settings.serve_upstreams.listed_names()]  # fmt: skip
+    return builtins + [_owned(job) for job in _live(session, tenant=tenant)] + elsewhere
 
 
 def _fine_tuned_job(session: Session, *, model: str, tenant: str) -> Job:
@@ -48,9 +52,11 @@ def _fine_tuned_job(session: Session, *, model: str, tenant: str) -> Job:
     return found[1]
 
 
-def get_model(session: Session, *, model: str, tenant: str) -> ModelObject:
+def get_model(session: Session, settings: Settings, *, model: str, tenant: str) -> ModelObject:
     if model in BUILTIN_MODELS:
         return ModelObject(id=model, created=BUILTIN_CREATED, owned_by="gradacc")
+    if model in settings.serve_upstreams.listed_names():
+        return ModelObject(id=model, created=0, owned_by=UPSTREAM_OWNER)
     return _owned(_fine_tuned_job(session, model=model, tenant=tenant))
 
 

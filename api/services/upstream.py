@@ -1,11 +1,13 @@
-"""Forwarding an OpenAI request to a server that speaks the protocol: a worker's predict server
-today, an external inference server (vLLM, SGLang) the same way tomorrow, since an upstream is
-just a base URL and the headers it wants. An answer passes through as it came (status and body,
-OpenAI's error shape included); a stream passes through piece by piece, and when our client goes
-away the upstream connection is closed, which stops the generation there."""
+"""Forwarding an OpenAI request to a server that speaks the protocol: a worker's predict server,
+or an external inference server (vLLM, SGLang: ``GRADACC_SERVE_UPSTREAMS``) the same way, since an
+upstream is just a base URL and the headers it wants. An answer passes through as it came (status
+and body; an error body not in OpenAI's shape is put in it); a stream passes through piece by
+piece, and when our client goes away the upstream connection is closed, which stops the
+generation there."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -15,6 +17,7 @@ import httpx
 from fastapi import Response
 from fastapi.responses import StreamingResponse
 
+from api.errors import error_response
 from gradacc.errors import NotReady
 
 log = logging.getLogger(__name__)
@@ -23,8 +26,9 @@ CONNECT_S = 5.0
 
 @dataclass(frozen=True)
 class Upstream:
-    base_url: str  # e.g. http://127.0.0.1:8101 (requests go to {base_url}/v1/...)
+    base_url: str  # as the openai SDK takes it: http://127.0.0.1:8101/v1 (then /chat/completions)
     headers: dict[str, str] = field(default_factory=dict)
+    label: str = "the model server"  # how an error names it to the client
 
 
 async def forward(
@@ -39,18 +43,38 @@ async def forward(
     except httpx.HTTPError as exc:
         await client.aclose()
         log.warning("upstream %s: %s", upstream.base_url, type(exc).__name__)
-        raise NotReady("the model server cannot be reached; retry later") from None
+        raise NotReady(f"{upstream.label} cannot be reached; retry later") from None
     if answer.status_code in (401, 403):  # our token, not the client's key: not theirs to see
         await _close(answer, client)
         log.error("upstream %s refused the API's token", upstream.base_url)
-        raise NotReady("the model server refused this API; retry later")
+        raise NotReady(f"{upstream.label} refused this API's key; retry later")
     if not stream or answer.status_code != 200:
         content = await answer.aread()
         await _close(answer, client)
+        if answer.status_code >= 400:
+            return as_openai_error(answer.status_code, content, label=upstream.label)
         kind = answer.headers.get("content-type", "application/json")
         return Response(content, status_code=answer.status_code, media_type=kind)
     return StreamingResponse(_relay(answer, client), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache"})  # fmt: skip
+
+
+def as_openai_error(status: int, content: bytes, *, label: str = "the model server") -> Response:
+    """The upstream's error as it came when it is OpenAI's ``{"error": {...}}``; a flat one
+    (older vLLM: ``{"object": "error", "message": ...}``) nested; anything else (a proxy's page)
+    wrapped, its start kept as the message."""
+    try:
+        found = json.loads(content)
+    except ValueError:
+        found = None
+    if isinstance(found, dict) and isinstance(found.get("error"), dict):
+        return Response(content, status_code=status, media_type="application/json")
+    if isinstance(found, dict) and isinstance(found.get("message"), str):
+        strings = {k: v for k, v in found.items() if isinstance(v, str)}  # vLLM: code is a number
+        code = strings.get("code", "upstream_error")
+        return error_response(status, code, strings["message"], strings.get("param"))
+    text = content.decode("utf-8", errors="replace").strip()[:500]
+    return error_response(status, "upstream_error", f"{label} answered {status}: {text}")
 
 
 async def _relay(answer: httpx.Response, client: httpx.AsyncClient) -> AsyncIterator[bytes]:
