@@ -213,10 +213,13 @@ def test_the_chat_pane(stack: Stack) -> None:
         expect(page.locator("#chat-model option")).to_have_count(1 + len(checkpoints))
         page.fill("#chat-max-tokens", "24")
         answers = page.locator("#chat-log li[data-role=assistant]")
-        for turn, (text, expected) in enumerate([(first[0]["content"], answer),
-                                                 (second[-1]["content"], answer_2)]):  # fmt: skip
-            page.fill("#chat-form textarea", text)
-            page.click("#chat-send")
+        for turn, (messages, expected) in enumerate([(first, answer), (second, answer_2)]):
+            page.fill("#chat-form textarea", messages[-1]["content"])
+            with page.expect_request("**/v1/chat/completions") as sent:
+                page.click("#chat-send")
+            body = json.loads(sent.value.post_data or "{}")
+            assert body["messages"] == messages  # the whole conversation, each turn
+            assert body["stream"] is True and body["temperature"] == 0
             expect(answers.nth(turn)).to_have_attribute("data-state", "done", timeout=30_000)
             assert answers.nth(turn).text_content() == expected
         # Drawn piece by piece, as the stream sends them (one per token here).
