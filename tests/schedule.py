@@ -54,6 +54,7 @@ COST_S: dict[str, float] = {
     "tests/e2e/test_delete_race.py": 19,
     "tests/trainer_core/test_training_options.py": 17,
     "tests/trainer_core/test_hub_cache.py": 16,
+    "tests/e2e/test_upstream_serving.py": 15,
     "tests/worker/test_process_layout.py": 14,
     "tests/trainer_core/test_equivalence.py": 12,
     "tests/trainer_core/test_lora.py": 12,
