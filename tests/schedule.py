@@ -38,6 +38,7 @@ COST_S: dict[str, float] = {
     "tests/e2e/test_gang_faults.py": 36,
     "tests/e2e/test_client_cli.py": 36,
     "tests/e2e/test_openai_sdk.py": 35,
+    "tests/e2e/test_shared_lora_bases.py": 35,
     "tests/e2e/test_dashboard_reports.py": 35,
     "tests/e2e/test_gang.py": 34,
     "tests/e2e/test_round_trip.py": 34,

@@ -146,7 +146,16 @@ def main(argv: list[str] | None = None) -> int:
                      help=f"tokenized-data cache (default: $GRADACC_HOME/{DATA_CACHE_DIR}, the "
                      "service's; GRADACC_HOME defaults to var)")  # fmt: skip
     run.add_argument("--no-cache", action="store_true", help="tokenize into a temporary folder")
+    merge = commands.add_parser("merge", help="a trained model folder with its adapters merged")
+    merge.add_argument("folder", type=Path, help="a model or adapter folder (model/trained.py)")
+    merge.add_argument("--output-dir", type=Path, required=True, help="written whole, once")
+    merge.add_argument("--classifier", action="store_true", help="a sequence classifier")
     args = parser.parse_args(argv)
+    if args.command == "merge":
+        from trainer_core.model.merge import merge_folder
+
+        merge_folder(args.folder, args.output_dir, causal=not args.classifier)
+        return 0
     return run_command(args)
 
 

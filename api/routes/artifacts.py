@@ -6,6 +6,7 @@ request of the process while it walks the disk)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
@@ -16,8 +17,15 @@ from api.schemas.jobs import ArtifactList, CheckpointList, ErrorResponse
 from api.services import artifacts
 from api.services import checkpoints as checkpoint_list
 from api.services import jobs as job_services
+from api.services.merged_model import merged_model
 from gradacc import outputs
-from trainer_core.spec.outputs import TRAIN_LOG
+from gradacc.errors import InvalidRequest
+from trainer_core.spec.outputs import MODEL_DIR, TRAIN_LOG
+
+MERGED_HELP = (
+    "model only: a LoRA job's adapters merged into their base, as safetensors that "
+    "from_pretrained and vLLM load (a job that is not LoRA: its model as it is)"
+)
 
 router = APIRouter(
     prefix="/jobs",
@@ -41,20 +49,33 @@ def list_artifacts(
     responses={200: {"content": {"application/gzip": {}, "application/octet-stream": {}}}},
 )
 def get_artifact(
-    job_id: str, path: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
+    job_id: str,
+    path: str,
+    engine: ReadEngineDep,
+    session: ReadSessionDep,
+    settings: SettingsDep,
+    tenant: TenantDep,
+    merged: Annotated[bool, Query(description=MERGED_HELP)] = False,
 ) -> Response:
     """`model`, `checkpoint` (the latest) or `checkpoint-<step>` (any kept one): the folder as
-    a tar.gz built while it is sent. Any other path from /artifacts: that file, with Range
-    support."""
+    a tar.gz built while it is sent (`model?merged=true`: a LoRA job's adapters merged into
+    their base, made once). Any other path from /artifacts: that file, with Range support."""
+    if merged and path != MODEL_DIR:
+        raise InvalidRequest("only the model folder is merged (model?merged=true)", param="merged")
+    if merged:
+        folder = merged_model(session, settings, job_id=job_id, tenant=tenant)
+        return _tar_gz(folder, f"{job_id}-{path}")
     job_services.read_job(engine, job_id=job_id, tenant=tenant)
     root = settings.jobs_dir / job_id
     if path in artifacts.FOLDERS or outputs.CHECKPOINT_NAME.fullmatch(path):
-        folder = artifacts.folder_path(root, path)
-        name = f"{job_id}-{path}"
-        headers = {"Content-Disposition": f'attachment; filename="{name}.tar.gz"'}
-        stream = artifacts.tar_gz(folder, name)
-        return StreamingResponse(stream, media_type="application/gzip", headers=headers)
+        return _tar_gz(artifacts.folder_path(root, path), f"{job_id}-{path}")
     return FileResponse(artifacts.artifact_path(root, path), media_type="application/octet-stream")
+
+
+def _tar_gz(folder: Path, name: str) -> StreamingResponse:
+    headers = {"Content-Disposition": f'attachment; filename="{name}.tar.gz"'}
+    return StreamingResponse(artifacts.tar_gz(folder, name), media_type="application/gzip",
+                             headers=headers)  # fmt: skip
 
 
 @router.get("/{job_id}/checkpoints", response_model=CheckpointList)

@@ -128,20 +128,74 @@ def load_trained(
     ``merge=False`` and adapters, a ``PeftModel`` whose last adapter stays apart from its base."""
     if not is_adapter(folder):
         return auto.from_pretrained(folder, trust_remote_code=False, **label_kwargs)
-    check_trained(folder, depth)
-    if (folder / BASE_DIR).is_dir():
-        base = load_trained(_inside(folder), auto, label_kwargs=label_kwargs, depth=depth + 1)
-    elif (folder / BUILTIN_BASE).is_file():
-        base = build_builtin(*_builtin_base(folder), auto, label_kwargs)
-    else:
-        base = auto.from_pretrained(hub_base(folder / ADAPTER_CONFIG), trust_remote_code=False,
-                                    **label_kwargs)  # fmt: skip
-    model = _with_adapter(base, folder)
+    model = _with_adapter(load_base(folder, auto, label_kwargs=label_kwargs, depth=depth), folder)
     if not merge:
         return model
     merged = model.merge_and_unload()
     merged.requires_grad_(True)  # peft froze the base: merged, it is a plain model again
     return merged
+
+
+def load_base(folder: Path, auto: Any, *, label_kwargs: dict[str, object], depth: int = 0) -> Any:
+    """The plain model an adapter folder's adapters go on (a chain below it merged)."""
+    check_trained(folder, depth)
+    if (folder / BASE_DIR).is_dir():
+        return load_trained(_inside(folder), auto, label_kwargs=label_kwargs, depth=depth + 1)
+    if (folder / BUILTIN_BASE).is_file():
+        return build_builtin(*_builtin_base(folder), auto, label_kwargs)
+    return auto.from_pretrained(hub_base(folder / ADAPTER_CONFIG), trust_remote_code=False,
+                                **label_kwargs)  # fmt: skip
+
+
+def base_key(folder: Path) -> tuple[object, ...]:
+    """What an adapter folder's base is made from, so that adapters on one base can share one
+    loaded copy of it: a built-in name and seed, a hub id, or the ``model_key`` of ``base/``."""
+    check_trained(folder)
+    if (folder / BASE_DIR).is_dir():
+        return model_key(_inside(folder))
+    if (folder / BUILTIN_BASE).is_file():
+        return ("builtin", *_builtin_base(folder))
+    return ("hub", hub_base(folder / ADAPTER_CONFIG))
+
+
+def model_key(folder: Path) -> tuple[object, ...]:
+    """A model folder's identity: its files as the file system knows them (device, inode, size,
+    mtime), so that hard links of one model (how the service links a base into an adapter's
+    view) name the same model and a file written again names another; for adapters, their base
+    too."""
+    found = []
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and not path.is_symlink():
+            stat = path.stat()
+            found.append((path.name, stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    if is_adapter(folder):
+        return ("adapters", base_key(folder), tuple(found))
+    return ("files", tuple(found))
+
+
+def add_adapter(model: Any, folder: Path, name: str) -> Any:
+    """``folder``'s adapter put on ``model`` as ``name`` beside any it has (not active until
+    ``set_adapter``): the ``PeftModel`` that holds them, made from ``model`` if it is plain."""
+    from peft import PeftConfig, PeftModel, get_peft_model
+
+    peft = isinstance(model, PeftModel)
+    if (folder / ADAPTER_WEIGHTS).is_file():
+        if peft:
+            model.load_adapter(folder, adapter_name=name)
+            return model
+        return PeftModel.from_pretrained(model, folder, adapter_name=name)
+    config = PeftConfig.from_pretrained(str(folder))
+    if peft:
+        model.add_adapter(name, config)
+    else:
+        model = get_peft_model(model, config, adapter_name=name)
+    # A checkpoint's view: the whole peft state, its adapter named "default" (training's name).
+    state = {key.replace(".default.", f".{name}."): value
+             for key, value in load_file(str(folder / PEFT_STATE)).items() if "lora_" in key}  # fmt: skip
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or [key for key in missing if "lora_" in key and f".{name}." in key]:
+        raise ModelError("model: the checkpoint does not fit its adapter config", param="model")
+    return model
 
 
 def _with_adapter(base: Any, folder: Path) -> Any:

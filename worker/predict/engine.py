@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from gradacc.serving import BUILTIN_SEED, ServedModel
 from gradacc.settings import Settings
@@ -32,7 +32,6 @@ class Engine:
         self.limits = RenderLimits(timeout_s=settings.predict_render_timeout_s,
                                    memory_bytes=settings.predict_render_memory_mb * 2**20)  # fmt: skip
         self._cache: ModelCache | None = None
-        self._builtins: dict[tuple[str, str], Loaded] = {}
         self._batcher: Batcher | None = None
         self._making = threading.Lock()  # two first requests make one batcher
 
@@ -55,34 +54,21 @@ class Engine:
 
         return self.batcher.call(locked)
 
-
     @property
     def cache(self) -> ModelCache:
         if self._cache is None:
             from worker.predict.cache import ModelCache
 
-            self._cache = ModelCache(self.settings.predict_cache_models)
+            self._cache = ModelCache(self.settings.predict_cache_models,
+                                     self.settings.predict_cache_adapters)  # fmt: skip
         return self._cache
 
     def load(self, served: ServedModel) -> Loaded:
-        """The model ``served`` names, loaded once (call with ``lock`` held)."""
+        """The model ``served`` names, loaded once (call with ``lock`` held; ``activate()`` it
+        before use: a base's models share its modules). A built-in model is the base its LoRA
+        jobs of the default seed were trained on: one copy serves both."""
         device = self.device()
         if served.folder is not None:
             return self.cache.get(served.folder, causal=True, device=device)
         assert served.builtin is not None
-        key = (served.builtin, str(device))
-        if key not in self._builtins:
-            self._builtins[key] = _builtin(served.builtin, device)
-        return self._builtins[key]
-
-
-def _builtin(name: str, device: torch.device) -> Loaded:
-    from transformers import AutoModelForCausalLM
-
-    from trainer_core.builtin.models import builtin_tokenizer
-    from trainer_core.model.trained import build_builtin
-    from worker.predict.cache import Loaded
-
-    tokenizer: Any = builtin_tokenizer(name)
-    model = build_builtin(name, BUILTIN_SEED, AutoModelForCausalLM, {}, tokenizer)
-    return Loaded(model.to(device).eval(), tokenizer, device)
+        return self.cache.builtin(served.builtin, BUILTIN_SEED, device)

@@ -1,0 +1,107 @@
+"""The predict server's cache keeps one base for the LoRA adapters made on it
+(``worker.predict.cache``): two jobs' adapters and the built-in model they were trained from share
+one loaded base, each answers with exactly its merged model's greedy tokens whichever was used
+last, and the LRU evicts adapters and bases in order of use (a base taking its adapters along)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from tests.trainer_core.helpers import CHAT, make_spec, run
+from worker.predict.cache import Loaded, ModelCache
+
+CPU = torch.device("cpu")
+MESSAGES = [{"role": "user", "content": "what is 2 plus 3?"}]
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    """Three LoRA jobs (merge_lora, for reference): a and b on tiny-chat of seed 42, c on seed 7.
+    For each, the view the service serves (adapters and the base's name) and the merged model."""
+    found = {}
+    for name, seed, rate in (("a", 42, 1e-2), ("b", 42, 3e-2), ("c", 7, 1e-2)):
+        out = tmp_path_factory.mktemp(name)
+        spec = make_spec(CHAT, num_train_epochs=2, max_train_samples=32, learning_rate=rate,
+                         per_device_train_batch_size=8, lora={"r": 4, "alpha": 8},
+                         merge_lora=True, seed=seed)  # fmt: skip
+        assert run(spec, out).status == "completed"
+        view = out / ".lora-model"
+        shutil.copytree(out / "adapter", view)
+        (view / "gradacc_base.json").write_text(json.dumps({"model": spec.model, "seed": seed}))
+        found[name] = (view, out / "model")
+    return found
+
+
+@torch.inference_mode()
+def _greedy(model: Any, tokenizer: Any, n: int = 10) -> list[int]:
+    text = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
+    ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                         do_sample=False, pad_token_id=tokenizer.eos_token_id)  # fmt: skip
+    return [int(t) for t in out[0, ids.shape[1] :]]
+
+
+def _served(loaded: Loaded) -> list[int]:
+    loaded.activate()
+    return _greedy(loaded.model, loaded.tokenizer)
+
+
+def test_adapters_share_their_base_and_answer_as_their_merged_models(
+    jobs: dict[str, tuple[Path, Path]],
+) -> None:
+    cache = ModelCache(capacity=2, adapter_capacity=4)
+    a = cache.get(jobs["a"][0], causal=True, device=CPU)
+    b = cache.get(jobs["b"][0], causal=True, device=CPU)
+    base = cache.builtin("builtin:tiny-chat", 42, CPU)
+    assert a.model is b.model is base.model  # one module tree
+    assert (cache.base_loads, cache.adapter_loads) == (1, 2)
+    merged = {n: AutoModelForCausalLM.from_pretrained(jobs[n][1]) for n in ("a", "b")}
+    expected = {n: _greedy(merged[n], a.tokenizer) for n in ("a", "b")}
+    plain = cache.builtin("builtin:tiny-chat", 42, CPU)
+    assert plain is base
+    # Negative control: the two jobs and the base differ, so a wrong adapter would show.
+    assert len({tuple(expected["a"]), tuple(expected["b"]), tuple(_served(base))}) == 3
+    for loaded, name in ((a, "a"), (b, "b"), (a, "a"), (base, None), (b, "b")):
+        answer = _served(loaded)
+        assert answer == (expected[name] if name else _served(plain)), name
+    assert (cache.base_loads, cache.adapter_loads) == (1, 2)  # nothing read again
+
+
+def test_the_lru_evicts_adapters_then_bases_with_their_adapters(
+    jobs: dict[str, tuple[Path, Path]],
+) -> None:
+    cache = ModelCache(capacity=1, adapter_capacity=1)
+    a = cache.get(jobs["a"][0], causal=True, device=CPU)
+    cache.get(jobs["b"][0], causal=True, device=CPU)  # one adapter at most: a goes
+    assert (cache.base_loads, cache.adapter_loads) == (1, 2)
+    assert cache.get(jobs["a"][0], causal=True, device=CPU) is not a  # read again, b out
+    assert cache.stats() == {"base_loads": 1, "adapter_loads": 3, "bases": 1, "adapters": 1}
+    c = cache.get(jobs["c"][0], causal=True, device=CPU)  # another base: seed 42's goes, a too
+    assert cache.stats() == {"base_loads": 2, "adapter_loads": 4, "bases": 1, "adapters": 1}
+    assert c.model is not a.model
+    big = ModelCache(capacity=2, adapter_capacity=8)
+    for name in ("a", "b", "c", "a", "b", "c"):
+        big.get(jobs[name][0], causal=True, device=CPU)
+    assert big.stats() == {"base_loads": 2, "adapter_loads": 3, "bases": 2, "adapters": 3}
+
+
+def test_a_base_whose_last_adapter_goes_is_plain_again(
+    jobs: dict[str, tuple[Path, Path]],
+) -> None:
+    cache = ModelCache(capacity=2, adapter_capacity=1)
+    base = cache.builtin("builtin:tiny-chat", 42, CPU)
+    before = _served(base)
+    cache.get(jobs["a"][0], causal=True, device=CPU)
+    assert type(base.model).__name__ == "PeftModelForCausalLM"
+    cache.get(jobs["c"][0], causal=True, device=CPU)  # on seed 7's base; a goes
+    assert cache.builtin("builtin:tiny-chat", 42, CPU) is base  # the base stays, plain again
+    assert cache.stats() == {"base_loads": 2, "adapter_loads": 2, "bases": 2, "adapters": 1}
+    assert not any("lora_" in name for name, _ in base.model.named_parameters())
+    assert _served(base) == before
