@@ -1,5 +1,5 @@
 """``GET /v1/jobs/{id}/artifacts/model?merged=true``: a LoRA job's adapters merged into their
-base, a whole model that ``from_pretrained`` and vLLM load (docs/api.md, "Merged export").
+base, a whole model that ``from_pretrained`` and vLLM load (docs/service.md, "Merged export").
 
 The merge runs once per job, in a child process (``python -m trainer_core merge``): it needs torch
 and the memory of the base twice over, neither of which the API holds; the request's thread waits
