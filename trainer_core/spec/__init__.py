@@ -6,6 +6,7 @@ the core reports (callbacks) and fails (errors). Torch-free, so the API validate
 - ``lora``: the spec's ``lora`` part. ``hints``: hints for unknown fields.
 - ``sources``: what a model or dataset value names (built-in, uploaded file, local path, hub id).
 - ``batching``: micro-batch x K x processes = effective batch, exactly.
+- ``reinforcement``: the GRPO family's loss settings (``PolicyLoss``); ``bnpo`` refused.
 - ``outputs``: the names of the files a run writes. ``callbacks``, ``errors``.
 """
 
