@@ -15,6 +15,7 @@ SCRIPTS = [
     ["checkpoint_stall.py"],
     ["core_vs_loop.py"],
     ["vs_trl_dpo.py", "--repeats", "2"],  # TRL's rows need the bench extra; ours run without it
+    ["serve.py", "--repeats", "2"],
 ]
 
 

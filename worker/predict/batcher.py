@@ -107,6 +107,10 @@ class _Group:
 def activate(loaded: Any) -> None:
     """Make ``loaded`` the model its modules compute: a LoRA adapter on a base it shares with
     others is put on (``worker.predict.cache``); a plain model needs nothing."""
+    adapter, base = getattr(loaded, "adapter", None), getattr(loaded, "base", None)
+    if adapter is not None and adapter not in getattr(base, "adapters", {adapter}):
+        # Evicted from the cache while its rows ran: never answer them with the bare base.
+        raise RuntimeError(f"the adapter {adapter} was unloaded while in use")
     put_on = getattr(loaded, "activate", None)
     if callable(put_on):
         put_on()
@@ -177,8 +181,8 @@ class Batcher:
 
     def _step(self, group: _Group) -> None:
         """One token for every running row of ``group``, then newcomers join."""
-        activate(group.loaded)
         try:
+            activate(group.loaded)
             with torch.inference_mode():
                 if group.rows:
                     self._decode_step(group)
