@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -107,12 +108,29 @@ def redis_url() -> str:
     return REDIS_URL
 
 
+def sqlite_file(settings: Settings) -> Path:
+    return Path(settings.resolved_database_url().removeprefix("sqlite:///"))
+
+
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One SQLite database migrated to head for the session, closed (its WAL folded in): each
+    test's embedded database is a copy, not another run of every migration."""
+    settings = Settings(home=tmp_path_factory.mktemp("migrated") / "home")
+    settings.home.mkdir(parents=True)
+    migrate(settings.resolved_database_url())
+    get_engine(settings.resolved_database_url()).dispose()
+    return sqlite_file(settings)
+
+
 @pytest.fixture
-def embedded_settings(tmp_path: Path) -> Settings:
+def embedded_settings(tmp_path: Path, migrated_sqlite: Path) -> Settings:
     """The embedded defaults (SQLite and the filesystem broker) under a fresh home, migrated."""
     settings = Settings(home=tmp_path / "home")
     settings.home.mkdir(parents=True)
-    migrate(settings.resolved_database_url())
+    database = sqlite_file(settings)
+    database.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(migrated_sqlite, database)
     return settings
 
 
