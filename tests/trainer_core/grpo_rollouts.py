@@ -3,6 +3,7 @@ way: one forward per completion, the window's objective written out from its def
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,15 @@ def make_rollouts(spec: JobSpec, lengths: list[int] = LENGTHS, seed: int = 0) ->
         ref.append((logps + rng.normal(0, 0.1, size=length)).tolist())
     advantages = group_advantages(REWARDS, GROUP, scale=True).tolist()
     return Rollouts(prompts, completions, truncated, old, advantages, ref)
+
+
+def first(rollouts: Rollouts, count: int) -> Rollouts:
+    """The window's first ``count`` completions, advantages as computed for all of them."""
+    fields: dict[str, Any] = {
+        f.name: getattr(rollouts, f.name) for f in dataclasses.fields(rollouts)
+    }
+    sliced: dict[str, Any] = {name: v if v is None else v[:count] for name, v in fields.items()}
+    return Rollouts(**sliced)
 
 
 def token_terms(

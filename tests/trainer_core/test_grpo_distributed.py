@@ -1,10 +1,11 @@
 """The GRPO family over 2 CPU ranks (torchrun, gloo): one window of fixed rollouts trained by 2
 ranks gives the gradient of one forward over the window, for every loss type in every backend.
 
-At 2 ranks x (2, 3) a global micro-batch holds 4 completions and each rank 2 of them, of very
-unequal lengths (one rank's share may be a truncated completion that trains nothing); at 2 ranks
-x (5, 2) the window is 10 completions then a ragged 2. Each rank divides by N_W / 2 and DDP's
-average makes it N_W: the ranks' shares are never weighted by their own counts.
+The window is the test's first 11 completions (3 of them truncated), so shares are uneven: at 2
+ranks x (2, 3) global micro-batches of 4, 4 and 3 completions, the last split 1 and 2, each share
+of very unequal lengths; at 2 ranks x (5, 2) micro-batches of 10 and 1, where one rank has no
+completion and runs a stand-in of weight 0. Each rank divides by N_W / 2 and DDP's average makes
+it N_W: the ranks' shares are never weighted by their own counts.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.trainer_core.grpo_rollouts import (
+    first,
     make_rollouts,
     policy_loss,
     reference_gradient,
@@ -27,6 +29,7 @@ from tests.trainer_core.helpers import final_weights
 from tests.trainer_core.test_distributed import train_on_two_ranks
 from tests.trainer_core.test_grpo_exactness import BACKENDS, LOSS_TYPES, LR, grpo_spec
 
+WINDOW = 11
 # (loss type, backend, b, K) trained by 2 ranks in one launch (imports paid once).
 TWO_RANKS = [(t, backend, 2, 3) for t in LOSS_TYPES for backend in BACKENDS] + [
     (t, "pytorch", 5, 2) for t in LOSS_TYPES
@@ -36,7 +39,7 @@ TWO_RANKS = [(t, backend, 2, 3) for t in LOSS_TYPES for backend in BACKENDS] + [
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, int, int], Path]:
     root = tmp_path_factory.mktemp("grpo-ddp")
-    rollouts = dataclasses.asdict(make_rollouts(grpo_spec()))
+    rollouts = dataclasses.asdict(first(make_rollouts(grpo_spec()), WINDOW))
     outs = {job: root / "-".join(map(str, job)) for job in TWO_RANKS}
     jobs = [{"spec": grpo_spec(backend=backend, per_device_train_batch_size=b,
                                gradient_accumulation_steps=k, num_processes=2,
@@ -50,7 +53,7 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, 
 
 @pytest.fixture(scope="module")
 def references() -> dict[str, Any]:
-    rollouts = make_rollouts(grpo_spec())
+    rollouts = first(make_rollouts(grpo_spec()), WINDOW)
     return {t: reference_gradient(grpo_spec(), rollouts, policy_loss(t)) for t in LOSS_TYPES}
 
 
@@ -68,4 +71,4 @@ def test_two_ranks_give_the_window_gradient(
     assert gap <= 1e-5
     report: dict[str, Any] = json.loads((out / "comm.json").read_text())
     assert report["syncs"] == 1  # one all-reduce for the window
-    assert report["metrics"][0]["train_samples"] == 12  # every completion once, none twice
+    assert report["metrics"][0]["train_samples"] == WINDOW  # each completion once, none twice
