@@ -7,8 +7,8 @@ a kill -9 and its resume: minutes each) last, so that one process still runs the
 other has run out of work. Handed out costliest first, the last files are the quick ones and the
 two processes finish together.
 
-``COST_S`` is what each file cost alone (CPU seconds: user + system of pytest and of every
-process it started; docs/testing.md, "Where the time goes"). A file not listed is put among the
+``COST_S`` is what each file cost alone (the larger of its CPU seconds, those of pytest and of
+every process it started, and its wall time; docs/testing.md, "Where the time goes"). A file not listed is put among the
 files that cost ``UNKNOWN_S``: after every file known to be heavier, before every file known to
 be lighter. The order only moves the end of the run: a wrong figure costs time, never a result.
 
@@ -24,43 +24,61 @@ from typing import Protocol, TypeVar
 
 import pytest
 
-# Seconds each file costs: CPU alone (a cgroup's count, docs/testing.md) for the e2e files
-# measured on 2026-12-02 (with the forked torchrun ranks for the gang, multi-process and
-# rank-restart files); for the rest, the file's time in the last two-process run.
+# Seconds each file took alone, the larger of its CPU (user + system of pytest and of every
+# process it started: a cgroup's count) and its wall time, so that a file that mostly waits (a
+# fuzzer on a live server) goes early too. Measured 2026-12-02 (second pass, docs/testing.md,
+# "Per file, alone, after the third pass"), the e2e files two at a time (``-n 2``).
 COST_S: dict[str, float] = {
-    "tests/e2e/test_gang_lost_node.py": 108,
-    "tests/e2e/test_concurrent_posts.py": 68,
-    "tests/e2e/test_pg_redis.py": 59,
-    "tests/e2e/test_scheduling.py": 53,
-    "tests/e2e/test_contract_fuzz.py": 49,
-    "tests/e2e/test_embedded.py": 39,
-    "tests/e2e/test_multi_process.py": 37,
-    "tests/e2e/test_gang_faults.py": 36,
-    "tests/e2e/test_client_cli.py": 36,
-    "tests/e2e/test_openai_sdk.py": 35,
-    "tests/e2e/test_shared_lora_bases.py": 35,
-    "tests/e2e/test_dashboard_reports.py": 35,
-    "tests/e2e/test_gang.py": 34,
-    "tests/e2e/test_round_trip.py": 34,
-    "tests/trainer_core/test_distributed.py": 34,
-    "tests/e2e/test_child_kill.py": 33,
-    "tests/e2e/test_serve_signals.py": 32,
-    "tests/e2e/test_predict.py": 30,
-    "tests/trainer_core/test_chat_equivalence.py": 26,
-    "tests/trainer_core/test_crash.py": 25,
-    "tests/e2e/test_rank_restarts.py": 23,
-    "tests/e2e/test_dashboard.py": 21,
-    "tests/trainer_core/test_cli.py": 20,
-    "tests/e2e/test_tenants_worker.py": 20,
-    "tests/e2e/test_delete_race.py": 19,
-    "tests/trainer_core/test_training_options.py": 17,
-    "tests/trainer_core/test_hub_cache.py": 16,
-    "tests/e2e/test_upstream_serving.py": 15,
-    "tests/worker/test_process_layout.py": 14,
-    "tests/trainer_core/test_equivalence.py": 12,
-    "tests/trainer_core/test_lora.py": 12,
-    "tests/trainer_core/test_run.py": 11,
-    "tests/e2e/test_stream.py": 8,
+    "tests/e2e/test_gang_lost_node.py": 73,
+    "tests/e2e/test_contract_fuzz.py": 43,
+    "tests/e2e/test_openai_sdk.py": 41,
+    "tests/e2e/test_concurrent_posts.py": 36,
+    "tests/e2e/test_scheduling.py": 36,
+    "tests/e2e/test_pg_redis.py": 33,
+    "tests/e2e/test_chat_completions.py": 32,
+    "tests/e2e/test_client_cli.py": 28,
+    "tests/e2e/test_predict.py": 26,
+    "tests/e2e/test_gang.py": 26,
+    "tests/e2e/test_dashboard_reports.py": 25,
+    "tests/e2e/test_multi_process.py": 25,
+    "tests/e2e/test_gang_faults.py": 25,
+    "tests/e2e/test_embedded.py": 25,
+    "tests/e2e/test_round_trip.py": 24,
+    "tests/e2e/test_serve_signals.py": 22,
+    "tests/e2e/test_child_kill.py": 21,
+    "tests/e2e/test_delete_race.py": 20,
+    "tests/trainer_core/test_distributed.py": 18,
+    "tests/e2e/test_dashboard_control.py": 18,
+    "tests/e2e/test_lora_model.py": 17,
+    "tests/trainer_core/test_crash.py": 16,
+    "tests/e2e/test_openai_whole_rows.py": 15,
+    "tests/e2e/test_job_limits.py": 14,
+    "tests/e2e/test_dashboard.py": 14,
+    "tests/trainer_core/test_cli.py": 13,
+    "tests/trainer_core/test_chat_equivalence.py": 12,
+    "tests/trainer_core/test_grpo_exactness.py": 12,
+    "tests/e2e/test_tenants_worker.py": 11,
+    "tests/trainer_core/test_dpo_exactness.py": 11,
+    "tests/trainer_core/test_dpo_distributed.py": 11,
+    "tests/worker/test_process_layout.py": 11,
+    "tests/api/test_fuzz_jobs.py": 11,
+    "tests/trainer_core/test_training_options.py": 10,
+    "tests/e2e/test_rank_restarts.py": 10,
+    "tests/e2e/test_redis_restart.py": 10,
+    "tests/api/test_webhook_deadline.py": 9,
+    "tests/e2e/test_stream.py": 9,
+    "tests/e2e/test_webhooks_worker.py": 9,
+    "tests/trainer_core/test_selection.py": 8,
+    "tests/worker/test_forked_ranks.py": 8,
+    "tests/trainer_core/test_hub_cache.py": 8,
+    "tests/trainer_core/test_grpo_distributed.py": 8,
+    "tests/trainer_core/test_run.py": 7,
+    "tests/trainer_core/test_lora.py": 7,
+    "tests/api/test_upload_bombs.py": 7,
+    "tests/api/test_webhooks.py": 7,
+    "tests/test_schedule.py": 6,
+    "tests/trainer_core/test_equivalence.py": 6,
+    "tests/trainer_core/test_dpo_tokens.py": 6,
 }
 
 UNKNOWN_S = 15.0  # about what an unmeasured e2e file costs; in-process API files cost less
