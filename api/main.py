@@ -26,6 +26,7 @@ from api.routes import (
     dashboard,
     files,
     fine_tuning,
+    graders,
     health,
     jobs,
     models,
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(files.router, prefix="/v1")
     app.include_router(workers.router, prefix="/v1")
     app.include_router(fine_tuning.router, prefix="/v1")
+    app.include_router(graders.router, prefix="/v1")
     app.include_router(models.router, prefix="/v1")
     app.include_router(chat.router, prefix="/v1")
     install_docs(app)

@@ -1,0 +1,39 @@
+"""/v1/fine_tuning/alpha/graders: OpenAI's try-a-grader API (``client.fine_tuning.alpha.graders``).
+A bad grader is a 400 whose ``param`` is the field's path (``grader.graders.a.operation``)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from api.deps import SettingsDep, TenantDep
+from api.schemas.graders import (
+    GraderRunRequest,
+    GraderRunResponse,
+    GraderValidateRequest,
+    GraderValidateResponse,
+)
+from api.schemas.jobs import ErrorResponse
+from api.services import graders as grader_services
+
+router = APIRouter(
+    prefix="/fine_tuning/alpha/graders",
+    tags=["fine-tuning"],
+    responses={400: {"model": ErrorResponse, "description": "error.param names the field"}},
+)
+
+
+@router.post("/run", response_model=GraderRunResponse, summary="Run a grader on one sample",
+             description="The reward, each sub-grader's, and the errors by kind (a failed "
+             "grader scores 0). docs/reinforcement.md.")  # fmt: skip
+async def run_grader(
+    body: GraderRunRequest, request: Request, settings: SettingsDep, tenant: TenantDep
+) -> GraderRunResponse:
+    return await grader_services.run(request.app.state.sessionmaker, settings, body=body,
+                                     tenant=tenant)  # fmt: skip
+
+
+@router.post("/validate", response_model=GraderValidateResponse, summary="Validate a grader",
+             description="The grader as a reinforcement job would take it, or a 400 whose "
+             "param is the field at fault.")  # fmt: skip
+def validate_grader(body: GraderValidateRequest) -> GraderValidateResponse:
+    return grader_services.validate(body=body)

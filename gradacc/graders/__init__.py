@@ -1,0 +1,29 @@
+"""OpenAI's graders, run: ``run_grader(grader, model_sample, item, Grading(chat=...))`` scores
+one sample. The grader's definition and its checks live in ``trainer_core.spec.graders`` (one
+definition for the job spec and the API); this package runs them and knows no web framework or
+database, so the API's ``graders/run`` and a training run's rewards are the same code. A training
+run gets it as a callable (the core imports only the spec), as it gets its chat model.
+
+- ``run``: the dispatcher, ``multi`` and the result (OpenAI's error kinds, ``errors``).
+- ``templates``: ``{{ sample.* }}`` / ``{{ item.* }}``. ``text``: string_check, text_similarity.
+- ``sandbox``: the python grader's process. ``models``: score_model, label_model.
+- ``formula``: ``calculate_output``, without eval.
+"""
+
+from __future__ import annotations
+
+from gradacc.graders.errors import ERROR_KINDS, GraderFailed
+from gradacc.graders.models import ChatFn, ChatReply
+from gradacc.graders.run import GraderResult, Grading, run_grader
+from gradacc.graders.sandbox import SandboxLimits
+
+__all__ = [
+    "ERROR_KINDS",
+    "ChatFn",
+    "ChatReply",
+    "GraderFailed",
+    "GraderResult",
+    "Grading",
+    "SandboxLimits",
+    "run_grader",
+]
