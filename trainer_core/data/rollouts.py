@@ -68,25 +68,28 @@ class RolloutSplit(TokenizedSplit):
     advantages: Sequence[float] = ()
 
 
+def _trained_mask(rollouts: Rollouts, i: int, loss: PolicyLoss) -> list[int]:
+    """1 on each token of completion i that carries loss."""
+    length = len(rollouts.completion_ids[i])
+    if rollouts.truncated[i] and loss.mask_truncated_completions:
+        return [0] * length
+    return list(rollouts.completion_mask[i]) if rollouts.completion_mask else [1] * length
+
+
 def rollout_split(rollouts: Rollouts, loss: PolicyLoss) -> RolloutSplit:
-    rows, masks, trained = [], [], []
-    for i, (prompt, completion) in enumerate(zip(rollouts.prompt_ids, rollouts.completion_ids,
-                                                 strict=True)):  # fmt: skip
-        mask = (
-            list(rollouts.completion_mask[i]) if rollouts.completion_mask else [1] * len(completion)
-        )
-        if rollouts.truncated[i] and loss.mask_truncated_completions:
-            mask = [0] * len(completion)
-        rows.append(list(prompt) + list(completion))
-        masks.append([0] * len(prompt) + mask)
-        trained.append(sum(mask))
-    per_completion = {"dapo": None, "grpo": 1, "dr_grpo": loss.max_completion_length}
-    unit = per_completion[loss.loss_type]
+    """The window's rows, each with its trained tokens and its loss type's item count."""
+    if any(len(prompt) == 0 for prompt in rollouts.prompt_ids):
+        raise ValueError("a rollout's prompt must hold a token: it predicts the first one")
+    masks = [_trained_mask(rollouts, i, loss) for i in range(len(rollouts.completion_ids))]
+    trained = [sum(mask) for mask in masks]
+    unit = {"dapo": None, "grpo": 1, "dr_grpo": loss.max_completion_length}[loss.loss_type]
     items = [t if unit is None else (unit if t else 0) for t in trained]
+    prompts, completions = rollouts.prompt_ids, rollouts.completion_ids
     return RolloutSplit(
-        rows, None, items, masks, loss=loss,
-        prompt_lengths=[len(p) for p in rollouts.prompt_ids],
-        lengths=[len(c) for c in rollouts.completion_ids], trained=trained,
+        [list(p) + list(c) for p, c in zip(prompts, completions, strict=True)], None, items,
+        [[0] * len(p) + m for p, m in zip(prompts, masks, strict=True)], loss=loss,
+        prompt_lengths=[len(p) for p in prompts], lengths=[len(c) for c in completions],
+        trained=trained,
         old_logps=rollouts.old_logps, ref_logps=rollouts.ref_logps,
         advantages=rollouts.advantages,
     )  # fmt: skip
