@@ -21,12 +21,13 @@ from trainer_core.spec.chat import CHATML_TEMPLATE
 from trainer_core.spec.errors import DatasetError
 
 ROWS = 20
-# builtin:tiny-chat's (and 'chatml''s) template as it was before function calling, verbatim.
+# builtin:tiny-chat's (and 'chatml''s) template as it was before function calling, verbatim but
+# for its markers, which now leave the newline after "<|im_end|>" out (data.turns: one rule).
 BEFORE_TOOLS = (
     "{%- for message in messages -%}"
     "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
     "{%- if message['role'] == 'assistant' -%}"
-    "{%- generation -%}{{- message['content'] + '<|im_end|>\\n' -}}{%- endgeneration -%}"
+    "{%- generation -%}{{- message['content'] + '<|im_end|>' -}}{%- endgeneration -%}{{- '\\n' -}}"
     "{%- else -%}"
     "{{- message['content'] + '<|im_end|>\\n' -}}"
     "{%- endif -%}"

@@ -23,6 +23,7 @@ from trainer_core.spec.job import JobSpec
 from trainer_core.spec.sources import classify_source, local_path
 
 CACHE_FORMAT = 3  # bump when the layout of an entry changes: old entries are then never hit
+TURN_RULE = 2  # bump when what a chat turn trains changes (2: its separator is not trained)
 
 
 def backend_json(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -84,6 +85,7 @@ def cache_key(
         "tokenizer_template": _sha256(str(getattr(tokenizer, "chat_template", None))),
         "special_tokens": tokenizer.special_tokens_map,  # what templates and the EOS read
         "trained": [spec.assistant_only_loss, spec.completion_only_loss],
+        "turn_rule": [TURN_RULE, spec.train_empty_reasoning],  # which tokens a chat turn trains
         "overlong_rows": spec.overlong_rows,  # a refusing job never opens what a cut one built
     }
     if spec.eval_dataset is None and classify_source(spec.dataset) != "builtin":

@@ -1,13 +1,12 @@
 """Chat and instruction rows tokenized with what each trains: a ``loss_mask`` per token.
 
 A conversation is rendered with its chat template (transformers' own renderer, so the text is
-what ``apply_chat_template`` makes), and the character spans to train are found:
-- with ``{% generation %}`` markers in the template, the spans the markers enclose, which are
-  what ``apply_chat_template(..., return_assistant_tokens_mask=True)`` marks, one per assistant
-  message (those of weight 0 are left out);
-- without markers, each trained assistant message's own: the text that rendering the
-  conversation up to it (with the generation prompt) and up to its end tells apart, i.e. its
-  content and the end-of-turn text the template closes it with.
+what ``apply_chat_template`` makes), and the character spans to train are found by one rule
+(``trainer_core.data.turns``): each trained assistant message's content and the end-of-turn text
+the template closes it with, never the separator after it nor the next header; with
+``{% generation %}`` markers, the spans they enclose (one per assistant message, those of weight 0
+left out), without them, what rendering the conversation up to the message and up to its end
+tells apart. Both give the same tokens.
 A row's ``tools`` reach the template as ``apply_chat_template(..., tools=...)`` does, and an
 assistant's ``tool_calls`` are part of its turn (trained); their ``arguments``, OpenAI's JSON text,
 reach it as the object they encode (transformers' convention). A template that renders a row's
@@ -20,8 +19,10 @@ the causal shift: a row's first token predicts nothing, so it is never an item.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,12 +37,24 @@ from trainer_core.data.chat_tools import (
     template_messages,
 )
 from trainer_core.data.tokenized import CUT_COLUMNS, rows_table, tokenizer_for
+from trainer_core.data.turns import (
+    Span,
+    closed,
+    conversation_end,
+    empty_reasoning,
+    fallback_span,
+    without_reasoning,
+)
 from trainer_core.spec.chat import prompt_completion_problems, row_problems
 
+log = logging.getLogger(__name__)
+EMPTY_REASONING_TRAINED = (
+    "%d rows from row %d train an empty reasoning block the template writes (<think></think>); "
+    "train_empty_reasoning: false leaves it out"
+)
 # What a refused over-long row's message says (``load`` names the split's field for it).
 TOO_LONG = "tokens a row (max_seq_length, at most the model's context)"
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
-Span = tuple[int, int]
 
 
 def has_generation_markers(template: str) -> bool:
@@ -63,6 +76,18 @@ def _render(messages: list[dict[str, Any]], template: str, kwargs: dict[str, Any
     return str(rendered[0]), found
 
 
+@dataclass(frozen=True)
+class RenderedRow:
+    """A conversation rendered, the character spans it trains, and what the preview reports:
+    whether the turns were found without markers, and the empty reasoning blocks in them (trained,
+    or left out with ``train_empty_reasoning: false``)."""
+
+    text: str
+    spans: list[Span]
+    fallback: bool = False
+    empty_reasoning: list[Span] = field(default_factory=list)
+
+
 def conversation_spans(
     messages: list[dict[str, Any]],
     template: str,
@@ -70,9 +95,25 @@ def conversation_spans(
     *,
     assistant_only: bool,
     tools: list[dict[str, Any]] | None = None,
+    train_empty_reasoning: bool = True,
 ) -> tuple[str, list[Span]]:
     """The rendered conversation and the character spans to train in it; ``tools``: the row's
     (OpenAI's function calling), passed to the template as ``tools``."""
+    row = rendered_row(messages, template, kwargs, assistant_only=assistant_only, tools=tools,
+                       train_empty_reasoning=train_empty_reasoning)  # fmt: skip
+    return row.text, row.spans
+
+
+def rendered_row(
+    messages: list[dict[str, Any]],
+    template: str,
+    kwargs: dict[str, Any],
+    *,
+    assistant_only: bool,
+    tools: list[dict[str, Any]] | None = None,
+    train_empty_reasoning: bool = True,
+) -> RenderedRow:
+    """``conversation_spans`` with what the preview reports (``RenderedRow``)."""
     messages = template_messages(messages)
     if tools:
         kwargs = kwargs | {"tools": tools}
@@ -88,32 +129,36 @@ def conversation_spans(
     if calling:
         check_tools_rendered(messages, text, lambda m, kw: _render(m, template, kw)[0], kwargs)
     if not assistant_only:
-        return text, [(0, len(text))]
+        return RenderedRow(text, [(0, len(text))])
+    spans = _turn_spans(messages, template, kwargs, text, generated if marked else None)
+    blocks = [(s, s + n) for s, e in spans if (n := empty_reasoning(text, (s, e)))]
+    if not train_empty_reasoning:
+        spans = [without_reasoning(text, span) for span in spans]
+    return RenderedRow(text, spans, fallback=not marked, empty_reasoning=blocks)
+
+
+def _turn_spans(messages: list[dict[str, Any]], template: str, kwargs: dict[str, Any], text: str,
+                generated: list[Span] | None) -> list[Span]:  # fmt: skip
+    """The trained assistant turns' spans (``turns``: one rule, marked or not)."""
     assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     trained = [i for i in assistants if messages[i].get("weight", 1) != 0]
-    if marked:
+    if generated is not None:
         if len(generated) == len(assistants):
-            return text, [
-                span for span, i in zip(generated, assistants, strict=True) if i in trained
-            ]
+            pairs = zip(generated, assistants, strict=True)
+            return [closed(text, span) for span, i in pairs if i in trained]
         if len(trained) < len(assistants):
             raise ValueError(
                 f"chat_template: its {len(generated)} generation blocks are not the conversation's "
                 f"{len(assistants)} assistant messages one for one, so weight 0 cannot be honoured"
             )
-        return text, generated
-    spans = []
-    for i in trained:
-        before = _render(messages[:i], template, kwargs, prompt=True)[0]
-        upto = _render(messages[: i + 1], template, kwargs)[0]
-        if not (text.startswith(upto) and upto.startswith(before)):
-            raise ValueError(
-                "chat_template: it does not render a conversation as the start of its longer "
-                "versions, so an assistant message's tokens cannot be told apart; add "
-                "{% generation %} markers around what the assistant says"
-            )
-        spans.append((len(before), len(upto)))
-    return text, spans
+        return [closed(text, span) for span in generated]
+
+    def render(head: list[dict[str, Any]], prompt: bool) -> str:
+        return _render(head, template, kwargs, prompt=prompt)[0]
+
+    last = len(messages) - 1
+    body_end = conversation_end(text, render, messages) if last in trained else len(text)
+    return [fallback_span(text, render, messages, i, body_end) for i in trained]
 
 
 def token_mask(offsets: Sequence[tuple[int, int]], spans: Sequence[Span]) -> np.ndarray:
@@ -184,6 +229,7 @@ def encode_messages(
     template_kwargs: dict[str, Any],
     assistant_only: bool,
     refuse_longer: bool = False,
+    train_empty_reasoning: bool = True,
 ) -> pa.Table:
     """One ``map`` batch of conversations (``indices``: the rows' positions in the split), with
     each row's ``tools`` and ``parallel_tool_calls`` where the data has them."""
@@ -198,11 +244,15 @@ def encode_messages(
     rendered = []
     for offset, row in enumerate(rows):
         try:
-            rendered.append(conversation_spans(row[messages_column], template, template_kwargs,
-                                               assistant_only=assistant_only, tools=row["tools"]))  # fmt: skip
+            rendered.append(rendered_row(row[messages_column], template, template_kwargs,
+                                         assistant_only=assistant_only, tools=row["tools"],
+                                         train_empty_reasoning=train_empty_reasoning))  # fmt: skip
         except ValueError as exc:
             raise ValueError(f"{exc} (row {first + offset + 1})") from exc
-    return _encoded([t for t, _ in rendered], [s for _, s in rendered], tokenizer_json, max_length,
+    blocks = sum(bool(r.empty_reasoning) for r in rendered)
+    if blocks and train_empty_reasoning:
+        log.warning(EMPTY_REASONING_TRAINED, blocks, first + 1)
+    return _encoded([r.text for r in rendered], [r.spans for r in rendered], tokenizer_json, max_length,
                     first_row=indices[0] if indices else 0, refuse_longer=refuse_longer)  # fmt: skip
 
 

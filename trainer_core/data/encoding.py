@@ -68,6 +68,7 @@ def encoding_for(
             "template_kwargs": dict(tokenizer.special_tokens_map),  # as apply_chat_template does
             "assistant_only": spec.assistant_only_loss,
             "refuse_longer": spec.overlong_rows == "refuse",
+            "train_empty_reasoning": spec.train_empty_reasoning,
         }
         return Encoding(fmt, spec.needed_columns(fmt), encode_messages, kwargs, with_indices=True)
     if fmt == "preference":

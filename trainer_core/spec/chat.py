@@ -33,13 +33,13 @@ MAX_PROBLEMS = 20  # an upload's report lists at most this many
 
 # ChatML (``chat_template: "chatml"``, and builtin:tiny-chat's own), with ``{% generation %}``
 # markers around what is trained: an assistant message's content, its tool calls and its end of
-# turn, "<|im_end|>" and the newline after it. The same span that rendering the conversation with
-# and without that message tells apart. Function calling as Qwen's ChatML writes it: a row's
-# ``tools`` as JSON lines in a system turn (the row's own system message first, then them), each
-# call as ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``; a ``tool`` message is a
-# turn of role tool. A row without tools or tool calls renders as it did before tools existed.
-# The parts for tools go without "-" (nothing lies between the tags to trim): a copy of this
-# template given as a spec's chat_template must fit the spec's 1024 characters.
+# turn, "<|im_end|>"; the newline after it separates turns and is not trained (the rule of
+# ``trainer_core.data.turns``: the same tokens the template trains without its markers). Function
+# calling as Qwen's ChatML writes it: a row's ``tools`` as JSON lines in a system turn (the row's
+# own system message first, then them), each call as ``<tool_call>{"name": ..., "arguments":
+# ...}</tool_call>``; a ``tool`` message is a turn of role tool. A row without tools or tool
+# calls renders as it did before tools existed. The parts for tools go without "-" (nothing lies
+# between the tags to trim).
 CHATML_TEMPLATE = (
     "{% if tools %}{{ '<|im_start|>system\\n' }}"
     "{% if messages[0].role == 'system' %}{{ messages[0].content + '\\n\\n' }}{% endif %}"
@@ -55,9 +55,9 @@ CHATML_TEMPLATE = (
     "{{ ('\\n' if message.content or not loop.first else '') + '<tool_call>\\n{\"name\": ' + f.name"
     " | tojson + ', \"arguments\": ' + (f.arguments if f.arguments is string else f.arguments"
     " | tojson) + '}\\n</tool_call>' }}"
-    "{% endfor %}{{ '<|im_end|>\\n' }}"
-    "{% else %}{{ message['content'] + '<|im_end|>\\n' }}{% endif %}"
-    "{%- endgeneration -%}"
+    "{% endfor %}{{ '<|im_end|>' }}"
+    "{% else %}{{ message['content'] + '<|im_end|>' }}{% endif %}"
+    "{%- endgeneration -%}{{ '\\n' }}"
     "{%- else -%}"
     "{{- message['content'] + '<|im_end|>\\n' -}}"
     "{% endif %}{% endif %}"

@@ -98,6 +98,12 @@ class DataFields(SpecBase):
         description="messages: train only assistant messages whose weight is not 0 (TRL's name)",
         examples=[True],
     )
+    train_empty_reasoning: bool = Field(
+        default=True,
+        description="messages: train the empty reasoning block ('<think></think>') a template "
+        "writes into an assistant turn without reasoning (Qwen3's do); false leaves it out",
+        examples=[True],
+    )
     completion_only_loss: bool = Field(
         default=True,
         description="prompt-completion: train only the completion and the EOS (TRL's name)",
@@ -149,6 +155,18 @@ class DataFields(SpecBase):
         if messages and model in BUILTIN_MODELS and model not in BUILTIN_CHAT_MODELS:
             raise ValueError(no_template(model))
         return None
+
+    @field_validator("train_empty_reasoning")
+    @classmethod
+    def _reasoning_in_chat(cls, value: bool, info: ValidationInfo) -> bool:
+        """Leaving reasoning blocks out means something only for chat rows of a causal LM."""
+        fmt = info.data.get("dataset_format", "auto")
+        if not value and (info.data.get("task") != "causal-lm" or fmt not in ("auto", "messages")):
+            raise ValueError(
+                "train_empty_reasoning: false applies to messages data (task causal-lm, "
+                f"dataset_format messages or auto), not {info.data.get('task')} / {fmt}"
+            )
+        return value
 
     @field_validator("text_column", "label_column", "messages_column", "prompt_column",
                      "completion_column")  # fmt: skip
