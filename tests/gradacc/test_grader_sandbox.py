@@ -38,13 +38,24 @@ def test_a_grader_scores_from_the_sample_and_the_item() -> None:
         ("    socket.create_connection(('1.1.1.1', 80), timeout=1)\n    return 1\n", "OSError"),
         ("    return len(open('/etc/passwd').read())\n", "FileNotFoundError"),
         (f"    return len(open({str(REPO_FILE)!r}).read())\n", "FileNotFoundError"),
-        ("    return len(os.listdir('/root')) + len(os.listdir('/proc'))\n", "FileNotFoundError"),
+        ("    return len(os.listdir('/proc'))\n", "FileNotFoundError"),
+        ("    return len(os.listdir('/home'))\n", "FileNotFoundError"),
         ("    x = []\n    while True:\n        x.append(' ' * 10**7)\n", "MemoryError"),
         ("    return 1 / 0\n", "ZeroDivisionError"),
         ("    return 'high'\n", "TypeError: grade() returned str"),
         ("    return float('nan')\n", "grade() returned nan"),
     ],
-    ids=["socket", "etc-passwd", "repo-file", "listing", "allocation", "raises", "text", "nan"],
+    ids=[
+        "socket",
+        "etc-passwd",
+        "repo-file",
+        "proc",
+        "home",
+        "allocation",
+        "raises",
+        "text",
+        "nan",
+    ],
 )
 def test_what_a_grader_may_not_do_is_a_runtime_error(body: str, detail: str) -> None:
     reward, kinds, details = grade(body)
@@ -75,3 +86,12 @@ def test_without_namespaces_the_grader_is_not_run(monkeypatch: pytest.MonkeyPatc
     reward, kinds, details = grade("    return 1\n")
     assert (reward, kinds) == (0.0, ["python_grader_server_error"])
     assert details["python_grader_server_error_type"].startswith("sandbox_unavailable")
+
+
+def test_the_namespace_root_cannot_remount_python_writable() -> None:
+    """Its capabilities are gone: mount(2) fails, so the read-only binds stay read-only."""
+    body = ("    import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+            "    flags = 32 | 4096  # MS_REMOUNT | MS_BIND, without MS_RDONLY\n"
+            "    failed = libc.mount(None, b'/usr', None, flags, None) != 0\n"
+            "    return 1 if failed and ctypes.get_errno() == 1 else 0  # EPERM\n")  # fmt: skip
+    assert grade(body) == (1.0, [], {})
