@@ -19,7 +19,6 @@ from api.services import checkpoints as checkpoint_list
 from api.services import jobs as job_services
 from api.services.merged_model import merged_model
 from gradacc import outputs
-from gradacc.errors import InvalidRequest
 from trainer_core.spec.outputs import MODEL_DIR, TRAIN_LOG
 
 MERGED_HELP = (
@@ -44,27 +43,40 @@ def list_artifacts(
 
 
 @router.get(
-    "/{job_id}/artifacts/{path:path}",
+    "/{job_id}/artifacts/model",
     response_class=Response,
-    responses={200: {"content": {"application/gzip": {}, "application/octet-stream": {}}}},
+    responses={
+        200: {"content": {"application/gzip": {}}},
+        409: {"model": ErrorResponse, "description": "merged=true: the LoRA job has not succeeded"},
+    },
 )
-def get_artifact(
+def get_model(
     job_id: str,
-    path: str,
     engine: ReadEngineDep,
     session: ReadSessionDep,
     settings: SettingsDep,
     tenant: TenantDep,
     merged: Annotated[bool, Query(description=MERGED_HELP)] = False,
 ) -> Response:
+    """The job's `model/` folder as a tar.gz built while it is sent; `merged=true`: a LoRA job's
+    adapters merged into their base (made once, in a child process), any other job's model."""
+    if not merged:
+        return get_artifact(job_id, MODEL_DIR, engine, settings, tenant)
+    folder = merged_model(session, settings, job_id=job_id, tenant=tenant)
+    return _tar_gz(folder, f"{job_id}-{MODEL_DIR}")
+
+
+@router.get(
+    "/{job_id}/artifacts/{path:path}",
+    response_class=Response,
+    responses={200: {"content": {"application/gzip": {}, "application/octet-stream": {}}}},
+)
+def get_artifact(
+    job_id: str, path: str, engine: ReadEngineDep, settings: SettingsDep, tenant: TenantDep
+) -> Response:
     """`model`, `checkpoint` (the latest) or `checkpoint-<step>` (any kept one): the folder as
-    a tar.gz built while it is sent (`model?merged=true`: a LoRA job's adapters merged into
-    their base, made once). Any other path from /artifacts: that file, with Range support."""
-    if merged and path != MODEL_DIR:
-        raise InvalidRequest("only the model folder is merged (model?merged=true)", param="merged")
-    if merged:
-        folder = merged_model(session, settings, job_id=job_id, tenant=tenant)
-        return _tar_gz(folder, f"{job_id}-{path}")
+    a tar.gz built while it is sent. Any other path from /artifacts: that file, with Range
+    support."""
     job_services.read_job(engine, job_id=job_id, tenant=tenant)
     root = settings.jobs_dir / job_id
     if path in artifacts.FOLDERS or outputs.CHECKPOINT_NAME.fullmatch(path):

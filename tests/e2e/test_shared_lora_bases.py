@@ -158,5 +158,3 @@ def test_the_merged_download_is_a_plain_model_and_the_adapter_stays(served: Serv
         assert f"{job_id}-adapter/adapter_model.safetensors" in tar.getnames()
     plain = served.client.get(f"/v1/jobs/{job_id}/artifacts/model")
     assert plain.status_code == 404  # unmerged LoRA: no whole model/ unless asked to merge
-    wrong = served.client.get(f"/v1/jobs/{job_id}/artifacts/adapter", params={"merged": "true"})
-    assert wrong.status_code == 422 and wrong.json()["error"]["param"] == "merged"
