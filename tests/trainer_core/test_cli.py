@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,27 @@ def _cli(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[st
     )
 
 
-def test_run_writes_metrics_summary_and_model(tmp_path: Path) -> None:
+@pytest.fixture
+def in_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., tuple[int, str, str]]:
+    """The CLI's ``main`` in this process: (exit status, stdout, stderr). The process itself is
+    run once (``_cli``, in the first test); a second interpreter that imports torch again costs
+    ~4 s of CPU and proves nothing more about what ``main`` returns and prints."""
+
+    def run(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setenv("GRADACC_HOME", str(Path(args[1]).parent / "home"))
+        capsys.readouterr()
+        code = cli.main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def test_run_writes_metrics_summary_and_model(
+    tmp_path: Path, in_process: Callable[..., tuple[int, str, str]]
+) -> None:
     spec = {"model": "builtin:tiny-gpt2", "dataset": "builtin:tiny-stories", "task": "causal-lm",
             "backend": "accelerate", "num_train_epochs": 2, "max_train_samples": 50, "max_eval_samples": 10,
             "gradient_accumulation_steps": 3, "per_device_train_batch_size": 4}  # fmt: skip
@@ -57,17 +78,19 @@ def test_run_writes_metrics_summary_and_model(tmp_path: Path) -> None:
 
     # The same spec into the finished directory: said so, nothing trained or rewritten.
     metrics_before = (tmp_path / "out" / "metrics.jsonl").read_text()
-    again = _cli("run", str(tmp_path / "spec.json"), "--output-dir", str(tmp_path / "out"))
-    assert again.returncode == 0 and "already holds a completed run" in again.stderr
-    assert "--no-resume" in again.stderr and again.stdout == ""
+    code, out, err = in_process("run", str(tmp_path / "spec.json"), "--output-dir",
+                                str(tmp_path / "out"))  # fmt: skip
+    assert code == 0 and "already holds a completed run" in err
+    assert "--no-resume" in err and out == ""
     assert (tmp_path / "out" / "metrics.jsonl").read_text() == metrics_before
 
     # Another output folder, same data: the tokenized entry of the first run is opened, not
     # built again (the same files, untouched), from the cache the service's workers use.
     (entry,) = (tmp_path / "home" / "cache" / "data").iterdir()
     built = {p.name: p.stat().st_ino for p in entry.iterdir()}
-    third = _cli("run", str(tmp_path / "spec.json"), "--output-dir", str(tmp_path / "other"))
-    assert third.returncode == 0, third.stderr
+    code, _, err = in_process("run", str(tmp_path / "spec.json"), "--output-dir",
+                              str(tmp_path / "other"))  # fmt: skip
+    assert code == 0, err
     assert [p.name for p in (tmp_path / "home" / "cache" / "data").iterdir()] == [entry.name]
     assert {p.name: p.stat().st_ino for p in entry.iterdir()} == built
 
@@ -85,25 +108,31 @@ def test_progress_lines_without_a_terminal(
     assert capsys.readouterr().err == ""
 
 
-def test_bad_spec_exits_non_zero_naming_the_field(tmp_path: Path) -> None:
+def test_bad_spec_exits_non_zero_naming_the_field(
+    tmp_path: Path, in_process: Callable[..., tuple[int, str, str]]
+) -> None:
     bad = {
         "model": "builtin:tiny-bert",
         "dataset": "builtin:sentiment",
         "gradient_accumulation_steps": 0,
     }
     (tmp_path / "bad.json").write_text(json.dumps(bad))
-    done = _cli("run", str(tmp_path / "bad.json"), "--output-dir", str(tmp_path / "out"))
-    assert done.returncode == 2
-    assert "gradient_accumulation_steps" in done.stderr
+    code, _, err = in_process("run", str(tmp_path / "bad.json"), "--output-dir",
+                              str(tmp_path / "out"))  # fmt: skip
+    assert code == 2
+    assert "gradient_accumulation_steps" in err
     assert not (tmp_path / "out").exists()
 
 
-def test_missing_dataset_file_is_a_job_error(tmp_path: Path) -> None:
+def test_missing_dataset_file_is_a_job_error(
+    tmp_path: Path, in_process: Callable[..., tuple[int, str, str]]
+) -> None:
     spec = {"model": "builtin:tiny-bert", "dataset": str(tmp_path / "missing.csv")}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    done = _cli("run", str(tmp_path / "spec.json"), "--output-dir", str(tmp_path / "out"))
-    assert done.returncode == 3
-    assert "invalid_dataset" in done.stderr and "does not exist" in done.stderr
+    code, _, err = in_process("run", str(tmp_path / "spec.json"), "--output-dir",
+                              str(tmp_path / "out"))  # fmt: skip
+    assert code == 3
+    assert "invalid_dataset" in err and "does not exist" in err
 
 
 def test_a_resumed_run_replaces_its_step_lines(tmp_path: Path) -> None:
