@@ -95,6 +95,17 @@ def token_hits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return ((predicted == target) & (target != IGNORE_INDEX)).sum()
 
 
+def forward_inputs(batch: dict[str, Any]) -> dict[str, Any]:
+    """What the model is called with. A packed batch (``data.packing``) has no attention mask:
+    its rows are told apart by their position ids restarting at 0, which transformers turns into
+    a block-diagonal mask only when there is no 2-D mask and no KV cache, so the cache is off
+    (left on, each row would attend to the rows before it)."""
+    if "position_ids" in batch:
+        return {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"],
+                "use_cache": False}  # fmt: skip
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+
 @dataclass(frozen=True)
 class MicroStep:
     loss: torch.Tensor  # to back-propagate: Σ item losses / N_W
@@ -112,7 +123,7 @@ def micro_step_loss(model: torch.nn.Module, batch: dict[str, Any], causal: bool)
     are counted (on the device, one argmax) only when the batch asks: the run asks in the
     windows whose step it records."""
     check_out_of_memory(int(batch["input_ids"].shape[0]))  # a test-only failpoint (failpoints.py)
-    outputs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    outputs = model(**forward_inputs(batch))
     total = summed_loss(outputs.logits, batch["labels"], causal)
     hits = None
     if causal and batch.get(COUNT_HITS):

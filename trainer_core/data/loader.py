@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate
 from trainer_core.data.load import TokenizedSplit
+from trainer_core.data.packing import pack
 from trainer_core.data.plan import EpochIndex, epoch_permutation
 from trainer_core.data.tokenized import IntColumn, row_lengths
 from trainer_core.distributed import SINGLE, World, shard
@@ -42,8 +43,10 @@ class EpochPlan(Dataset[dict[str, Any]]):
         pad_id: int,
         world: World = SINGLE,
         group_by_length: bool = False,
+        packing: bool = False,
     ) -> None:
         self.split = split
+        self.packing = packing  # each micro-batch's rows end to end, padding-free (data.packing)
         # Row lengths, for ordering each window's rows longest first (data.plan).
         self._lengths = row_lengths(split.input_ids) if group_by_length else None
         self.world = world
@@ -97,7 +100,8 @@ class EpochPlan(Dataset[dict[str, Any]]):
 
     def _collate(self, micro: MicroBatch) -> dict[str, Any]:
         split = self.split
-        return collate(split.input_ids, split.labels, micro, self.pad_id, split.loss_mask)
+        batch = collate(split.input_ids, split.labels, micro, self.pad_id, split.loss_mask)
+        return pack(batch) if self.packing else batch
 
     def _rank_share(self, micro: MicroBatch) -> dict[str, Any]:
         rows = shard(micro.rows, self.world)

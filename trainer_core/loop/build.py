@@ -24,6 +24,7 @@ from trainer_core.loop.autobatch import choose_micro_batch
 from trainer_core.loop.context import RunContext
 from trainer_core.model.load import load_model, load_tokenizer
 from trainer_core.model.optim import build_optimizer, build_scheduler
+from trainer_core.model.packing import check_rows_isolated
 from trainer_core.model.precision import check_precision
 from trainer_core.spec.batching import accumulation_for
 from trainer_core.spec.errors import JobError
@@ -146,10 +147,15 @@ def build_context(
                                               **planned)  # fmt: skip
         objective = dpo.objective(spec, model)  # before restore(): the starting weights
     elif isinstance(data.train, RolloutSplit):  # completions; the loss type sets the item
+        if spec.packing:
+            raise JobError("packing: rollouts are not packed; train them without packing",
+                           param="packing")  # fmt: skip
         plan = RolloutPlan(data.train, **planned)
         objective = partial(rollout_micro_step, loss=data.train.loss)
     else:
-        plan = EpochPlan(data.train, **planned)
+        if spec.packing:  # before any step: a model that lets packed rows mix is refused by name
+            check_rows_isolated(model, inputs.device, spec.model)
+        plan = EpochPlan(data.train, packing=spec.packing, **planned)
     cuda = inputs.device.type == "cuda"
     loader = EpochLoader(plan, num_workers=inputs.loader_workers, pin_memory=cuda)
     steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b * world.size, k)

@@ -58,6 +58,9 @@ class LossMeter:
         # Pairs: the trained tokens of both completions (a chat job's are its items already).
         self.train_tokens = resumed.train_tokens if resumed else 0
         self.samples = 0
+        # Trained items and token slots computed (real + padding) of the windows run here, not
+        # a resumed part: packing_efficiency = items / slots.
+        self.run_items = self.run_slots = 0
         self.sums: dict[str, torch.Tensor] = {}  # the epoch's closed windows' metric sums
         self.started_at = time.perf_counter()
         self.drop_window()
@@ -87,6 +90,8 @@ class LossMeter:
         self.loss_items += self._window_items
         self.train_tokens += self._window_train_tokens
         self.samples += self._window_samples
+        self.run_items += self._window_items
+        self.run_slots += self._window_slots
         self.drop_window()
         return window
 

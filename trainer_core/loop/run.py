@@ -309,6 +309,9 @@ class TrainingRun:
         record |= means(names, totals, items)
         if isinstance(ctx.data.train, PreferenceSplit):  # items are pairs: tokens counted apart
             record["train_tokens"] = int(train_tokens)
+        if ctx.spec.packing:  # trained tokens over tokens computed (one more collective)
+            trained, computed = sum_over_ranks([meter.run_items, meter.run_slots], self.world)
+            record["packing_efficiency"] = round(trained / computed, 4) if computed else None
         record |= self._evaluate(at_epoch_end=True)
         record |= {
             "learning_rate": self.learning_rate(),

@@ -108,6 +108,26 @@ class TrainingFields(SpecBase):
         examples=[True],
     )
 
+    packing: bool = Field(
+        default=False,
+        description="Lay each micro-batch's rows end to end in one padding-free row: position "
+        "ids restart per row, attention stays inside each row, each row's first label is "
+        "masked; rows never leave their window, so the updates are those of the padded run "
+        "(causal-lm, method sft; a model whose attention cannot isolate rows is refused)",
+        examples=[True],
+    )
+
+    @field_validator("packing")
+    @classmethod
+    def _packing_fits_task(cls, value: bool, info: ValidationInfo) -> bool:
+        """Packing lays out token rows of one sequence each: a classifier's rows and DPO's
+        pairs keep their padded layout."""
+        if value and info.data.get("task", "causal-lm") != "causal-lm":
+            raise ValueError("packing needs task causal-lm (a classifier's rows are not packed)")
+        if value and info.data.get("method", "sft") != "sft":
+            raise ValueError("packing needs method sft (DPO's pairs are not packed)")
+        return value
+
     @property
     def groups_by_length(self) -> bool:
         if self.group_by_length is not None:

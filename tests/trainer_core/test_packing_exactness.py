@@ -1,0 +1,219 @@
+"""Packing keeps the update exact (issue 35; docs/data.md "Packing"), on one window.
+
+Twelve rows of 3 to 33 tokens with assistant-style masks (a prompt untrained, an answer
+trained), tiny-chat's GPT-2, fp32. The reference is one padded forward over the window. Packed
+candidates: each micro-batch of (b=2, K=6) and of (b=4, K=3) laid end to end, and the whole
+window in one row; and two simulated ranks, each packing its share. Per-token losses must match
+the padded run's to 1e-5, the accumulated gradient to 1e-5·max|g|. The negative controls are the
+packing bugs peers shipped: each must miss the gradient by more than 1e-2·max|g|.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from tests.trainer_core.helpers import CHAT, make_spec
+from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate, micro_step_loss
+from trainer_core.data.load import TokenizedSplit
+from trainer_core.data.loader import EpochPlan
+from trainer_core.data.packing import pack
+from trainer_core.distributed import World
+from trainer_core.model.load import load_model, load_tokenizer
+from trainer_core.model.packing import check_rows_isolated
+from trainer_core.spec.errors import JobError
+
+LENGTHS = [3, 33, 5, 17, 9, 7, 21, 4, 29, 12, 6, 25]
+PAD = 0
+Batches = list[dict[str, Any]]
+
+
+def _rows() -> TokenizedSplit:
+    rng = random.Random(7)
+    ids, masks = [], []
+    for length in LENGTHS:
+        ids.append([rng.randrange(3, 60) for _ in range(length)])
+        prompt = rng.randint(1, max(1, length // 2))  # the prompt's tokens are not trained
+        masks.append([0] * prompt + [1] * (length - prompt))
+    items = [sum(mask[1:]) for mask in masks]  # trained tokens after the shift
+    return TokenizedSplit(ids, None, items, masks)
+
+
+ROWS = _rows()
+N_W = sum(ROWS.items)
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    spec = make_spec(CHAT)
+    torch.manual_seed(0)
+    loaded = load_model(spec, load_tokenizer(spec), None)
+    loaded.train()  # no dropout in the built-in models: train mode, as a run is
+    return loaded
+
+
+def _window(b: int) -> Batches:
+    """The window's rows in order, cut into micro-batches of b, padded."""
+    order = list(range(len(LENGTHS)))
+    cuts = [order[i : i + b] for i in range(0, len(order), b)]
+    last = len(cuts) - 1
+    masks = ROWS.loss_mask
+    return [
+        collate(ROWS.input_ids, None, MicroBatch(rows, 0, N_W, i == last), PAD, masks)
+        for i, rows in enumerate(cuts)
+    ]
+
+
+def _gradient(model: torch.nn.Module, batches: Batches, scale: float = 1.0) -> torch.Tensor:
+    model.zero_grad(set_to_none=True)
+    for batch in batches:
+        (micro_step_loss(model, batch, causal=True).loss * scale).backward()  # type: ignore[no-untyped-call]
+    grads = [p.grad.flatten() for p in model.parameters() if p.grad is not None]
+    model.zero_grad(set_to_none=True)
+    return torch.cat(grads)
+
+
+def _token_losses(model: torch.nn.Module, batch: dict[str, Any], **forward: Any) -> torch.Tensor:
+    """Each trained target's loss, in (row, position) order: the padded layout reads rows one
+    after another, the packed one already lies so."""
+    inputs = forward or (
+        {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "use_cache": False}
+        if "position_ids" in batch
+        else {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    )
+    with torch.no_grad():
+        logits = model(**inputs).logits[:, :-1].float()
+    labels = batch["labels"][:, 1:]
+    losses = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none",
+        ignore_index=IGNORE_INDEX,
+    )  # fmt: skip
+    return losses[labels.reshape(-1) != IGNORE_INDEX]
+
+
+def _miss(grad: torch.Tensor, reference: torch.Tensor) -> float:
+    return float((grad - reference).abs().max() / reference.abs().max())
+
+
+@pytest.fixture(scope="module")
+def reference(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    [padded] = _window(len(LENGTHS))  # one forward over the window
+    return _gradient(model, [padded]), _token_losses(model, padded)
+
+
+@pytest.mark.parametrize("b", [2, 4, 12])
+def test_packed_micro_batches_match_the_padded_window(
+    model: torch.nn.Module, reference: tuple[torch.Tensor, torch.Tensor], b: int
+) -> None:
+    grad_ref, losses_ref = reference
+    packed = [pack(batch) for batch in _window(b)]
+    assert all(batch["input_ids"].shape[0] == 1 for batch in packed)  # one row, no padding
+    assert sum(batch["input_ids"].numel() for batch in packed) == sum(LENGTHS)
+    assert sum(batch["n_items"] for batch in packed) == N_W
+    assert sum(int((batch["labels"] != IGNORE_INDEX).sum()) for batch in packed) == N_W
+    losses = torch.cat([_token_losses(model, batch) for batch in packed])
+    assert losses.shape == losses_ref.shape
+    assert float((losses - losses_ref).abs().max()) <= 1e-5
+    assert _miss(_gradient(model, packed), grad_ref) <= 1e-5
+
+
+def test_two_ranks_each_packing_their_share(
+    model: torch.nn.Module, reference: tuple[torch.Tensor, torch.Tensor]
+) -> None:
+    """Each rank packs its shard of the plan's micro-batches; DDP averages the ranks' sums."""
+    grad_ref, _ = reference
+    total = torch.zeros_like(grad_ref)
+    for rank in range(2):
+        plan = EpochPlan(ROWS, batch_size=3, accumulation=2, seed=1, pad_id=PAD,
+                         world=World(rank, 2), packing=True)  # fmt: skip
+        batches = [plan[i] for i in range(len(plan))]
+        assert all("attention_mask" not in batch for batch in batches)
+        total += _gradient(model, batches) / 2
+    assert _miss(total, grad_ref) <= 1e-5
+
+
+def _mutated(mutate: Callable[[dict[str, Any]], dict[str, Any]], b: int = 4) -> Batches:
+    return [mutate(pack(batch)) for batch in _window(b)]
+
+
+def _cache_left_on(batch: dict[str, Any]) -> dict[str, Any]:
+    return batch | {"use_cache": True}
+
+
+def _first_labels_in(batch: dict[str, Any]) -> dict[str, Any]:
+    padded_first = batch["position_ids"] == 0
+    labels = torch.where(padded_first, batch["input_ids"], batch["labels"])
+    labels[0, 0] = IGNORE_INDEX  # the packed row's own first token predicts nothing
+    return batch | {"labels": labels}
+
+
+class _Forwarding(torch.nn.Module):
+    """The model called as a packing bug calls it (the cache left on, or an all-ones mask)."""
+
+    def __init__(self, model: torch.nn.Module, how: str) -> None:
+        super().__init__()
+        self.inner, self.how = model, how
+
+    def forward(self, **inputs: Any) -> Any:
+        if self.how == "cache":
+            inputs["use_cache"] = True
+        else:
+            inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+        return self.inner(**inputs)
+
+
+@pytest.mark.parametrize("how", ["cache", "all-ones mask"])
+def test_negative_control_rows_that_attend_across(
+    model: torch.nn.Module, reference: tuple[torch.Tensor, torch.Tensor], how: str
+) -> None:
+    grad_ref, _ = reference
+    leaky = _Forwarding(model, how)
+    packed = [pack(batch) for batch in _window(4)]
+    assert _miss(_gradient(leaky, packed), grad_ref) > 1e-2
+    forward = {"use_cache": True} if how == "cache" else {}
+    batch = packed[0]
+    inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], **forward}
+    if how != "cache":
+        inputs["attention_mask"] = torch.ones_like(batch["input_ids"])
+    losses = _token_losses(model, batch, **inputs)
+    first = _token_losses(model, _window(4)[0])
+    assert float((losses - first).abs().max()) > 1e-2  # a clearly different token loss
+
+
+def test_negative_control_first_labels_left_in(
+    model: torch.nn.Module, reference: tuple[torch.Tensor, torch.Tensor]
+) -> None:
+    grad_ref, _ = reference
+    batches = _mutated(_first_labels_in)
+    extra = sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches) - N_W
+    assert extra > 0  # cross-row targets: a row's last token trained to predict the next row
+    assert _miss(_gradient(model, batches), grad_ref) > 1e-2
+
+
+def test_negative_control_packing_the_dataset_before_the_sampler(model: torch.nn.Module) -> None:
+    """TRL-style packing: rows packed in dataset order into fixed packs, then the packs are
+    shuffled into windows. The first window then holds other rows than the plan's first window,
+    so its update differs (and no choice of tolerance can fix that)."""
+    plan = EpochPlan(ROWS, batch_size=2, accumulation=2, seed=3, pad_id=PAD, packing=True)
+    planned = [plan[i] for i in range(2)]  # the plan's first window: 4 rows
+    window_rows = sorted(r for i in range(2) for r in plan.full_plan(0)[i].rows)
+    packs = [list(range(i, i + 2)) for i in range(0, len(LENGTHS), 2)]  # consecutive pairs
+    order = torch.randperm(len(packs), generator=torch.Generator().manual_seed(3)).tolist()
+    dataset_rows = sorted(r for p in order[:2] for r in packs[p])  # the same 4-row window size
+    assert dataset_rows != window_rows  # window membership changed
+    items = sum(ROWS.items[r] for r in dataset_rows)
+    batches = [pack(collate(ROWS.input_ids, None, MicroBatch(packs[p], 0, items, i == 1), PAD,
+                            ROWS.loss_mask)) for i, p in enumerate(order[:2])]  # fmt: skip
+    assert _miss(_gradient(model, batches), _gradient(model, planned)) > 1e-2
+
+
+def test_a_model_that_lets_packed_rows_mix_is_refused_by_name(model: torch.nn.Module) -> None:
+    check_rows_isolated(model, torch.device("cpu"), "builtin:tiny-chat")  # isolates: no error
+    with pytest.raises(JobError, match="builtin:tiny-chat does not isolate packed rows") as error:
+        check_rows_isolated(_Forwarding(model, "all-ones mask"), torch.device("cpu"),
+                            "builtin:tiny-chat")  # fmt: skip
+    assert error.value.param == "packing"
