@@ -199,7 +199,7 @@ def _allowed_methods(request: Request) -> str:
 OPENAI_ELSEWHERE = frozenset(
     {
         *("assistants", "audio", "batches", "chat", "completions", "containers", "evals"),
-        *("conversations", "embeddings", "fine_tuning/alpha", "fine_tuning/checkpoints"),
+        *("conversations", "embeddings", "fine_tuning/checkpoints"),
         *("images", "moderations", "organization", "realtime", "responses", "threads"),
         *("uploads", "vector_stores"),
     }

@@ -100,3 +100,9 @@ def test_a_bad_grader_is_a_400_naming_the_field(
             endpoint(grader=grader, **extra)
         assert refused.value.param == param
         assert says in refused.value.message
+
+
+def test_the_graders_api_is_not_named_unsupported(client: TestClient) -> None:
+    """/v1/fine_tuning/alpha is served now: an unknown path under it is a plain 404."""
+    missing = client.post("/v1/fine_tuning/alpha/graders/nope", json={})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
