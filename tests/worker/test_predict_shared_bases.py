@@ -68,7 +68,7 @@ def test_adapters_share_their_base_and_answer_as_their_merged_models(
     assert plain is base
     # Negative control: the two jobs and the base differ, so a wrong adapter would show.
     assert len({tuple(expected["a"]), tuple(expected["b"]), tuple(_served(base))}) == 3
-    for loaded, name in ((a, "a"), (b, "b"), (a, "a"), (base, None), (b, "b")):
+    for loaded, name in ((a, "a"), (b, "b"), (b, "b"), (a, "a"), (base, None), (b, "b")):
         answer = _served(loaded)
         assert answer == (expected[name] if name else _served(plain)), name
     assert (cache.base_loads, cache.adapter_loads) == (1, 2)  # nothing read again

@@ -40,10 +40,14 @@ from trainer_core.model.trained import (
 BaseKey = tuple[object, ...]  # what the base is made from, causal or not, and its device
 
 
+_UNKNOWN = "\0unknown"  # no adapter is known to be active (one was added or removed since)
+
+
 @dataclass
 class Base:
     model: Any  # plain, or the PeftModel holding its adapters once one is on it
     adapters: set[str] = field(default_factory=set)
+    active: str | None = _UNKNOWN  # what the last activate() put on (None: adapters off)
 
 
 @dataclass
@@ -64,14 +68,15 @@ class Loaded:
     def activate(self) -> None:
         """Make this model the one the shared module tree computes: its adapter alone, or no
         adapter at all (the base itself, or a whole model that carries adapters of others)."""
-        model = self.base.model
-        if not self.base.adapters:
-            return  # a plain model
+        base = self.base
+        if not base.adapters or base.active == self.adapter:
+            return  # a plain model, or already this one (a batch's next step: nothing to walk)
         if self.adapter is None:
-            model.base_model.disable_adapter_layers()
-            return
-        model.base_model.enable_adapter_layers()
-        model.set_adapter(self.adapter, inference_mode=True)
+            base.model.base_model.disable_adapter_layers()
+        else:
+            base.model.base_model.enable_adapter_layers()
+            base.model.set_adapter(self.adapter, inference_mode=True)
+        base.active = self.adapter
 
 
 class ModelCache:
@@ -132,6 +137,7 @@ class ModelCache:
         name = "adapter_" + hashlib.sha256(str(folder).encode()).hexdigest()[:16]
         base.model = add_adapter(base.model, folder, name).to(device).eval()
         base.adapters.add(name)
+        base.active = _UNKNOWN
         self.adapter_loads += 1
         self._adapters[(key, name)] = None
         return key, Loaded(base, AutoTokenizer.from_pretrained(folder), device, name)
@@ -165,6 +171,7 @@ class ModelCache:
         del self._adapters[(key, name)]
         base = self._bases[key]
         base.adapters.discard(name)
+        base.active = _UNKNOWN
         if base.adapters:
             base.model.delete_adapter(name)
         else:  # its last adapter: a plain model again (no LoRA layers left to run)
