@@ -207,7 +207,7 @@ def _problems(rows: list[Any], where: str, first_row: int, check: Any) -> None:
             raise ValueError(f"{where}: row {first_row + offset + 1}: {problems[0]}")
 
 
-def _decoded(conversation: Any) -> Any:
+def decoded_conversation(conversation: Any) -> Any:
     """A conversation as Python objects. ``datasets`` stores messages whose keys differ (a
     ``weight`` on some) as JSON text (its ``Json`` feature): decoded here, as it decodes them,
     down to a tool call's ``function`` (its ``arguments`` are OpenAI's JSON text: kept)."""
@@ -237,7 +237,11 @@ def encode_messages(
     columns = (batch.column(messages_column).to_pylist(), row_column(batch, "tools"),
                row_column(batch, "parallel_tool_calls"))  # fmt: skip
     rows = [
-        {messages_column: _decoded(c), "tools": decoded_tools(t), "parallel_tool_calls": p}
+        {
+            messages_column: decoded_conversation(c),
+            "tools": decoded_tools(t),
+            "parallel_tool_calls": p,
+        }
         for c, t, p in zip(*columns, strict=True)
     ]
     _problems(rows, "messages_column", first, lambda row: row_problems(row, messages_column))
