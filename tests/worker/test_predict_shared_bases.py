@@ -6,6 +6,7 @@ last, and the LRU evicts adapters and bases in order of use (a base taking its a
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from tests.trainer_core.helpers import CHAT, make_spec, run
+from trainer_core.model.trained import load_trained
 from worker.predict.cache import Loaded, ModelCache
 
 CPU = torch.device("cpu")
@@ -105,3 +107,31 @@ def test_a_base_whose_last_adapter_goes_is_plain_again(
     assert cache.stats() == {"base_loads": 2, "adapter_loads": 2, "bases": 2, "adapters": 1}
     assert not any("lora_" in name for name, _ in base.model.named_parameters())
     assert _served(base) == before
+
+
+def _on_folder_base(adapters: Path, base: Path, into: Path, *, link: bool) -> Path:
+    """An adapter view whose base is a model folder inside it, hard-linked as the service
+    links a base in (``gradacc.sources.fine_tuned``), or copied."""
+    shutil.copytree(adapters, into)
+    (into / "gradacc_base.json").unlink()
+    shutil.copytree(base, into / "base", copy_function=os.link if link else shutil.copy2)
+    return into
+
+
+def test_adapters_on_one_linked_base_folder_share_it(
+    jobs: dict[str, tuple[Path, Path]], tmp_path: Path
+) -> None:
+    whole = jobs["c"][1]  # a model folder as a base (any of the same architecture)
+    one = _on_folder_base(jobs["a"][0], whole, tmp_path / "one", link=True)
+    two = _on_folder_base(jobs["b"][0], whole, tmp_path / "two", link=True)
+    copied = _on_folder_base(jobs["b"][0], whole, tmp_path / "copied", link=False)
+    cache = ModelCache(capacity=4, adapter_capacity=4)
+    served = cache.get(whole, causal=True, device=CPU)
+    first = cache.get(one, causal=True, device=CPU)
+    assert cache.get(two, causal=True, device=CPU).model is first.model is served.model
+    assert cache.base_loads == 1
+    assert cache.get(copied, causal=True, device=CPU).model is not first.model  # other files
+    assert cache.base_loads == 2
+    merged = load_trained(one, AutoModelForCausalLM, label_kwargs={})
+    assert _served(first) == _greedy(merged, first.tokenizer)
+    assert _served(served) == _greedy(AutoModelForCausalLM.from_pretrained(whole), first.tokenizer)
