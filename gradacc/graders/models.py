@@ -28,6 +28,8 @@ class ChatReply:
 
 # chat(model, messages, sampling) -> reply; raises on a failed call.
 ChatFn = Callable[[str, list[dict[str, str]], dict[str, Any]], ChatReply]
+# Told of every reply, before it is read: tokens spent on an unreadable answer still count.
+SpentFn = Callable[[str, ChatReply], None]
 
 
 def messages(inputs: list[Message], namespaces: dict[str, Any]) -> list[dict[str, str]]:
@@ -42,12 +44,13 @@ def messages(inputs: list[Message], namespaces: dict[str, Any]) -> list[dict[str
 
 
 def _ask(
-    chat: ChatFn, model: str, sent: list[dict[str, str]], sampling: dict[str, Any]
+    chat: ChatFn, spent: SpentFn, model: str, sent: list[dict[str, str]], sampling: dict[str, Any]
 ) -> ChatReply:
     try:
         reply = chat(model, sent, sampling)
     except Exception as exc:
         raise GraderFailed("model_grader_server_error", f"{type(exc).__name__}: {exc}") from exc
+    spent(model, reply)
     if reply.refusal:
         raise GraderFailed("model_grader_refusal_error", reply.refusal)
     return reply
@@ -63,14 +66,14 @@ def _result(text: str) -> Any:
 
 
 def score_model(
-    grader: ScoreModelGrader, namespaces: dict[str, Any], chat: ChatFn
-) -> tuple[float, ChatReply]:
+    grader: ScoreModelGrader, namespaces: dict[str, Any], chat: ChatFn, spent: SpentFn
+) -> float:
     params = grader.sampling_params
     sampling = {} if params is None else {
         "max_completion_tokens": params.max_completions_tokens, "seed": params.seed,
         "temperature": params.temperature, "top_p": params.top_p,
     }  # fmt: skip
-    reply = _ask(chat, grader.model, messages(grader.input, namespaces), sampling)
+    reply = _ask(chat, spent, grader.model, messages(grader.input, namespaces), sampling)
     value = _result(reply.text)
     try:
         score = float(value)
@@ -81,15 +84,15 @@ def score_model(
     low, high = grader.bounds
     if not low <= score <= high:
         raise GraderFailed("model_grader_parse_error", f"{score} is outside [{low}, {high}]")
-    return score, reply
+    return score
 
 
 def label_model(
-    grader: LabelModelGrader, namespaces: dict[str, Any], chat: ChatFn
-) -> tuple[float, ChatReply]:
+    grader: LabelModelGrader, namespaces: dict[str, Any], chat: ChatFn, spent: SpentFn
+) -> float:
     """1 for a passing label, 0 for another of ``labels``."""
-    reply = _ask(chat, grader.model, messages(grader.input, namespaces), {})
+    reply = _ask(chat, spent, grader.model, messages(grader.input, namespaces), {})
     label = _result(reply.text)
     if label not in grader.labels:
         raise GraderFailed("model_grader_parse_error", f"{reply.text[:200]!r} is not a label")
-    return (1.0 if label in grader.passing_labels else 0.0), reply
+    return 1.0 if label in grader.passing_labels else 0.0

@@ -123,9 +123,6 @@ def _score(
     if grading.chat is None:
         raise GraderFailed("model_grader_server_error", "no chat model is available here")
     if isinstance(grader, ScoreModelGrader):
-        score, reply = models.score_model(grader, namespaces, grading.chat)
-    else:
-        assert isinstance(grader, LabelModelGrader)
-        score, reply = models.label_model(grader, namespaces, grading.chat)
-    result.add_usage(grader.model, reply)
-    return score
+        return models.score_model(grader, namespaces, grading.chat, result.add_usage)
+    assert isinstance(grader, LabelModelGrader)
+    return models.label_model(grader, namespaces, grading.chat, result.add_usage)

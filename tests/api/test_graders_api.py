@@ -68,8 +68,8 @@ def test_a_model_grader_asks_this_servers_chat_path(graders: Any) -> None:
     judge = {"type": "score_model", "name": "judge", "model": "builtin:tiny-chat",
              "input": [{"role": "user", "content": "Score {{ sample.output_text }}"}]}  # fmt: skip
     ran = graders.run(grader=judge, model_sample="4")
-    assert ran.reward == 0.0 and ran.metadata.errors.model_grader_server_error
-    assert "predict server" in (ran.metadata.errors.model_grader_server_error_details or "")
+    assert ran.reward == 0.0 and ran.metadata.errors.api_model_grader_server_error
+    assert "predict server" in (ran.metadata.errors.api_model_grader_server_error_details or "")
 
 
 def test_validate_returns_the_grader(graders: Any) -> None:

@@ -210,6 +210,7 @@ def test_score_model_failures_score_zero(reply: str, refused: str | None, kind: 
     grading = Grading(chat=Judge(reply, refused))
     result = run_grader(parse_grader(score_model()), "4", {"q": "x"}, grading)
     assert result.reward == 0.0 and result.failed_kinds == [kind]
+    assert result.usage_per_model["judge-model"]["total_tokens"] == 12  # spent all the same
 
 
 def test_a_chat_call_that_fails_is_a_server_error() -> None:
