@@ -2,7 +2,7 @@
 the policy as it stands, with a generator seeded by the job's seed and the window index, so b and
 K change only how the backward is cut. (2, 4) and (8, 1) over 2 windows of 2 prompts x 4
 completions sample the same completions in both windows and end at the same weights, within the
-trajectory bound max |ΔW| <= 1e-3 max |W_final - W_initial|, in the plain loop and the Trainer.
+trajectory bound max |ΔW| <= 1e-3 max |W_final - W_initial|, in each of the three backends.
 On 2 gloo ranks at (2, 2) every rank samples the whole window (the same seed, so the same
 completions) and trains its share of the backward; the run equals the single process's.
 The reward is the completion's length (deterministic), so the test does not rest on learning.
@@ -30,6 +30,7 @@ from trainer_core.spec.grpo import GrpoSettings
 from trainer_core.spec.job import JobSpec
 
 TRAJECTORY_BOUND = 1e-3
+BACKENDS = ("pytorch", "accelerate", "trainer")
 ROWS = [{"messages": [{"role": "user", "content": f"what is {i} plus {i + 2}"}],
          "answer": str(2 * i + 2)} for i in range(4)]  # fmt: skip
 SETTINGS = GrpoSettings(group_size=4, max_completion_length=12, temperature=1.0,
@@ -76,10 +77,10 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> dict[str, GrpoRun]:
     """(8, 1) in each backend: the window in one micro-batch."""
     root = tmp_path_factory.mktemp("grpo-whole")
     return {backend: run(root / backend, backend=backend, per_device_train_batch_size=8)
-            for backend in ("pytorch", "trainer")}  # fmt: skip
+            for backend in BACKENDS}  # fmt: skip
 
 
-@pytest.mark.parametrize("backend", ["pytorch", "trainer"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_b_and_k_cut_the_backward_never_the_samples(
     tmp_path: Path, whole: dict[str, GrpoRun], backend: str
 ) -> None:
@@ -134,3 +135,24 @@ def test_two_ranks_sample_the_whole_window_and_train_their_shares(
         assert json.loads((tmp_path / "out" / f"samples-{rank}.json").read_text()) == single
     end = weights(tmp_path / "out" / "window-1" / "model")
     assert_same_trajectory(end, weights(whole["pytorch"].model_dir), "2 ranks (2,2)")
+
+
+def test_a_string_check_grader_is_the_reward(tmp_path: Path) -> None:
+    """The graders' ``string_check`` (gradacc) as the injected reward, reading ``item.answer``:
+    the step's reward is the mean of what the grader gives each sampled completion."""
+    from gradacc.graders.run import run_grader
+    from trainer_core.spec.graders import parse_grader
+
+    grader = parse_grader({"type": "string_check", "name": "digit", "operation": "like",
+                           "input": "{{ sample.output_text }}", "reference": "{{ item.answer }}"})  # fmt: skip
+    rows = [{"messages": row["messages"], "answer": str(i)} for i, row in enumerate(ROWS)]
+
+    def graded(item: Any, text: str) -> float:
+        return run_grader(grader, text, item).reward
+
+    result = train_grpo(spec(max_steps=1, per_device_train_batch_size=4), SETTINGS,
+                        prompt_rows(rows), graded, tmp_path)  # fmt: skip
+    texts, answers = result.samples[0].texts, [str(i // 4) for i in range(8)]
+    expected = [float(answer in text) for answer, text in zip(answers, texts, strict=True)]
+    assert result.records[0]["reward_mean"] == pytest.approx(sum(expected) / 8)
+    print(f"string_check rewards {expected}")
