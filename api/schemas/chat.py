@@ -62,10 +62,11 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    # OpenAI's, not served here: refused naming them when given.
-    tools: list[dict[str, Any]] | None = None
+    # Served when the model's chat template renders them ("auto" and "none" choices only).
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=128)
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
+    # OpenAI's, not served here: refused naming them when given.
     functions: list[dict[str, Any]] | None = None
     function_call: Any = None
     response_format: dict[str, Any] | None = None
@@ -97,12 +98,13 @@ class AssistantMessage(BaseModel):
     role: Literal["assistant"]
     content: str | None
     refusal: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
     logprobs: dict[str, Any] | None = None
 
 

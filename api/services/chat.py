@@ -19,12 +19,10 @@ from gradacc.errors import InvalidRequest, NoWorkers
 from gradacc.serving import TENANT_HEADER, pick_server, resolve_model
 from gradacc.settings import Settings
 from gradacc.upstreams import OWN_PREFIXES, UpstreamRoute
+from trainer_core.spec.tools import answer_problems, tool_call_problems, tools_problems
 
 # OpenAI's fields that would change the answer in ways this server cannot: named when given.
 UNSERVED = {
-    "tools": "tool calls are not served yet",
-    "tool_choice": "tool calls are not served yet",
-    "parallel_tool_calls": "tool calls are not served yet",
     "functions": "function calls are not served",
     "function_call": "function calls are not served",
     "audio": "audio output is not served",
@@ -42,6 +40,7 @@ def _check_served(body: ChatCompletionRequest | CompletionRequest, settings: Set
     for field, why in UNSERVED.items():
         if field in given and given[field] not in (False, [], {}):
             raise InvalidRequest(why, param=field)
+    check_tools(given)
     for field in ("presence_penalty", "frequency_penalty"):
         if given.get(field, 0) != 0:
             raise InvalidRequest("penalties are not served; leave it 0", param=field)
@@ -59,12 +58,32 @@ def _check_served(body: ChatCompletionRequest | CompletionRequest, settings: Set
                                  "(GRADACC_SERVE_MAX_COMPLETION_TOKENS)", param=field)  # fmt: skip
 
 
-def _plain(message: ChatMessage, index: int) -> dict[str, str]:
+def check_tools(given: dict[str, Any]) -> None:
+    """``tools`` well made (the predict server decides whether the model's template renders
+    them: a 400 naming ``tools`` if not); ``tool_choice`` only what is honoured: "auto" (the
+    model decides) and "none" (tools shown, the answer left text). Forcing a call is not."""
+    tools = given.get("tools") or None
+    if problems := tools_problems(tools):
+        raise InvalidRequest(problems[0], param="tools")
+    choice = given.get("tool_choice")
+    if choice is not None and not tools:
+        raise InvalidRequest("only with tools", param="tool_choice")
+    if choice not in (None, "auto", "none"):
+        raise InvalidRequest("only 'auto' and 'none' are served (a call cannot be forced)",
+                             param="tool_choice")  # fmt: skip
+    if tools and given.get("parallel_tool_calls") is False:
+        raise InvalidRequest("false is not served: the model's calls are not limited to one",
+                             param="parallel_tool_calls")  # fmt: skip
+
+
+def _plain(message: ChatMessage, index: int, call_ids: set[str]) -> dict[str, Any]:
     """``{role, content}`` as a chat template reads it: text parts joined, ``developer`` as
-    ``system`` (OpenAI treats them alike for models without the distinction)."""
+    ``system`` (OpenAI treats them alike for models without the distinction). An assistant's
+    ``tool_calls`` and a ``tool`` message's ``tool_call_id`` pass in the shape training renders
+    (``trainer_core.spec.tools`` checks them; ``call_ids``: the calls made so far)."""
     where = f"messages.{index}"
-    if message.role in ("tool", "function") or message.tool_calls or message.function_call:
-        raise InvalidRequest("tool and function messages are not served yet", param=where)
+    if message.role == "function" or message.function_call:
+        raise InvalidRequest("function messages are not served; use tools", param=where)
     if message.audio is not None:
         raise InvalidRequest("audio is not served", param=f"{where}.audio")
     content = message.content
@@ -75,14 +94,27 @@ def _plain(message: ChatMessage, index: int) -> dict[str, str]:
                                      param=f"{where}.content.{j}.type")  # fmt: skip
         content = "".join(part.text or "" for part in content)
     role = "system" if message.role == "developer" else message.role
-    return {"role": role, "content": content or ""}
+    plain: dict[str, Any] = {"role": role, "content": content or ""}
+    if message.tool_calls is not None:
+        if role != "assistant":
+            raise InvalidRequest("only an assistant message makes tool calls", param=where)
+        field = f"{where}.tool_calls"
+        if problems := tool_call_problems(message.tool_calls, field, call_ids, parallel=True):
+            raise InvalidRequest(problems[0], param=field)
+        plain |= {"content": content or None, "tool_calls": message.tool_calls}
+    if role == "tool":
+        if problems := answer_problems(message.model_dump(), where, call_ids):
+            raise InvalidRequest(problems[0], param=f"{where}.tool_call_id")
+        plain["tool_call_id"] = message.tool_call_id
+    return plain
 
 
 def forwarded_body(body: ChatCompletionRequest | CompletionRequest) -> dict[str, Any]:
     """What the predict server (or an upstream) gets: the client's fields, messages plain."""
     sent = body.model_dump(exclude_none=True, exclude={"messages", "user", "store", "metadata"})
     if isinstance(body, ChatCompletionRequest):
-        sent["messages"] = [_plain(m, i) for i, m in enumerate(body.messages)]
+        call_ids: set[str] = set()
+        sent["messages"] = [_plain(m, i, call_ids) for i, m in enumerate(body.messages)]
     return sent
 
 

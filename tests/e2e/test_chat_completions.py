@@ -2,7 +2,8 @@
 (a worker and its predict server): a fine-tuned model answers greedily with exactly the tokens
 ``model.generate`` gives on the downloaded model with its saved chat template, ``usage`` equals
 the tokenizer's counts, a stream's pieces join to the same text, ``n=2`` with a seed is
-reproducible, ``stop`` is honoured; a checkpoint and the base model answer; /v1/completions too;
+reproducible, ``stop`` is honoured; tools reach ChatML as ``apply_chat_template`` renders them; a
+checkpoint and the base model answer; /v1/completions too;
 what is not served is a 400 naming it, another tenant's model a 404 ``model_not_found``; a client
 that closes its stream mid-way stops its generation, and the next request is answered."""
 
@@ -212,7 +213,8 @@ def test_refusals_name_what_they_refuse(stack: Stack) -> None:
         ({"messages": long}, "messages"),
         ({"messages": long, "max_tokens": 8}, "messages"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"},
+         "tool_choice"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
          "messages.0.content.0.type"),
         ({"model": "builtin:tiny-bert"}, "model"),
@@ -222,6 +224,36 @@ def test_refusals_name_what_they_refuse(stack: Stack) -> None:
         with pytest.raises(openai.BadRequestError) as refused:
             alice.chat.completions.create(**body)
         assert refused.value.param == param, (extra, refused.value.body)
+
+
+def test_tools_reach_the_template_as_apply_chat_template_renders_them(
+    stack: Stack, reference: Any
+) -> None:
+    """tiny-chat's ChatML renders tools: accepted, the prompt is the template's rendering with
+    them (a past call's arguments as the object they encode), a stream joins to the answer."""
+    _, tokenizer = reference
+    tools: Any = [{"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}]  # fmt: skip
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+    }
+    messages: Any = [*MESSAGES, {"role": "assistant", "content": None, "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": "call_1", "content": "5"}]  # fmt: skip
+    shown = [*messages[:-2], {**messages[-2], "tool_calls": [{**call, "function": {
+        "name": "add", "arguments": {"a": 2, "b": 3}}}]}, messages[-1]]  # fmt: skip
+    text = tokenizer.apply_chat_template(shown, tools=tools, add_generation_prompt=True,
+                                         tokenize=False)  # fmt: skip
+    assert "<tools>" in text and "<tool_call>" in text
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    asked = {"model": stack.model, "messages": messages, "tools": tools, "max_tokens": 8,
+             "temperature": 0}  # fmt: skip
+    answer = stack.alice.chat.completions.create(**asked)
+    assert answer.usage is not None and answer.usage.prompt_tokens == len(ids)
+    chunks = list(stack.alice.chat.completions.create(**asked, stream=True))
+    pieces = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+    assert "".join(pieces) == (answer.choices[0].message.content or "")
 
 
 def test_a_client_that_goes_away_frees_the_models(stack: Stack) -> None:

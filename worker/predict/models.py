@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from trainer_core.data.chat_tools import template_messages
 from trainer_core.spec.fields import MAX_TEMPLATE_CHARS
 from worker.predict.batcher import Batcher, choices
 from worker.predict.cache import Loaded
@@ -31,16 +32,20 @@ def classify(loaded: Loaded, inputs: list[str], max_length: int) -> dict[str, An
     return {"object": "list", "data": data}
 
 
-def chat_prompt(tokenizer: Any, messages: list[dict[str, str]], limits: RenderLimits) -> str:
-    """What ``apply_chat_template`` makes of the conversation, rendered under ``limits``: the
-    template is the model's, so the tenant's (``worker.predict.render``)."""
+def chat_prompt(tokenizer: Any, messages: list[dict[str, Any]], limits: RenderLimits,
+                tools: list[dict[str, Any]] | None = None) -> str:  # fmt: skip
+    """What ``apply_chat_template`` makes of the conversation (and ``tools``), rendered under
+    ``limits``: the template is the model's, so the tenant's (``worker.predict.render``). A tool
+    call's ``arguments`` reach it as the object they encode, as in training
+    (``trainer_core.data.chat_tools``), so a conversation renders as it was trained."""
     template = tokenizer.chat_template
     if isinstance(template, str) and len(template) > MAX_TEMPLATE_CHARS:
         raise RenderRefused(f"the model's chat template is over {MAX_TEMPLATE_CHARS} characters")
+    shown = template_messages(messages)
 
     def render() -> str:
-        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                 tokenize=False))  # fmt: skip
+        return str(tokenizer.apply_chat_template(shown, tools=tools or None, tokenize=False,
+                                                 add_generation_prompt=True))  # fmt: skip
 
     return render_limited(render, limits)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.predict.generation import Completion, Sampling, TokenLogprob
+from worker.predict.tool_calls import call_deltas, parse
 
 
 class ServeError(Exception):
@@ -131,13 +132,19 @@ def logprobs_of(kind: Kind, found: list[TokenLogprob], *, wanted: bool, offset: 
 
 
 def answer(kind: Kind, model: str, done: list[Completion], prompt_tokens: int,
-           wanted_logprobs: bool) -> dict[str, Any]:  # fmt: skip
+           wanted_logprobs: bool, *, calls: bool = False) -> dict[str, Any]:  # fmt: skip
+    """``calls``: the text's ``<tool_call>`` blocks become ``message.tool_calls``
+    (``worker.predict.tool_calls``)."""
     choices = []
     for index, c in enumerate(done):
         choice: dict[str, Any] = {"index": index, "finish_reason": c.finish_reason,
                                   "logprobs": logprobs_of(kind, c.logprobs, wanted=wanted_logprobs)}  # fmt: skip
         if kind.chat:
             choice["message"] = {"role": "assistant", "content": c.text, "refusal": None}
+            parsed = parse(c.text) if calls else None
+            if parsed and parsed.tool_calls:
+                choice["message"] |= {"content": parsed.content, "tool_calls": parsed.tool_calls}
+                choice["finish_reason"] = "tool_calls"
         else:
             choice["text"] = c.text
         choices.append(choice)
@@ -157,11 +164,14 @@ def chunk(kind: Kind, ident: str, model: str, choices: list[dict[str, Any]],
 
 
 def chunk_choice(kind: Kind, index: int, text: str | None, *, finish_reason: str | None = None,
-                 logprobs: Any = None, role: bool = False) -> dict[str, Any]:  # fmt: skip
+                 logprobs: Any = None, role: bool = False,
+                 tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
     if kind.chat:
         delta: dict[str, Any] = {"role": "assistant"} if role else {}
         if text is not None:
             delta["content"] = text
+        if tool_calls:
+            delta["tool_calls"] = call_deltas(tool_calls)
         return {"index": index, "delta": delta, "logprobs": logprobs,
                 "finish_reason": finish_reason}  # fmt: skip
     return {"index": index, "text": text or "", "logprobs": logprobs,

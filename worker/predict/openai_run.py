@@ -28,6 +28,7 @@ from worker.predict.openai_protocol import (
     usage,
 )
 from worker.predict.render import RenderRefused
+from worker.predict.tool_calls import Held, parses_calls
 
 if TYPE_CHECKING:
     from worker.predict.cache import Loaded
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 TIMEOUT = "the generation ran past its deadline (GRADACC_SERVE_TIMEOUT_S)"
+NO_TOOLS = "this model's chat template does not render tools"
 
 
 def context_of(loaded: Loaded) -> int:
@@ -55,11 +57,27 @@ def prompt_ids(engine: Engine, loaded: Loaded, kind: Kind, body: dict[str, Any])
         return list(tokenizer(prompt)["input_ids"])
     if not tokenizer.chat_template:
         raise invalid("model", "this model has no chat template; use /v1/completions")
+    messages, tools = body.get("messages") or [], body.get("tools") or None
+    template = str(tokenizer.chat_template)
+    past_calls = any(isinstance(m, dict) and m.get("tool_calls") for m in messages)
+    if past_calls and "tool_calls" not in template:
+        raise invalid("messages", "this model's chat template does not render tool_calls")
+    if tools and "tools" not in template:
+        raise invalid("tools", NO_TOOLS)
     try:
-        text = chat_prompt(tokenizer, body.get("messages") or [], engine.limits)
+        text = chat_prompt(tokenizer, messages, engine.limits, tools)
+        if tools and text == chat_prompt(tokenizer, messages, engine.limits):
+            raise invalid("tools", NO_TOOLS)  # it reads the name, renders nothing of them
     except RenderRefused as exc:
         raise invalid("messages", str(exc)) from None
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def parses_calls_for(loaded: Loaded, body: dict[str, Any]) -> bool:
+    """Whether this answer's ``<tool_call>`` blocks become ``tool_calls``: tools were given,
+    ``tool_choice`` is not "none", and the template writes calls that way (``tool_calls``)."""
+    wanted = bool(body.get("tools")) and body.get("tool_choice") != "none"
+    return wanted and parses_calls(loaded.tokenizer.chat_template)
 
 
 def run_request(engine: Engine, kind: Kind, served: ServedModel, body: dict[str, Any],
@@ -73,11 +91,11 @@ def run_request(engine: Engine, kind: Kind, served: ServedModel, body: dict[str,
     n = body.get("n") or 1
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 8:
         raise invalid("n", "must be from 1 to 8")
-    seed = body.get("seed")
+    seed, calls = body.get("seed"), kind.chat and parses_calls_for(loaded, body)
     if body.get("stream"):
         rows = choices(loaded, ids, sampling, n=n, seed=_seed(seed), deadline=deadline,
                        cancelled=lambda: _parked_or_gone(reply))  # fmt: skip
-        _stream(engine, kind, served.name, rows, sampling, body, reply)
+        _stream(engine, kind, served.name, rows, sampling, body, reply, calls=calls)
         return
     rows = choices(loaded, ids, sampling, n=n, seed=_seed(seed), deadline=deadline,
                    cancelled=reply.gone)  # fmt: skip
@@ -87,7 +105,7 @@ def run_request(engine: Engine, kind: Kind, served: ServedModel, body: dict[str,
     if reply.gone():
         return  # nobody to answer
     wanted = sampling.top_logprobs is not None
-    reply.json(200, answer(kind, served.name, done, len(ids), wanted))
+    reply.json(200, answer(kind, served.name, done, len(ids), wanted, calls=calls))
 
 
 def _seed(seed: Any) -> int | None:
@@ -102,11 +120,13 @@ def _parked_or_gone(reply: Reply) -> bool:
 
 
 def _stream(engine: Engine, kind: Kind, model: str, rows: list[Row], sampling: Sampling,
-            body: dict[str, Any], reply: Reply) -> None:  # fmt: skip
-    """The rows' events as chunks as they come; the choices' pieces interleave (by index)."""
+            body: dict[str, Any], reply: Reply, *, calls: bool) -> None:  # fmt: skip
+    """The rows' events as chunks as they come; the choices' pieces interleave (by index).
+    ``calls``: each choice's text passes through a ``Held`` (its calls come whole at its end)."""
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     wanted = sampling.top_logprobs is not None
     ident, spent, offsets = new_id(kind), 0, [0] * len(rows)
+    held = [Held() for _ in rows] if calls else None
 
     def send(choice: dict[str, Any]) -> None:
         reply.event(chunk(kind, ident, model, [choice], include_usage))
@@ -120,7 +140,9 @@ def _stream(engine: Engine, kind: Kind, model: str, rows: list[Row], sampling: S
         if event.text or event.logprobs:
             logprobs = logprobs_of(kind, event.logprobs, wanted=wanted, offset=offsets[event.index])
             offsets[event.index] += sum(len(t.token) for t in event.logprobs)
-            send(chunk_choice(kind, event.index, event.text, logprobs=logprobs))
+            text = held[event.index].take(event.text) if held else event.text
+            if held is None or text or logprobs:
+                send(chunk_choice(kind, event.index, text, logprobs=logprobs))
         done = event.done
         if done is None:
             continue
@@ -130,7 +152,7 @@ def _stream(engine: Engine, kind: Kind, model: str, rows: list[Row], sampling: S
         elif done.timed_out:
             timed_out = True
         else:
-            send(chunk_choice(kind, event.index, None, finish_reason=done.finish_reason))
+            send(_last(kind, event.index, done.finish_reason, held[event.index] if held else None))
             spent += len(done.tokens)
     if reply.closed:
         return  # nobody to tell
@@ -141,3 +163,13 @@ def _stream(engine: Engine, kind: Kind, model: str, rows: list[Row], sampling: S
             chunk(kind, ident, model, [], False) | {"usage": usage(len(rows[0].prompt), spent)}
         )
     reply.finish_stream()
+
+
+def _last(kind: Kind, index: int, finish_reason: str, held: Held | None) -> dict[str, Any]:
+    """A choice's closing chunk: with what a ``Held`` kept back (content, whole calls)."""
+    if held is None:
+        return chunk_choice(kind, index, None, finish_reason=finish_reason)
+    parsed = held.finish()
+    reason = "tool_calls" if parsed.tool_calls else finish_reason
+    return chunk_choice(kind, index, parsed.content or None, finish_reason=reason,
+                        tool_calls=parsed.tool_calls)  # fmt: skip
