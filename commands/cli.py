@@ -19,7 +19,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="gradacc",
         description=__doc__,
         epilog="client commands (gradacc COMMAND --help): submit, jobs, status, metrics, "
-        "cancel, logs, upload, download",
+        "cancel, logs, upload, download; gradacc preview FILE --model M: what a job on a local "
+        "file would train",
     )
     subcommands = parser.add_subparsers(dest="command", required=True)
     serve = subcommands.add_parser(
@@ -57,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         from commands.client_cli import run
 
         return run(argv)
+    if argv and argv[0] == "preview":  # a local file, read by the core: no server needed
+        from commands.preview import run as run_preview
+
+        return run_preview(argv[1:])
     args = _parser().parse_args(argv)
     settings = get_settings()
     if getattr(args, "log_level", None):

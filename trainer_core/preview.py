@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 
 from trainer_core.data.chat import RenderedRow, decoded_conversation, rendered_row, token_mask
 from trainer_core.data.chat_tools import decoded_tools
-from trainer_core.data.encoding import Encoding, encoding_for
+from trainer_core.data.encoding import Encoding, check_columns, encoding_for
 from trainer_core.data.sources import load_source
 from trainer_core.data.tokenized import tokenizer_for
 from trainer_core.model.load import load_tokenizer
@@ -53,6 +53,7 @@ def preview(spec: JobSpec, rows: int = 5) -> dict[str, Any]:
     split = load_source(spec.dataset, "dataset")["train"]
     table = split.select(range(min(rows, MAX_ROWS, len(split)))).data.table
     encoding = encoding_for(spec, tokenizer, split.column_names, None)
+    check_columns(spec, encoding.format, split.column_names, "dataset")
     if encoding.format == "preference":
         raise DatasetError("dataset_format: a preview shows messages, prompt-completion and text "
                            "rows, not preference pairs", param="dataset_format")  # fmt: skip

@@ -10,7 +10,9 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import ReadSessionDep, SessionDep, SettingsDep, TenantDep
 from api.schemas.jobs import ErrorResponse, FileDeleted, FileList, FileRead
+from api.schemas.preview import PreviewRead, PreviewRequest
 from api.services import files as file_services
+from api.services.preview import preview_file
 from api.uploads.receive import receive_upload
 from gradacc.tables import FilePurpose
 from trainer_core.spec.sources import FILE_ID_PATTERN
@@ -110,6 +112,19 @@ async def get_file_content(
     file = file_services.get_file(session, file_id=file_id, tenant=tenant)
     path = file_services.content_path(settings, file)
     return FileResponse(path, filename=file.filename, media_type="application/octet-stream")
+
+
+@router.post("/{file_id}/preview", response_model=PreviewRead,
+             responses={422: {"model": ErrorResponse, "description": "A field, naming it"}})  # fmt: skip
+def preview_dataset(
+    file_id: str, body: PreviewRequest, session: ReadSessionDep, settings: SettingsDep,
+    tenant: TenantDep,
+) -> PreviewRead:  # fmt: skip
+    """What a job with these data fields would train on the file's first rows: each token with
+    whether it is trained (after the shift), each row's trained and total tokens (the counts the
+    trainer divides by) and warnings (nothing trained, cut by max_seq_length, a template without
+    generation markers, an empty think block trained)."""
+    return preview_file(session, settings, file_id=file_id, tenant=tenant, body=body)
 
 
 @router.delete("/{file_id}", response_model=FileDeleted, responses={409: {"model": ErrorResponse}})
