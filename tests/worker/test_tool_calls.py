@@ -15,7 +15,7 @@ import pytest
 from trainer_core.builtin.models import builtin_tokenizer
 from worker.predict.generation import Completion
 from worker.predict.openai_protocol import CHAT, ServeError, answer
-from worker.predict.openai_run import prompt_ids
+from worker.predict.openai_run import _last, prompt_ids
 from worker.predict.render import RenderLimits
 from worker.predict.tool_calls import Held, parse, parses_calls
 
@@ -149,3 +149,14 @@ def test_an_answer_with_calls_is_openais_tool_calls_message() -> None:
     # tool_choice "none" (calls=False): the text stays as the model wrote it.
     kept = answer(CHAT, "m", [called], 5, False)["choices"][0]
     assert kept["message"]["content"] == called.text and kept["finish_reason"] == "stop"
+
+
+def test_a_streamed_choice_ends_with_its_held_content_and_whole_calls() -> None:
+    held = Held()
+    assert held.take('ok <tool_call>{"name": "f", "arguments": {}}</tool_call> done') == "ok "
+    last = _last(CHAT, 0, "stop", held)
+    assert last["finish_reason"] == "tool_calls" and last["delta"]["content"] == "done"
+    (call,) = last["delta"]["tool_calls"]
+    assert call["index"] == 0 and call["function"] == {"name": "f", "arguments": "{}"}
+    plain = _last(CHAT, 1, "length", Held())
+    assert plain["finish_reason"] == "length" and plain["delta"] == {}
