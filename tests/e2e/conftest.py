@@ -196,8 +196,9 @@ def embedded_serve(
 
 @pytest.fixture(scope="module")
 def served_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``gradacc serve --workers 1`` on the embedded defaults, over real HTTP: its base URL."""
-    with embedded_serve(tmp_path_factory.mktemp("served")) as (url, _):
+    """``gradacc serve --workers 1`` on the embedded defaults, over real HTTP: its base URL. No
+    predict server: the dashboard's test, its one user, never predicts."""
+    with embedded_serve(tmp_path_factory.mktemp("served"), env=NO_PREDICT) as (url, _):
         yield url
 
 

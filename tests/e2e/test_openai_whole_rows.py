@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.conftest import serve_with_keys
+from tests.e2e.conftest import NO_PREDICT, serve_with_keys
 from tests.e2e.test_openai_sdk import wait_status
 from tests.tools_rows import reference as tools_reference
 from tests.tools_rows import tool_rows
@@ -56,7 +56,7 @@ def alice(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[openai.OpenAI]:
     home = tmp_path_factory.mktemp("whole_rows")
-    with serve_with_keys(request, home, {}) as (_, url, keys):
+    with serve_with_keys(request, home, NO_PREDICT) as (_, url, keys):  # nothing predicts here
         yield openai.OpenAI(base_url=f"{url}/v1", api_key=keys["alice"], max_retries=0,
                             timeout=60)  # fmt: skip
 
