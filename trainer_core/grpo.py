@@ -33,7 +33,7 @@ import torch
 
 from trainer_core.data.prompts import PromptRow, encode_prompt
 from trainer_core.data.rollouts import Rollouts, group_advantages, rollout_split
-from trainer_core.loop.sampling import Sampled, sample_window, window_seed
+from trainer_core.loop.sampling import Sampled, old_logps, sample_window, window_seed
 from trainer_core.model.load import load_model, load_tokenizer
 from trainer_core.spec.callbacks import NULL_CALLBACK, TrainingCallback
 from trainer_core.spec.grpo import GrpoSettings
@@ -69,12 +69,16 @@ def window_prompts(rows: Sequence[PromptRow], window: int, per_window: int) -> l
     return list(rows[start : start + per_window])
 
 
+def _policy(spec: JobSpec, source: str) -> torch.nn.Module:
+    model: torch.nn.Module = load_model(spec.model_copy(update={"model": source}),
+                                        load_tokenizer(spec), None)  # fmt: skip
+    return model.to(torch.device("cuda")) if torch.cuda.is_available() else model
+
+
 def _sample(spec: JobSpec, source: str, prompts: list[PromptRow], settings: GrpoSettings,
             window: int) -> Sampled:  # fmt: skip
     tokenizer = load_tokenizer(spec)
-    policy: torch.nn.Module = load_model(spec.model_copy(update={"model": source}), tokenizer, None)
-    if torch.cuda.is_available():
-        policy = policy.to(torch.device("cuda"))
+    policy = _policy(spec, source)
     encoded = [encode_prompt(tokenizer, row) for row in prompts]
     return sample_window(policy, tokenizer, encoded, settings, window_seed(spec.seed, window))
 
@@ -91,6 +95,22 @@ def _record(window: int, sampled: Sampled, rewards: list[float],
                    "truncated_fraction": float(np.mean(sampled.truncated))}  # fmt: skip
 
 
+def _rollouts(
+    spec: JobSpec, source: str, rows: list[PromptRow], settings: GrpoSettings, window: int,
+    reward: Reward, reference: torch.nn.Module | None,
+) -> tuple[Sampled, list[float], Rollouts]:  # fmt: skip
+    """The window's completions, their rewards, and the rollouts the backward trains."""
+    sampled = _sample(spec, source, rows, settings, window)
+    items = [row.item for row in rows for _ in range(settings.group_size)]
+    rewards = [float(reward(item, text)) for item, text in zip(items, sampled.texts, strict=True)]
+    advantages = group_advantages(rewards, settings.group_size, settings.scale_rewards)
+    ref = None if reference is None else old_logps(reference, sampled.prompt_ids,
+                                                   sampled.completion_ids)  # fmt: skip
+    return sampled, rewards, Rollouts(sampled.prompt_ids, sampled.completion_ids,
+                                      sampled.truncated, sampled.old_logps,
+                                      advantages.tolist(), ref)  # fmt: skip
+
+
 def train_grpo(
     spec: JobSpec,
     settings: GrpoSettings,
@@ -104,20 +124,16 @@ def train_grpo(
     assert spec.effective_batch_size is not None  # resolved by the spec
     per_window = settings.prompts_per_window(spec.effective_batch_size)
     output_dir, run, source = Path(output_dir), GrpoRun(), spec.model
+    # β > 0: the KL is to the starting model (as DPO's reference), frozen for the whole run.
+    reference = _policy(spec, spec.model).train(False) if settings.beta else None
     for window in range(window_count(spec, len(prompts), per_window)):
         rows = window_prompts(prompts, window, per_window)
-        sampled = _sample(spec, source, rows, settings, window)
-        items = [row.item for row in rows for _ in range(settings.group_size)]
-        rewards = [
-            float(reward(item, text)) for item, text in zip(items, sampled.texts, strict=True)
-        ]
-        advantages = group_advantages(rewards, settings.group_size, settings.scale_rewards)
-        rollouts = Rollouts(sampled.prompt_ids, sampled.completion_ids, sampled.truncated,
-                            sampled.old_logps, advantages.tolist())  # fmt: skip
-        split = rollout_split(rollouts, settings)
+        sampled, rewards, rollouts = _rollouts(
+            spec, source, rows, settings, window, reward, reference
+        )
         out = output_dir / f"window-{window}"
         result = train(spec.model_copy(update={"model": source, "max_steps": 1}), out,
-                       resume=False, rollouts=split)  # fmt: skip
+                       resume=False, rollouts=rollout_split(rollouts, settings))  # fmt: skip
         if result.status != "completed":
             raise RuntimeError(f"window {window}: training ended {result.status}")
         run.samples.append(sampled)

@@ -156,3 +156,14 @@ def test_a_string_check_grader_is_the_reward(tmp_path: Path) -> None:
     expected = [float(answer in text) for answer, text in zip(answers, texts, strict=True)]
     assert result.records[0]["reward_mean"] == pytest.approx(sum(expected) / 8)
     print(f"string_check rewards {expected}")
+
+
+def test_beta_adds_the_kl_to_the_starting_model(tmp_path: Path) -> None:
+    """With β > 0 the reference is the starting model: the first window's policy is that model
+    (KL 0), the second's has moved away from it (KL > 0)."""
+    settings = SETTINGS.model_copy(update={"beta": 0.04})
+    result = train_grpo(spec(per_device_train_batch_size=4), settings, prompt_rows(ROWS),
+                        length_reward, tmp_path)  # fmt: skip
+    first, second = (record["kl"] for record in result.records)
+    print(f"kl per window: {first:.2e}, {second:.2e}")
+    assert abs(first) < 1e-6 < second
