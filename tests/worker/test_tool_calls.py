@@ -19,7 +19,7 @@ from worker.predict.openai_run import _last, prompt_ids
 from worker.predict.render import RenderLimits
 from worker.predict.tool_calls import Held, parse, parses_calls
 
-TOOLS = [{"type": "function", "function": {"name": "weather", "description": "now",
+TOOLS: Any = [{"type": "function", "function": {"name": "weather", "description": "now",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]  # fmt: skip
 CALL = {"id": "call_1", "type": "function",
         "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}  # fmt: skip
@@ -44,7 +44,7 @@ def _ids(template: str | None, body: dict[str, Any]) -> list[int]:
 def test_a_template_that_renders_tools_gets_them_as_training_renders_them() -> None:
     tokenizer = builtin_tokenizer("builtin:tiny-chat")
     ids = _ids(None, {"messages": CONVERSATION, "tools": TOOLS})
-    text = tokenizer.decode(ids)
+    text = str(tokenizer.decode(ids))
     assert '<tools>\n{"type": "function", "function": {"name": "weather"' in text
     assert '<tool_call>\n{"name": "weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
     assert "<|im_start|>tool\nsunny<|im_end|>" in text and text.endswith("<|im_start|>assistant\n")
