@@ -33,6 +33,8 @@ import torch
 
 from trainer_core.data.prompts import PromptRow, encode_prompt
 from trainer_core.data.rollouts import Rollouts, group_advantages, rollout_split
+from trainer_core.distributed import launched_world
+from trainer_core.loop.build import resolve_device
 from trainer_core.loop.sampling import Sampled, old_logps, sample_window, window_seed
 from trainer_core.model.load import load_model, load_tokenizer
 from trainer_core.spec.callbacks import NULL_CALLBACK, TrainingCallback
@@ -72,7 +74,10 @@ def window_prompts(rows: Sequence[PromptRow], window: int, per_window: int) -> l
 def _policy(spec: JobSpec, source: str) -> torch.nn.Module:
     model: torch.nn.Module = load_model(spec.model_copy(update={"model": source}),
                                         load_tokenizer(spec), None)  # fmt: skip
-    return model.to(torch.device("cuda")) if torch.cuda.is_available() else model
+    device = resolve_device(spec)  # the job's device; with ranks, this rank's GPU
+    if device.type == "cuda":
+        device = torch.device("cuda", launched_world().local_rank)
+    return model.to(device)
 
 
 def _sample(spec: JobSpec, source: str, prompts: list[PromptRow], settings: GrpoSettings,
