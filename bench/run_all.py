@@ -14,6 +14,7 @@ SCRIPTS = [
     ["data_scaling.py", "--rows", "25000,100000"],
     ["checkpoint_stall.py"],
     ["core_vs_loop.py"],
+    ["packing.py"],  # packing vs length grouping vs padding, uneven chat rows
     ["vs_trl_dpo.py", "--repeats", "2"],  # TRL's rows need the bench extra; ours run without it
     ["serve.py", "--repeats", "2"],
 ]

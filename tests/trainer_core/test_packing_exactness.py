@@ -21,10 +21,10 @@ from tests.trainer_core.helpers import CHAT, make_spec
 from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate, micro_step_loss
 from trainer_core.data.load import TokenizedSplit
 from trainer_core.data.loader import EpochPlan
-from trainer_core.data.packing import pack
+from trainer_core.data.packing import Layout, pack, place
 from trainer_core.distributed import World
+from trainer_core.loop.packing_check import check_rows_isolated
 from trainer_core.model.load import load_model, load_tokenizer
-from trainer_core.model.packing import check_rows_isolated
 from trainer_core.spec.errors import JobError
 
 LENGTHS = [3, 33, 5, 17, 9, 7, 21, 4, 29, 12, 6, 25]
@@ -95,6 +95,16 @@ def _token_losses(model: torch.nn.Module, batch: dict[str, Any], **forward: Any)
     return losses[labels.reshape(-1) != IGNORE_INDEX]
 
 
+def _plan_order(flat: torch.Tensor, padded: dict[str, Any], layout: Layout) -> torch.Tensor:
+    """A packed batch's token losses in the padded batch's row order (bins go longest first)."""
+    lengths = padded["attention_mask"].sum(-1).tolist()
+    counts = (padded["labels"][:, 1:] != IGNORE_INDEX).sum(-1).tolist()
+    order = [row for rows in place(lengths, layout) for row in rows]
+    pieces = torch.split(flat, [counts[row] for row in order])
+    chunks = dict(zip(order, pieces, strict=True))
+    return torch.cat([chunks[row] for row in range(len(lengths))])
+
+
 def _miss(grad: torch.Tensor, reference: torch.Tensor) -> float:
     return float((grad - reference).abs().max() / reference.abs().max())
 
@@ -105,17 +115,33 @@ def reference(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     return _gradient(model, [padded]), _token_losses(model, padded)
 
 
+@pytest.mark.parametrize("layout", ["bins", "one-row"])
 @pytest.mark.parametrize("b", [2, 4, 12])
 def test_packed_micro_batches_match_the_padded_window(
-    model: torch.nn.Module, reference: tuple[torch.Tensor, torch.Tensor], b: int
+    model: torch.nn.Module, reference: tuple[torch.Tensor, torch.Tensor], b: int, layout: Layout
 ) -> None:
     grad_ref, losses_ref = reference
-    packed = [pack(batch) for batch in _window(b)]
-    assert all(batch["input_ids"].shape[0] == 1 for batch in packed)  # one row, no padding
-    assert sum(batch["input_ids"].numel() for batch in packed) == sum(LENGTHS)
+    padded = _window(b)
+    packed = [pack(batch, layout) for batch in padded]
+    for before, after in zip(padded, packed, strict=True):
+        assert after["input_ids"].shape[0] <= before["input_ids"].shape[0]
+        if layout == "bins":  # no wider than the longest row: no row is split
+            assert after["input_ids"].shape[1] == before["input_ids"].shape[1]
+        else:  # one row, no padding at all
+            assert after["input_ids"].shape == (1, before["n_tokens"])
+    assert (
+        sum(batch["input_ids"].numel() for batch in packed)
+        < sum(b["input_ids"].numel() for b in padded)
+        or b == 2
+    )
     assert sum(batch["n_items"] for batch in packed) == N_W
     assert sum(int((batch["labels"] != IGNORE_INDEX).sum()) for batch in packed) == N_W
-    losses = torch.cat([_token_losses(model, batch) for batch in packed])
+    losses = torch.cat(
+        [
+            _plan_order(_token_losses(model, after), before, layout)
+            for before, after in zip(padded, packed, strict=True)
+        ]
+    )
     assert losses.shape == losses_ref.shape
     assert float((losses - losses_ref).abs().max()) <= 1e-5
     assert _miss(_gradient(model, packed), grad_ref) <= 1e-5
@@ -129,7 +155,7 @@ def test_two_ranks_each_packing_their_share(
     total = torch.zeros_like(grad_ref)
     for rank in range(2):
         plan = EpochPlan(ROWS, batch_size=3, accumulation=2, seed=1, pad_id=PAD,
-                         world=World(rank, 2), packing=True)  # fmt: skip
+                         world=World(rank, 2), packing="bins")  # fmt: skip
         batches = [plan[i] for i in range(len(plan))]
         assert all("attention_mask" not in batch for batch in batches)
         total += _gradient(model, batches) / 2
@@ -137,7 +163,7 @@ def test_two_ranks_each_packing_their_share(
 
 
 def _mutated(mutate: Callable[[dict[str, Any]], dict[str, Any]], b: int = 4) -> Batches:
-    return [mutate(pack(batch)) for batch in _window(b)]
+    return [mutate(pack(batch, "one-row")) for batch in _window(b)]
 
 
 def _cache_left_on(batch: dict[str, Any]) -> dict[str, Any]:
@@ -172,7 +198,7 @@ def test_negative_control_rows_that_attend_across(
 ) -> None:
     grad_ref, _ = reference
     leaky = _Forwarding(model, how)
-    packed = [pack(batch) for batch in _window(4)]
+    packed = [pack(batch, "one-row") for batch in _window(4)]  # rows in plan order
     assert _miss(_gradient(leaky, packed), grad_ref) > 1e-2
     forward = {"use_cache": True} if how == "cache" else {}
     batch = packed[0]
@@ -198,7 +224,7 @@ def test_negative_control_packing_the_dataset_before_the_sampler(model: torch.nn
     """TRL-style packing: rows packed in dataset order into fixed packs, then the packs are
     shuffled into windows. The first window then holds other rows than the plan's first window,
     so its update differs (and no choice of tolerance can fix that)."""
-    plan = EpochPlan(ROWS, batch_size=2, accumulation=2, seed=3, pad_id=PAD, packing=True)
+    plan = EpochPlan(ROWS, batch_size=2, accumulation=2, seed=3, pad_id=PAD, packing="bins")
     planned = [plan[i] for i in range(2)]  # the plan's first window: 4 rows
     window_rows = sorted(r for i in range(2) for r in plan.full_plan(0)[i].rows)
     packs = [list(range(i, i + 2)) for i in range(0, len(LENGTHS), 2)]  # consecutive pairs
@@ -212,8 +238,10 @@ def test_negative_control_packing_the_dataset_before_the_sampler(model: torch.nn
 
 
 def test_a_model_that_lets_packed_rows_mix_is_refused_by_name(model: torch.nn.Module) -> None:
-    check_rows_isolated(model, torch.device("cpu"), "builtin:tiny-chat")  # isolates: no error
-    with pytest.raises(JobError, match="builtin:tiny-chat does not isolate packed rows") as error:
-        check_rows_isolated(_Forwarding(model, "all-ones mask"), torch.device("cpu"),
-                            "builtin:tiny-chat")  # fmt: skip
-    assert error.value.param == "packing"
+    cpu = torch.device("cpu")
+    for layout in ("bins", "one-row"):
+        check_rows_isolated(model, cpu, "builtin:tiny-chat", layout)  # isolates: no error
+    for how in ("cache", "all-ones mask"):
+        with pytest.raises(JobError, match="builtin:tiny-chat does not isolate packed") as error:
+            check_rows_isolated(_Forwarding(model, how), cpu, "builtin:tiny-chat", "bins")
+        assert error.value.param == "packing"

@@ -77,14 +77,16 @@ def test_prompt_completion_and_text_pack_alike(trained: Any, fmt: str) -> None:
 def test_packing_efficiency_is_trained_tokens_over_tokens_computed(trained: Any) -> None:
     _, padded, _ = trained("messages", "pytorch", False)
     _, packed, _ = trained("messages", "pytorch", True)
-    assert all(step["padding_fraction"] == 0 for step in packed.steps)  # nothing padded
     assert all("packing_efficiency" not in epoch for epoch in padded.epochs)
     for epoch in packed.epochs:
-        # Computed tokens are the rows' real tokens; the untrained ones (prompts, each row's
-        # first) are all that keeps the efficiency below 1.
+        # Trained tokens over the token slots computed: the untrained (prompts, each row's
+        # first) and a packed row's unused tail keep it below 1.
         assert 0.1 < epoch["packing_efficiency"] < 1
-    padded_slots = sum(1 / (1 - s["padding_fraction"]) for s in padded.steps)
-    assert padded_slots > len(padded.steps)  # the padded run did compute padding
+    padding = [step["padding_fraction"] for step in packed.steps]
+    padded_padding = [step["padding_fraction"] for step in padded.steps]
+    print(f"padding fraction, mean of steps: packed {sum(padding) / len(padding):.3f}, "
+          f"padded {sum(padded_padding) / len(padded_padding):.3f}")  # fmt: skip
+    assert sum(padding) < 0.7 * sum(padded_padding)  # rows side by side: less slack (0.54x)
 
 
 @pytest.mark.parametrize(

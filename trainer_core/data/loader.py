@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate
 from trainer_core.data.load import TokenizedSplit
-from trainer_core.data.packing import pack
+from trainer_core.data.packing import Layout, pack
 from trainer_core.data.plan import EpochIndex, epoch_permutation
 from trainer_core.data.tokenized import IntColumn, row_lengths
 from trainer_core.distributed import SINGLE, World, shard
@@ -43,12 +43,12 @@ class EpochPlan(Dataset[dict[str, Any]]):
         pad_id: int,
         world: World = SINGLE,
         group_by_length: bool = False,
-        packing: bool = False,
+        packing: Layout | None = None,
     ) -> None:
         self.split = split
-        self.packing = packing  # each micro-batch's rows end to end, padding-free (data.packing)
+        self.packing = packing  # each micro-batch's rows end to end (data.packing), or padded
         # Row lengths, for ordering each window's rows longest first (data.plan).
-        self._lengths = row_lengths(split.input_ids) if group_by_length else None
+        self._lengths = row_lengths(split.input_ids) if group_by_length or packing else None
         self.world = world
         # The plan's micro-batches are global: b rows for each of the W ranks (distributed.py).
         self.batch_size = batch_size * world.size
@@ -84,7 +84,7 @@ class EpochPlan(Dataset[dict[str, Any]]):
         if self._full is None or self._full[0] != epoch:
             order = epoch_permutation(len(self.split), self.seed, epoch)
             index = EpochIndex(order, self._items, self.batch_size, self.accumulation,
-                               self._lengths)  # fmt: skip
+                               self._lengths, packed=self.packing is not None)  # fmt: skip
             self._full = (epoch, index)
         return self._full[1]
 
@@ -101,7 +101,11 @@ class EpochPlan(Dataset[dict[str, Any]]):
     def _collate(self, micro: MicroBatch) -> dict[str, Any]:
         split = self.split
         batch = collate(split.input_ids, split.labels, micro, self.pad_id, split.loss_mask)
-        return pack(batch) if self.packing else batch
+        if self.packing is None:
+            return batch
+        assert self._full is not None  # planned by __getitem__: the micro-batch's own epoch
+        widths = self._full[1].window_width  # its window's longest row
+        return pack(batch, self.packing, None if widths is None else int(widths[micro.window]))
 
     def _rank_share(self, micro: MicroBatch) -> dict[str, Any]:
         rows = shard(micro.rows, self.world)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from trainer_core.accumulation import MicroBatch
+from trainer_core.data.pack_plan import packed_windows
 
 
 def micro_batches_per_epoch(n_rows: int, batch_size: int) -> int:
@@ -57,15 +58,23 @@ class EpochIndex(Sequence[MicroBatch]):
         batch_size: int,
         accumulation: int,
         lengths: np.ndarray | None = None,
+        packed: bool = False,
     ) -> None:
         window_rows = batch_size * accumulation
-        if lengths is not None:
+        self.bounds: np.ndarray | None = None  # micro-batch starts, when rows are packed
+        if lengths is not None and packed:  # rows regrouped within each window (pack_plan)
+            order, self.bounds = packed_windows(order, lengths, batch_size, accumulation)
+        elif lengths is not None:
             order = group_windows_by_length(order, lengths, window_rows)
         self.order, self.batch_size, self.accumulation = order, batch_size, accumulation
         self.n_micro = micro_batches_per_epoch(len(order), batch_size)
         starts = np.arange(0, len(order), window_rows)
         ordered = items[order].astype(np.int64)
         self.window_items = np.add.reduceat(ordered, starts) if len(order) else ordered
+        self.window_width = (  # each window's longest row: the width its rows are packed to
+            np.maximum.reduceat(lengths[order], starts) if packed and lengths is not None
+            and len(order) else None
+        )  # fmt: skip
 
     def __len__(self) -> int:
         return self.n_micro
@@ -82,7 +91,10 @@ class EpochIndex(Sequence[MicroBatch]):
         if not 0 <= index < self.n_micro:
             raise IndexError(index)
         b, k = self.batch_size, self.accumulation
-        rows = self.order[index * b : (index + 1) * b].tolist()
+        if self.bounds is None:
+            rows = self.order[index * b : (index + 1) * b].tolist()
+        else:
+            rows = self.order[self.bounds[index] : self.bounds[index + 1]].tolist()
         window = index // k
         last = index % k == k - 1 or index == self.n_micro - 1
         return MicroBatch(rows, window, int(self.window_items[window]), last)

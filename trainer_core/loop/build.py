@@ -22,9 +22,9 @@ from trainer_core.distributed import World, join, launched_world, min_over_ranks
 from trainer_core.loop import dpo, replan
 from trainer_core.loop.autobatch import choose_micro_batch
 from trainer_core.loop.context import RunContext
+from trainer_core.loop.packing_check import check_rows_isolated, packing_layout
 from trainer_core.model.load import load_model, load_tokenizer
 from trainer_core.model.optim import build_optimizer, build_scheduler
-from trainer_core.model.packing import check_rows_isolated
 from trainer_core.model.precision import check_precision
 from trainer_core.spec.batching import accumulation_for
 from trainer_core.spec.errors import JobError
@@ -153,9 +153,10 @@ def build_context(
         plan = RolloutPlan(data.train, **planned)
         objective = partial(rollout_micro_step, loss=data.train.loss)
     else:
-        if spec.packing:  # before any step: a model that lets packed rows mix is refused by name
-            check_rows_isolated(model, inputs.device, spec.model)
-        plan = EpochPlan(data.train, packing=spec.packing, **planned)
+        layout = packing_layout(model) if spec.packing else None
+        if layout is not None:  # before any step: a model that lets packed rows mix is refused
+            check_rows_isolated(model, inputs.device, spec.model, layout)
+        plan = EpochPlan(data.train, packing=layout, **planned)
     cuda = inputs.device.type == "cuda"
     loader = EpochLoader(plan, num_workers=inputs.loader_workers, pin_memory=cuda)
     steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b * world.size, k)
