@@ -1,6 +1,7 @@
 """Packing against length grouping alone and against plain padding, in one run: trained tokens/s
-on uneven chat rows (16 to 512 tokens), the padding fraction (of the token slots computed), the
-packing efficiency (trained tokens over slots) and peak memory.
+on uneven chat rows (lengths drawn from 16 to 512 tokens; one exchange, the shortest, renders to
+about 40), the padding fraction (of the token slots computed), the packing efficiency (trained
+tokens over slots) and peak memory.
 
 The model is an ~11M GPT-2 (n_embd 384, 6 layers, 6 heads, on tiny-chat's tokenizer), built from
 a config (no download). Each conversation is built-in chat-arithmetic exchanges appended until
@@ -10,7 +11,7 @@ process's: RSS on a CPU, allocated memory on a GPU); the figure is the second ep
 pays the warm-up). Packing on sdpa lays each micro-batch into rows as wide as its window's longest
 row (``data.packing``), so it computes no more attention than padding does.
 
-    .venv/bin/python bench/packing.py [--rows 96] [--b 8] [--k 2] [--repeats 1]
+    .venv/bin/python bench/packing.py [--rows 48] [--b 8] [--k 1] [--repeats 1]
 """
 
 from __future__ import annotations
@@ -105,9 +106,9 @@ def measure(mode: str, base: Path, data: Path, args: argparse.Namespace) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", type=int, default=96)
+    parser.add_argument("--rows", type=int, default=48)
     parser.add_argument("--b", type=int, default=8)
-    parser.add_argument("--k", type=int, default=2)
+    parser.add_argument("--k", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--child", nargs=5, metavar=("MODE", "BASE", "DATA", "B", "K"))
     args = parser.parse_args()
