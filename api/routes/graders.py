@@ -18,7 +18,12 @@ from api.services import graders as grader_services
 router = APIRouter(
     prefix="/fine_tuning/alpha/graders",
     tags=["fine-tuning"],
-    responses={400: {"model": ErrorResponse, "description": "error.param names the field"}},
+    responses={
+        400: {"model": ErrorResponse, "description": "error.param names the field"},
+        401: {"model": ErrorResponse},
+        413: {"model": ErrorResponse},
+        415: {"model": ErrorResponse},
+    },
 )
 
 
