@@ -48,9 +48,11 @@ def parts(tokenizer: Any, ids: Any, mask: Any) -> tuple[str, str]:
 def test_a_pair_trains_its_completions_and_their_end_of_turn(tmp_path: Path, row: Any) -> None:
     split, tokenizer = load(tmp_path, [row])
     prompt = tokenizer.apply_chat_template(USER, tokenize=False, add_generation_prompt=True)
-    assert parts(tokenizer, split.input_ids[0], split.loss_mask[0]) == (prompt, "4.<|im_end|>\n")
+    # The completion ends at its end-of-turn token, trained; no separator follows it
+    # (docs/what-is-trained.md).
+    assert parts(tokenizer, split.input_ids[0], split.loss_mask[0]) == (prompt, "4.<|im_end|>")
     assert parts(tokenizer, split.rejected_ids[0], split.rejected_mask[0]) == (
-        prompt, "5, I think.<|im_end|>\n")  # fmt: skip
+        prompt, "5, I think.<|im_end|>")  # fmt: skip
     assert list(split.items) == [1]  # the pair is the unit
     assert split.chosen_items[0] == int(split.loss_mask[0][1:].sum())
 
