@@ -234,6 +234,7 @@ async function openJob(jobId) {
   const abort = new AbortController();
   current = { id: jobId, abort, charts, job };
   openChat(job);
+  previewLink(job);
   $("confusion").replaceChildren();
   $("confusion-step").textContent = "";
   $("try-output").replaceChildren();
@@ -352,9 +353,11 @@ function closeJob() {
 function route() {
   const match = location.hash.match(/^#\/jobs\/(job_[0-9a-f]+)$/);
   clearInterval(listTimer);
+  $("preview-view").hidden = true;
   if (match) return openJob(match[1]);
   closeJob();
   $("job-view").hidden = true;
+  if (location.hash.startsWith("#/preview")) return openPreview(location.hash);
   $("list-view").hidden = false;
   refreshList();
   listTimer = setInterval(refreshList, 2000);
