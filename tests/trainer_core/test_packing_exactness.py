@@ -22,7 +22,7 @@ from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate, micro_s
 from trainer_core.data.load import TokenizedSplit
 from trainer_core.data.loader import EpochPlan
 from trainer_core.data.packing import Layout, pack, place
-from trainer_core.distributed import World
+from trainer_core.distributed import World, shard
 from trainer_core.loop.packing_check import check_rows_isolated
 from trainer_core.model.load import load_model, load_tokenizer
 from trainer_core.spec.errors import JobError
@@ -160,6 +160,42 @@ def test_two_ranks_each_packing_their_share(
         assert all("attention_mask" not in batch for batch in batches)
         total += _gradient(model, batches) / 2
     assert _miss(total, grad_ref) <= 1e-5
+
+
+def _window_costs(shares: Callable[[EpochPlan, int], list[int]], ranks: int) -> list[int]:
+    """Each window's token slots on its busiest rank (the others wait for it at the all-reduce),
+    on 256 uneven rows at (b, K) = (4, 2), each rank's rows packed as ``shares`` cut them."""
+    rng = random.Random(0)
+    lengths = [int(rng.lognormvariate(4, 0.7)) + 3 for _ in range(256)]
+    rows = TokenizedSplit([[5] * n for n in lengths], None, [n - 1 for n in lengths],
+                          [[0] + [1] * (n - 1) for n in lengths])  # fmt: skip
+    plans = [EpochPlan(rows, batch_size=4, accumulation=2, seed=1, pad_id=PAD,
+                       world=World(r, ranks), packing="bins") for r in range(ranks)]  # fmt: skip
+    index, costs = plans[0].full_plan(0), []
+    assert index.window_width is not None
+    for first in range(0, len(index), 2):
+        load = [0] * ranks
+        for i in range(first, min(first + 2, len(index))):
+            micro, width = index[i], int(index.window_width[index[i].window])
+            cut = [shares(plan, i) for plan in plans]
+            on_ranks = sorted(row for own in cut for row in own)
+            assert on_ranks == sorted(micro.rows)  # each row on one rank, once
+            for r, own in enumerate(cut):
+                batch = collate(rows.input_ids, None, MicroBatch(own, 0, 1, True), PAD,
+                                rows.loss_mask)  # fmt: skip
+                load[r] += pack(batch, "bins", width)["input_ids"].numel()
+        costs.append(max(load))
+    return costs
+
+
+def test_ranks_take_whole_bins_in_turn() -> None:
+    """Each rank's share of a packed micro-batch is whole bins, the fuller share going to the
+    ranks in turn (``data.pack_plan``). Negative control: the same micro-batches' rows cut in
+    equal counts, as a padded run cuts them, load the busiest rank more."""
+    planned = _window_costs(lambda plan, i: plan.full_plan(0).share(i, plan.world), 2)
+    halves = _window_costs(lambda plan, i: shard(plan.full_plan(0)[i].rows, plan.world), 2)
+    print(f"busiest rank's slots: plan {sum(planned)}, equal row counts {sum(halves)}")
+    assert sum(planned) < 0.95 * sum(halves)
 
 
 def _mutated(mutate: Callable[[dict[str, Any]], dict[str, Any]], b: int = 4) -> Batches:

@@ -27,7 +27,7 @@ from trainer_core.data.load import TokenizedSplit
 from trainer_core.data.packing import Layout, pack
 from trainer_core.data.plan import EpochIndex, epoch_permutation
 from trainer_core.data.tokenized import IntColumn, row_lengths
-from trainer_core.distributed import SINGLE, World, shard
+from trainer_core.distributed import SINGLE, World
 
 PlanKey = tuple[int, int]  # (epoch, micro-batch index in the epoch's full plan)
 
@@ -84,7 +84,8 @@ class EpochPlan(Dataset[dict[str, Any]]):
         if self._full is None or self._full[0] != epoch:
             order = epoch_permutation(len(self.split), self.seed, epoch)
             index = EpochIndex(order, self._items, self.batch_size, self.accumulation,
-                               self._lengths, packed=self.packing is not None)  # fmt: skip
+                               self._lengths, packed=self.packing is not None,
+                               ranks=self.world.size)  # fmt: skip
             self._full = (epoch, index)
         return self._full[1]
 
@@ -96,7 +97,7 @@ class EpochPlan(Dataset[dict[str, Any]]):
         micro = self.full_plan(epoch)[index]
         if not self.world.distributed:
             return self._collate(micro)
-        return self._rank_share(micro)
+        return self._rank_share(micro, self.full_plan(epoch).share(index, self.world))
 
     def _collate(self, micro: MicroBatch) -> dict[str, Any]:
         split = self.split
@@ -107,8 +108,7 @@ class EpochPlan(Dataset[dict[str, Any]]):
         widths = self._full[1].window_width  # its window's longest row
         return pack(batch, self.packing, None if widths is None else int(widths[micro.window]))
 
-    def _rank_share(self, micro: MicroBatch) -> dict[str, Any]:
-        rows = shard(micro.rows, self.world)
+    def _rank_share(self, micro: MicroBatch, rows: list[int]) -> dict[str, Any]:
         # A rank with no rows in a ragged last micro-batch still joins the window's all-reduce:
         # it runs one row with every label ignored, a backward that adds exactly zero.
         own = MicroBatch(rows or micro.rows[:1], micro.window, micro.n_window_items,

@@ -24,6 +24,7 @@ import torch
 
 from trainer_core.accumulation import MicroBatch
 from trainer_core.data.pack_plan import packed_windows
+from trainer_core.distributed import World, shard
 
 
 def micro_batches_per_epoch(n_rows: int, batch_size: int) -> int:
@@ -59,11 +60,13 @@ class EpochIndex(Sequence[MicroBatch]):
         accumulation: int,
         lengths: np.ndarray | None = None,
         packed: bool = False,
+        ranks: int = 1,
     ) -> None:
         window_rows = batch_size * accumulation
-        self.bounds: np.ndarray | None = None  # micro-batch starts, when rows are packed
+        self.ranks = ranks  # packed: each micro-batch is cut into ranks' shares by the plan
+        self.bounds: np.ndarray | None = None  # the shares' starts, when rows are packed
         if lengths is not None and packed:  # rows regrouped within each window (pack_plan)
-            order, self.bounds = packed_windows(order, lengths, batch_size, accumulation)
+            order, self.bounds = packed_windows(order, lengths, batch_size, accumulation, ranks)
         elif lengths is not None:
             order = group_windows_by_length(order, lengths, window_rows)
         self.order, self.batch_size, self.accumulation = order, batch_size, accumulation
@@ -94,7 +97,18 @@ class EpochIndex(Sequence[MicroBatch]):
         if self.bounds is None:
             rows = self.order[index * b : (index + 1) * b].tolist()
         else:
-            rows = self.order[self.bounds[index] : self.bounds[index + 1]].tolist()
+            w = self.ranks
+            rows = self.order[self.bounds[index * w] : self.bounds[(index + 1) * w]].tolist()
         window = index // k
         last = index % k == k - 1 or index == self.n_micro - 1
         return MicroBatch(rows, window, int(self.window_items[window]), last)
+
+    def share(self, index: int, world: World) -> list[int]:
+        """This rank's rows of micro-batch ``index``: packed, the whole bins the plan dealt it
+        (ranks of like load); else a contiguous share of the rows (``distributed.shard``)."""
+        if self.bounds is None:
+            return shard(self[index].rows, world)
+        assert self.ranks == world.size, "planned for another world size"
+        part = index * self.ranks + world.rank
+        rows: list[int] = self.order[self.bounds[part] : self.bounds[part + 1]].tolist()
+        return rows
