@@ -1,13 +1,17 @@
 """The predict server's cache keeps one base for the LoRA adapters made on it
 (``worker.predict.cache``): two jobs' adapters and the built-in model they were trained from share
 one loaded base, each answers with exactly its merged model's greedy tokens whichever was used
-last, and the LRU evicts adapters and bases in order of use (a base taking its adapters along)."""
+last, and the LRU evicts adapters and bases in order of use (a base taking its adapters along),
+passing over a model whose rows the batcher is running (issue 33)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +21,9 @@ from transformers import AutoModelForCausalLM
 
 from tests.trainer_core.helpers import CHAT, make_spec, run
 from trainer_core.model.trained import load_trained
+from worker.predict.batcher import Batcher, choices, events
 from worker.predict.cache import Loaded, ModelCache
+from worker.predict.generation import Sampling
 
 CPU = torch.device("cpu")
 MESSAGES = [{"role": "user", "content": "what is 2 plus 3?"}]
@@ -135,3 +141,68 @@ def test_adapters_on_one_linked_base_folder_share_it(
     merged = load_trained(one, AutoModelForCausalLM, label_kwargs={})
     assert _served(first) == _greedy(merged, first.tokenizer)
     assert _served(served) == _greedy(AutoModelForCausalLM.from_pretrained(whole), first.tokenizer)
+
+
+def _prompt(tokenizer: Any) -> list[int]:
+    text = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def test_a_pinned_adapter_is_not_evicted(
+    jobs: dict[str, tuple[Path, Path]], caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = ModelCache(capacity=1, adapter_capacity=1)
+    a = cache.get(jobs["a"][0], causal=True, device=CPU)
+    a.pin()
+    with caplog.at_level(logging.WARNING, logger="worker.predict.cache"):
+        b = cache.get(jobs["b"][0], causal=True, device=CPU)  # over capacity: a is in use
+        assert "2 adapters loaded, over the 1 allowed" in caplog.text
+        assert cache.stats()["adapters"] == 2 and a.adapter in a.base.adapters
+        assert cache.builtin("builtin:tiny-chat", 7, CPU).model is not a.model
+        assert "2 bases loaded, over the 1 allowed" in caplog.text  # a's base is in use too
+    assert cache.stats()["adapters"] == 1 and b.adapter not in a.base.adapters  # b was free
+    a.unpin()
+    cache.get(jobs["b"][0], causal=True, device=CPU)  # the next use trims: a and seed 7 go
+    assert cache.stats() == {"base_loads": 2, "adapter_loads": 3, "bases": 1, "adapters": 1}
+    assert a.adapter not in a.base.adapters
+
+
+def test_two_adapters_in_use_at_once_each_answer_as_their_own(
+    jobs: dict[str, tuple[Path, Path]],
+) -> None:
+    """One adapter allowed, two requested while both have rows: b's load comes while a's rows
+    wait in the batcher, so evicting a would fail them ("unloaded while in use")."""
+    cache, batcher = ModelCache(capacity=1, adapter_capacity=1), Batcher()
+    a = batcher.call(lambda: cache.get(jobs["a"][0], causal=True, device=CPU))
+    entered, gate = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        entered.set()
+        gate.wait(120)
+
+    # The scheduler runs this call: what is submitted meanwhile queues behind it, in order.
+    threading.Thread(target=batcher.call, args=(hold,)).start()
+    assert entered.wait(60)
+    greedy = Sampling(max_tokens=10, temperature=0)
+    deadline = time.monotonic() + 120
+    rows_a = choices(a, _prompt(a.tokenizer), greedy, deadline=deadline)
+    batcher.submit(rows_a)
+    loaded: list[Loaded] = []
+    load_b = lambda: loaded.append(cache.get(jobs["b"][0], causal=True, device=CPU))  # noqa: E731
+    loading = threading.Thread(target=batcher.call, args=(load_b,))
+    loading.start()
+    while batcher._inbox.qsize() < 2:  # a's row, then b's load, queued behind the held call
+        time.sleep(0.001)
+    gate.set()
+    loading.join(120)
+    (b,) = loaded
+    rows_b = choices(b, _prompt(b.tokenizer), greedy, deadline=deadline)
+    batcher.submit(rows_b)
+    eos, answers = a.tokenizer.eos_token_id, []
+    for name, rows in (("a", rows_a), ("b", rows_b)):
+        (done,) = [event.done for event in events(rows) if event.done]
+        expected = _greedy(AutoModelForCausalLM.from_pretrained(jobs[name][1]), a.tokenizer)
+        expected = expected[: expected.index(eos) + 1] if eos in expected else expected
+        assert done.tokens == expected, name  # (generate pads after the end-of-text token)
+        answers.append(done.tokens)
+    assert answers[0] != answers[1]  # a wrong adapter would show

@@ -95,13 +95,26 @@ class _Call:
 
 
 class _Group:
-    """The running and waiting rows of one loaded model (and adapter)."""
+    """The running and waiting rows of one loaded model (and adapter). It pins its model for as
+    long as it has rows (``worker.predict.cache``): another model's load evicts others first."""
 
     def __init__(self, loaded: Any) -> None:
         self.loaded = loaded
         self.decode = Decode(loaded)
         self.rows: list[Row] = []
         self.waiting: list[Row] = []
+        _pin(loaded, "pin")
+
+    def close(self) -> None:
+        """Its rows are all gone: the cache may evict its model again."""
+        _pin(self.loaded, "unpin")
+
+
+def _pin(loaded: Any, how: str) -> None:
+    """``loaded.pin()`` or ``unpin()``, where it has them (a cached model; not a bare one)."""
+    change = getattr(loaded, how, None)
+    if callable(change):
+        change()
 
 
 def activate(loaded: Any) -> None:
@@ -161,6 +174,7 @@ class Batcher:
                     self._step(group)
                     if not group.rows and not group.waiting:
                         del self._groups[key]
+                        group.close()
             except Exception:  # never leave the thread: every request would wait forever
                 log.exception("the batcher's loop failed")
 
@@ -177,7 +191,10 @@ class Batcher:
             elif item.sampling.max_tokens < 1:
                 _finish(item)
             else:
-                self._groups.setdefault(_key(item.loaded), _Group(item.loaded)).waiting.append(item)
+                key = _key(item.loaded)
+                if key not in self._groups:
+                    self._groups[key] = _Group(item.loaded)
+                self._groups[key].waiting.append(item)
 
     def _step(self, group: _Group) -> None:
         """One token for every running row of ``group``, then newcomers join."""

@@ -11,12 +11,16 @@ head) load whole, as a base without adapters.
 
 Evicting a base drops its adapters with it; evicting the last adapter of a base unwraps it again
 to a plain model. A ``Loaded`` is good until the next ``get`` evicts what it names: take and
-use it under the engine's lock.
+use it under the engine's lock, or ``pin()`` it while rows of it run or wait (the batcher does,
+per batch): the LRU passes over pinned models, going over its capacity when every one is pinned
+(logged), and trims back at the next ``get`` after they are unpinned.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +42,8 @@ from trainer_core.model.trained import (
 )
 
 BaseKey = tuple[object, ...]  # what the base is made from, causal or not, and its device
+log = logging.getLogger(__name__)
+_PINS = threading.Lock()  # pins are taken and released on any thread
 
 
 _UNKNOWN = "\0unknown"  # no adapter is known to be active (one was added or removed since)
@@ -48,6 +54,7 @@ class Base:
     model: Any  # plain, or the PeftModel holding its adapters once one is on it
     adapters: set[str] = field(default_factory=set)
     active: str | None = _UNKNOWN  # what the last activate() put on (None: adapters off)
+    pins: int = 0  # pins of its models (itself and its adapters): not evicted while above 0
 
 
 @dataclass
@@ -59,6 +66,18 @@ class Loaded:
     tokenizer: Any
     device: torch.device
     adapter: str | None = None
+    pins: int = 0  # holders that have rows of it running or waiting: not evicted meanwhile
+
+    def pin(self) -> None:
+        """Keep this model (and its base) loaded until ``unpin()``: rows of it are in use."""
+        with _PINS:
+            self.pins += 1
+            self.base.pins += 1
+
+    def unpin(self) -> None:
+        with _PINS:
+            self.pins -= 1
+            self.base.pins -= 1
 
     @property
     def model(self) -> Any:
@@ -87,7 +106,7 @@ class ModelCache:
     def __init__(self, capacity: int, adapter_capacity: int = 16) -> None:
         self.capacity, self.adapter_capacity = capacity, adapter_capacity
         self._bases: OrderedDict[BaseKey, Base] = OrderedDict()
-        self._adapters: OrderedDict[tuple[BaseKey, str], None] = OrderedDict()
+        self._adapters: OrderedDict[tuple[BaseKey, str], Loaded] = OrderedDict()
         self._views: dict[tuple[object, ...], tuple[BaseKey, Loaded]] = {}
         self.base_loads = 0
         self.adapter_loads = 0
@@ -139,8 +158,9 @@ class ModelCache:
         base.adapters.add(name)
         base.active = _UNKNOWN
         self.adapter_loads += 1
-        self._adapters[(key, name)] = None
-        return key, Loaded(base, AutoTokenizer.from_pretrained(folder), device, name)
+        loaded = Loaded(base, AutoTokenizer.from_pretrained(folder), device, name)
+        self._adapters[(key, name)] = loaded
+        return key, loaded
 
     def _base(self, key: BaseKey, make: Any, device: torch.device) -> Base:
         if key not in self._bases:
@@ -150,15 +170,26 @@ class ModelCache:
 
     def _use(self, view: tuple[object, ...]) -> Loaded:
         """``view``'s model, marked most recently used (its base and adapter), then the LRU
-        trimmed (never what ``view`` names: it is the newest)."""
+        trimmed of unpinned models (never what ``view`` names: it is the newest)."""
         key, loaded = self._views[view]
         self._bases.move_to_end(key)
         if loaded.adapter is not None:
             self._adapters.move_to_end((key, loaded.adapter))
+        newest = (key, loaded.adapter)
         while len(self._bases) > self.capacity:
-            self._drop_base(next(iter(self._bases)))
+            free = [k for k, base in self._bases.items() if not base.pins and k != key]
+            if not free:
+                log.warning("%d bases loaded, over the %d allowed: every other one is in use",
+                            len(self._bases), self.capacity)  # fmt: skip
+                break
+            self._drop_base(free[0])
         while len(self._adapters) > self.adapter_capacity:
-            self._drop_adapter(*next(iter(self._adapters)))
+            free_adapters = [p for p, a in self._adapters.items() if not a.pins and p != newest]
+            if not free_adapters:
+                log.warning("%d adapters loaded, over the %d allowed: every other one is in use",
+                            len(self._adapters), self.adapter_capacity)  # fmt: skip
+                break
+            self._drop_adapter(*free_adapters[0])
         return loaded
 
     def _drop_base(self, key: BaseKey) -> None:
