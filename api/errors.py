@@ -38,6 +38,7 @@ from gradacc.errors import (
     StorageQuotaExceeded,
     TooManyJobs,
     TooManyPredictions,
+    TooManyPreviews,
     TooManyStreams,
     Unauthorized,
 )
@@ -67,6 +68,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     PredictionFailed: 500,
     PredictionTimeout: 504,
     TooManyPredictions: 429,
+    TooManyPreviews: 429,
 }
 _LOCATIONS = {"body", "query", "path", "header"}
 _HTTP_CODES = {

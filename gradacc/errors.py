@@ -198,3 +198,13 @@ class TooManyPredictions(DomainError):
             f"this tenant already has {limit} predict requests waiting (limit {limit}, "
             f"{self.param}); retry when one is answered"
         )
+
+
+class TooManyPreviews(DomainError):
+    """More dataset previews running at once than the API runs (each is a child process)."""
+
+    code = "too_many_previews"
+    param = "GRADACC_MAX_PREVIEWS"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"{limit} previews are running (limit {limit}, {self.param}); retry soon")

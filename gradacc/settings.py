@@ -159,6 +159,8 @@ class Settings(BaseSettings):
     predict_render_memory_mb: int = Field(default=1024, ge=64)
     # Predict requests one tenant may have waiting at once (more: 429).
     max_predicts_per_tenant: int = Field(default=16, ge=1)
+    # Dataset previews run at once in the API (POST /v1/files/{id}/preview: a child process each).
+    max_previews: int = Field(default=2, ge=1)
     predict_server: bool = Field(default=True, description="Workers start a predict server")
     # OpenAI's /v1/chat/completions and /v1/completions (docs/serving.md): each predict server
     # also answers them over HTTP on serve_host (loopback unless the API runs elsewhere) and

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from pydantic import ValidationError
@@ -14,16 +15,24 @@ from sqlalchemy.orm import Session
 
 from api.schemas.preview import PreviewRead, PreviewRequest
 from api.services.files import get_file
-from gradacc.errors import InvalidRequest
+from gradacc.errors import InvalidRequest, TooManyPreviews
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.sources.files import check_file_refs, file_refs, local_source
+from gradacc.sources.limits import check_spec_allowed
 from gradacc.tables import File, FilePurpose
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.sources import classify_source
 
 PREVIEW_TIMEOUT_S = 120.0  # a hub model's first load is the slow part
 BAD_PREVIEW = 2  # trainer_core.preview's exit status for a problem with the request
+_running: dict[int, threading.BoundedSemaphore] = {}  # the cap, per configured limit
+_lock = threading.Lock()
+
+
+def _slots(limit: int) -> threading.BoundedSemaphore:
+    with _lock:
+        return _running.setdefault(limit, threading.BoundedSemaphore(limit))
 
 
 def preview_file(
@@ -33,8 +42,17 @@ def preview_file(
     if file.purpose == FilePurpose.MODEL:
         raise InvalidRequest(f"{file_id} is a model; preview a dataset", param="file_id")
     spec = _spec(body, file_id)
+    # The same limits as a job's: a model path outside the data roots is refused here too.
+    check_spec_allowed(spec, settings)
     check_file_refs(session, spec=spec, tenant=tenant)
-    return PreviewRead.model_validate(_run(_resolved(session, settings, spec, tenant), body.rows))
+    resolved = _resolved(session, settings, spec, tenant)
+    slots = _slots(settings.max_previews)
+    if not slots.acquire(blocking=False):  # each preview is a process that imports transformers
+        raise TooManyPreviews(settings.max_previews)
+    try:
+        return PreviewRead.model_validate(_run(resolved, body.rows))
+    finally:
+        slots.release()
 
 
 def _spec(body: PreviewRequest, file_id: str) -> JobSpec:

@@ -53,3 +53,29 @@ def test_wrong_fields_are_named(client: TestClient) -> None:
     assert column.json()["error"]["param"] == "messages_column"
     assert client.post("/v1/files/file-00000000000000000000/preview",
                        json={"model": "builtin:tiny-chat"}).status_code == 404  # fmt: skip
+
+
+def test_a_model_path_outside_the_data_roots_is_refused(client: TestClient, tmp_path: Path) -> None:
+    """The job's source rules hold for a preview: a local model path outside GRADACC_DATA_ROOTS
+    (another tenant's job folder, say) is refused naming ``model``, before any child runs."""
+    file = upload(client, "chat.jsonl", jsonl(GOOD)).json()
+    elsewhere = tmp_path / "not-a-root"
+    elsewhere.mkdir()
+    answer = client.post(f"/v1/files/{file['id']}/preview", json={"model": str(elsewhere)})
+    assert answer.status_code == 422 and answer.json()["error"]["param"] == "model", answer.text
+    assert str(tmp_path) not in answer.text
+
+
+def test_previews_beyond_the_cap_are_a_429(client: TestClient, embedded_settings: Settings) -> None:
+    from api.services.preview import _slots
+
+    file = upload(client, "chat.jsonl", jsonl(GOOD)).json()
+    slots = _slots(embedded_settings.max_previews)
+    for _ in range(embedded_settings.max_previews):  # as if that many previews were running
+        assert slots.acquire(blocking=False)
+    try:
+        busy = client.post(f"/v1/files/{file['id']}/preview", json={"model": "builtin:tiny-chat"})
+    finally:
+        for _ in range(embedded_settings.max_previews):
+            slots.release()
+    assert busy.status_code == 429 and busy.json()["error"]["param"] == "GRADACC_MAX_PREVIEWS"

@@ -83,8 +83,24 @@ def parses_calls_for(loaded: Loaded, body: dict[str, Any]) -> bool:
 def run_request(engine: Engine, kind: Kind, served: ServedModel, body: dict[str, Any],
                 reply: Reply, *, deadline: float) -> None:  # fmt: skip
     """Answer one request: its model loaded (by the batcher's thread, between decode steps: a
-    load may add an adapter to a base that a batch is using), its rows run in the batcher."""
-    loaded = engine.on_models(lambda: engine.load(served))
+    load may add an adapter to a base that a batch is using), its rows run in the batcher. The
+    model is pinned from its load to the request's end: another request's load cannot evict it
+    while this one renders its prompt."""
+
+    def load_pinned() -> Loaded:
+        loaded = engine.load(served)
+        loaded.pin()
+        return loaded
+
+    loaded = engine.on_models(load_pinned)
+    try:
+        _run_loaded(engine, kind, served, body, reply, loaded, deadline)
+    finally:
+        loaded.unpin()
+
+
+def _run_loaded(engine: Engine, kind: Kind, served: ServedModel, body: dict[str, Any],
+                reply: Reply, loaded: Loaded, deadline: float) -> None:  # fmt: skip
     ids = prompt_ids(engine, loaded, kind, body)
     sampling = sampling_of(body, kind, prompt_tokens=len(ids), context=context_of(loaded),
                            limit=engine.settings.serve_max_completion_tokens)  # fmt: skip

@@ -85,19 +85,24 @@ def answer(engine: Engine, task: Task) -> dict[str, Any]:
 
     device = engine.device()  # a database read: not on the batcher's thread
 
-    def load() -> Loaded:
-        return engine.cache.get(task.folder, causal=task.causal, device=device)
+    def load() -> Loaded:  # pinned until answered (worker.predict.openai_run.run_request)
+        loaded = engine.cache.get(task.folder, causal=task.causal, device=device)
+        loaded.pin()
+        return loaded
 
     loaded = engine.on_models(load)
-    if task.causal:
-        deadline = time.monotonic() + engine.settings.predict_timeout_s
-        return generate(engine.batcher, loaded, task.request, engine.limits, deadline=deadline)
+    try:
+        if task.causal:
+            deadline = time.monotonic() + engine.settings.predict_timeout_s
+            return generate(engine.batcher, loaded, task.request, engine.limits, deadline=deadline)
 
-    def run() -> dict[str, Any]:
-        activate(loaded)
-        return classify(loaded, task.request["inputs"], task.max_length)
+        def run() -> dict[str, Any]:
+            activate(loaded)
+            return classify(loaded, task.request["inputs"], task.max_length)
 
-    return engine.on_models(run)
+        return engine.on_models(run)
+    finally:
+        loaded.unpin()
 
 
 class _Address:
