@@ -40,13 +40,24 @@ def _mount(
     _check(LIBC.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
 
 
+STAGING = ("/mnt", "/media", "/srv", "/opt", "/var/tmp", "/tmp", "/run", "/home")
+
+
+def staging_dir(mounts: list[str]) -> str:
+    """An existing directory to build the new root on (a tmpfs over it, in this mount namespace
+    only) that holds none of the paths to bind: a tmpfs over /tmp would hide a virtualenv there."""
+    for candidate in STAGING:
+        inside = any(os.path.commonpath([candidate, path]) == candidate for path in mounts)
+        if os.path.isdir(candidate) and not os.path.islink(candidate) and not inside:
+            return candidate
+    raise OSError(f"no directory to build the sandbox on: each of {STAGING} holds Python")
+
+
 def build_root(mounts: list[str], disk_bytes: int) -> None:
     """A fresh tmpfs as /, the given paths bound read-only at the same places, and the old root
     unmounted: nothing else of the host's files is reachable."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    root = "/tmp/.grader-root"
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    os.mkdir(root)
+    root = staging_dir(mounts)
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, f"size={disk_bytes},mode=0755")
     for path in mounts:
         if os.path.islink(path):  # /lib -> usr/lib on merged-/usr systems
