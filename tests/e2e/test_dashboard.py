@@ -42,7 +42,7 @@ def test_submit_through_the_form_and_watch_the_chart(served_url: str) -> None:
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(served_url + "/")
         expect(page.locator("#submit-form")).to_be_visible()
-        page.fill("input[name=max_train_samples]", "256")
+        page.fill("#submit-form input[name=max_train_samples]", "256")
         page.select_option("select[name=backend]", "accelerate")
         page.click("#submit-form button[type=submit]")
         page.wait_for_url("**/#/jobs/job_*", timeout=10_000)

@@ -32,10 +32,12 @@ def test_pause_resume_and_checkpoints_of_a_chat_job(tmp_path: Path) -> None:
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(url + "/")
-        expect(page.locator("input[name=model]")).to_have_value("builtin:tiny-chat")
-        expect(page.locator("input[name=dataset]")).to_have_value("builtin:chat-arithmetic")
+        expect(page.locator("#submit-form input[name=model]")).to_have_value("builtin:tiny-chat")
+        expect(page.locator("#submit-form input[name=dataset]")).to_have_value(
+            "builtin:chat-arithmetic"
+        )
         page.fill("#submit-form input[name=name]", "dash-pause")
-        page.fill("input[name=max_train_samples]", "128")  # b 8, K 4: 4 steps
+        page.fill("#submit-form input[name=max_train_samples]", "128")  # b 8, K 4: 4 steps
         page.click("#submit-form button[type=submit]")
         page.wait_for_url("**/#/jobs/job_*", timeout=10_000)
         status = page.locator("#job-status")
