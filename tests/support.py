@@ -179,3 +179,16 @@ def make_job(settings: Settings, **values: Any) -> str:
 def status_of(settings: Settings, job_id: str) -> str | None:
     with session_scope(settings) as session:
         return session.scalar(select(Job.status).where(Job.id == job_id))
+
+
+def serves(sdk: Any, model: str) -> bool:
+    """Whether ``model`` answers one token through the OpenAI SDK ``sdk``; False while no predict
+    server is up (a 503), any other error raised: the probe the serving tests wait on."""
+    import openai
+
+    try:
+        sdk.completions.create(model=model, prompt="1", max_tokens=1)
+    except openai.InternalServerError as exc:
+        assert exc.status_code == 503, exc
+        return False
+    return True

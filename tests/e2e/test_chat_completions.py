@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import serve_with_keys
-from tests.support import wait_final, wait_until
+from tests.support import serves, wait_final, wait_until
 from worker.predict.failpoints import SERVE_HOLD
 
 pytestmark = pytest.mark.integration
@@ -77,17 +77,8 @@ def stack(
         model = f"ft:builtin:tiny-chat:alice::{job_id}"
         # The predict server listens once torch is imported: a 503 until then (a tiny job can
         # train sooner).
-        wait_until(lambda: _answers(sdks["alice"], model), what="the predict server", timeout=60)
+        wait_until(lambda: serves(sdks["alice"], model), what="the predict server", timeout=60)
         yield Stack(sdks["alice"], sdks["bob"], model, checkpoint, folder, gate, home / "serve.log")
-
-
-def _answers(sdk: openai.OpenAI, model: str) -> bool:
-    try:
-        sdk.completions.create(model=model, prompt="1", max_tokens=1)
-    except openai.InternalServerError as exc:
-        assert exc.status_code == 503, exc
-        return False
-    return True
 
 
 def _generate(model: Any, tokenizer: Any, ids: list[int], max_new_tokens: int) -> list[int]:

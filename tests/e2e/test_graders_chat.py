@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import embedded_serve
-from tests.support import wait_until
+from tests.support import serves, wait_until
 
 pytestmark = pytest.mark.integration
 MODEL = "builtin:tiny-chat"
@@ -25,17 +25,8 @@ def sdk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
     with embedded_serve(tmp_path_factory.mktemp("graders")) as (url, _):
         sdk = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
         # The predict server listens once torch is imported: a 503 until then.
-        wait_until(lambda: _answers(sdk), what="the predict server", timeout=60, every=0.5)
+        wait_until(lambda: serves(sdk, MODEL), what="the predict server", timeout=60, every=0.5)
         yield sdk
-
-
-def _answers(sdk: openai.OpenAI) -> bool:
-    try:
-        sdk.completions.create(model=MODEL, prompt="1", max_tokens=1)
-    except openai.InternalServerError as exc:
-        assert exc.status_code == 503, exc
-        return False
-    return True
 
 
 def test_model_graders_are_answered_by_this_servers_model(sdk: openai.OpenAI) -> None:

@@ -25,7 +25,7 @@ from gradacc.serving import TENANT_HEADER
 from gradacc.settings import Settings
 from gradacc.tables import Worker
 from tests.e2e.conftest import serve_with_keys
-from tests.support import wait_final, wait_until
+from tests.support import serves, wait_final, wait_until
 
 pytestmark = pytest.mark.integration
 TOKEN = "a-predict-server-token-for-this-test"
@@ -69,7 +69,7 @@ def served(
             sdk = openai.OpenAI(base_url=f"{url}/v1", api_key=keys["alice"], max_retries=0,
                                 timeout=60)  # fmt: skip
             models = [str(job["fine_tuned_model"]) for job in jobs]
-            wait_until(lambda: _answers(sdk, models[0]), what="the predict server", timeout=60)
+            wait_until(lambda: serves(sdk, models[0]), what="the predict server", timeout=60)
             answers = _concurrently(sdk, models)
             stats = httpx.get(f"{_predict_server(settings)}/stats", timeout=10,
                               headers={"Authorization": f"Bearer {TOKEN}", TENANT_HEADER: "x"}).json()  # fmt: skip
@@ -91,15 +91,6 @@ def _download(client: httpx.Client, job_id: str, into: Path) -> Path:
         tar.extractall(into, filter="data")
     (extracted,) = into.iterdir()
     return extracted
-
-
-def _answers(sdk: openai.OpenAI, model: str) -> bool:
-    try:
-        sdk.completions.create(model=model, prompt="1", max_tokens=1)
-    except openai.InternalServerError as exc:
-        assert exc.status_code == 503, exc
-        return False
-    return True
 
 
 def _concurrently(sdk: openai.OpenAI, models: list[str]) -> list[str | None]:
