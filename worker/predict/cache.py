@@ -22,6 +22,7 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,21 +176,9 @@ class ModelCache:
         self._bases.move_to_end(key)
         if loaded.adapter is not None:
             self._adapters.move_to_end((key, loaded.adapter))
-        newest = (key, loaded.adapter)
-        while len(self._bases) > self.capacity:
-            free = [k for k, base in self._bases.items() if not base.pins and k != key]
-            if not free:
-                log.warning("%d bases loaded, over the %d allowed: every other one is in use",
-                            len(self._bases), self.capacity)  # fmt: skip
-                break
-            self._drop_base(free[0])
-        while len(self._adapters) > self.adapter_capacity:
-            free_adapters = [p for p, a in self._adapters.items() if not a.pins and p != newest]
-            if not free_adapters:
-                log.warning("%d adapters loaded, over the %d allowed: every other one is in use",
-                            len(self._adapters), self.adapter_capacity)  # fmt: skip
-                break
-            self._drop_adapter(*free_adapters[0])
+        _trim(self._bases, self.capacity, key, self._drop_base, "bases")
+        _trim(self._adapters, self.adapter_capacity, (key, loaded.adapter),
+              lambda pair: self._drop_adapter(*pair), "adapters")  # fmt: skip
         return loaded
 
     def _drop_base(self, key: BaseKey) -> None:
@@ -212,3 +201,16 @@ class ModelCache:
     def _forget(self, gone: Any) -> None:
         for view in [v for v, (k, loaded) in self._views.items() if gone(k, loaded)]:
             del self._views[view]
+
+
+def _trim(entries: OrderedDict[Any, Any], capacity: int, keep: Any, drop: Callable[[Any], None],
+          what: str) -> None:  # fmt: skip
+    """Drop the least recently used unpinned entries (never ``keep``, the one just asked for)
+    until ``capacity``; over it, with a warning, while every other one is in use."""
+    while len(entries) > capacity:
+        free = [k for k, entry in entries.items() if not entry.pins and k != keep]
+        if not free:
+            log.warning("%d %s loaded, over the %d allowed: every other one is in use",
+                        len(entries), what, capacity)  # fmt: skip
+            return
+        drop(free[0])
