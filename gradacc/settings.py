@@ -70,6 +70,12 @@ class Settings(BaseSettings):
     # A gang released this many times while fewer live machines could hold it than it needs
     # fails (error gang_unsatisfiable); each such release backs its next try off (doubling).
     gang_max_releases: int = Field(default=5, ge=1)
+    # What runs a claimed job (gradacc.executors, docs/distributed.md Executors): "local", this
+    # worker's own processes, a gang gathering workers of several machines; "ray", a placement
+    # group on the Ray cluster at ray_address (unset: Ray's own choice, RAY_ADDRESS or the
+    # cluster started on this machine). Another name stops the process at start.
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
     # ``gradacc serve`` and its workers: "info" prints one line per component ready and per job
     # event (libraries at WARNING); "debug" brings back every library's log and Celery's banner.
     log_level: Literal["info", "debug"] = "info"
