@@ -23,6 +23,14 @@ class GrpoSettings(PolicyLoss):
         default=8, ge=2, le=256, description="completions sampled per prompt (a group)"
     )
     temperature: float = Field(default=1.0, gt=0, le=10, description="the sampling temperature")
+    eval_interval: int = Field(
+        default=0, ge=0, le=1_000_000,
+        description="evaluate on the validation prompts every this many windows; 0: never",
+    )  # fmt: skip
+    eval_samples: int = Field(
+        default=8, ge=1, le=4096,
+        description="validation prompts per evaluation (the first ones), one completion each",
+    )  # fmt: skip
     num_iterations: int = Field(
         default=1, description="optimizer passes over each window's rollouts; only 1 is built"
     )
