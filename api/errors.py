@@ -42,6 +42,7 @@ from gradacc.errors import (
     TooManyStreams,
     Unauthorized,
 )
+from trainer_core.spec.graders import error_param
 from trainer_core.spec.hints import unknown_field_hint
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,9 @@ _UNION_BRANCH = re.compile(r"^(literal\[.*\]|constrained-\w+|function-[\w-]+\[.*
 def _param_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
     parts = [str(p) for p in loc if p not in _LOCATIONS]
     parts = [parts[0], *(p for p in parts[1:] if not _UNION_BRANCH.match(p))] if parts else []
+    if "grader" in parts[1:]:  # a job's grader (grpo.grader): without the union's type tags
+        at = parts.index("grader", 1) + 1
+        return error_param(tuple(parts[at:]), ".".join(parts[:at]))
     return ".".join(parts) or None
 
 

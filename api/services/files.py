@@ -180,17 +180,18 @@ def check_dataset(path: Path, fmt: str) -> dict[str, Any]:
         # that changes type) may still be chat rows: then their problems say more, line by line
         # (up to FALLBACK_MAX_BYTES: past it, lines_format reads nothing and the refusal stands).
         found = lines_format(path, fmt)
-        calling = check_rows(path, fmt, found)
+        facts = check_rows(path, fmt, found)
         if found != "messages" or not schema_mix_in_tools(refusal):
             raise
         details = lines_details(path, fmt)  # good conversations whose tools' schemas vary
     else:
         found = found_format(details["columns"])
-        calling = check_rows(path, fmt, found, details["columns"])
+        facts = check_rows(path, fmt, found, details["columns"])
         if "label" in details["columns"] and found in (None, "text"):
             check_labels(path, fmt, "label", param="file")
-    # The function calling its conversations use: a job checks that its chat template reads it.
-    return details | {"dataset_format": found} | ({"function_calling": calling} if calling else {})
+    # The function calling its conversations use (a job checks that its chat template reads
+    # it), and whether its rows are prompts (for method grpo).
+    return details | {"dataset_format": found} | facts
 
 
 CHAT_FORMATS = ("messages", "prompt-completion", "preference")

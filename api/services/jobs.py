@@ -37,6 +37,7 @@ from gradacc.scheduling.queue import enqueue_job
 from gradacc.settings import Settings
 from gradacc.sources.files import check_job_data, file_refs
 from gradacc.sources.fine_tuned import check_model as check_fine_tuned
+from gradacc.sources.graders import check_job_grader
 from gradacc.sources.limits import check_priority, check_spec_allowed
 from gradacc.tables import (
     FINE_TUNING_API,
@@ -83,6 +84,7 @@ def create_job(
             return _replayed(earlier, request_hash), False
     lock_tenant(session, tenant=tenant)  # also keeps a file it names from being deleted now
     dataset_format = check_job_data(session, spec=spec, tenant=tenant)
+    check_job_grader(spec, settings)
     if classify_source(spec.model) == "fine_tuned":
         check_fine_tuned(session, settings, value=spec.model, tenant=tenant)
     _check_labels(session, spec=spec, settings=settings)

@@ -7,7 +7,7 @@ many more were found; the caller keeps nothing of a refused file.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from trainer_core.spec.chat import (
     row_problems,
 )
 from trainer_core.spec.preference import OPENAI_COLUMNS, check_preference_row
+from trainer_core.spec.prompts import prompt_problems
 
 BATCH_ROWS = 10_000
 FALLBACK_MAX_BYTES = 64 * 1024**2  # a refused JSON file read again as Python rows, for its lines
@@ -105,45 +106,64 @@ ROW_FIELDS = ("tools", "parallel_tool_calls")  # a conversation row's own, besid
 
 def check_rows(
     path: Path, fmt: str, found: ResolvedFormat | None, present: Sequence[str] = ()
-) -> list[str]:
+) -> dict[str, Any]:
     """Every conversation, prompt-completion or preference row has the shape its format needs.
-    Returns the function calling that conversations use ("tools", "tool_calls"); ``present``:
-    the file's columns, for the readers that read only some."""
-    check: Callable[[dict[str, Any]], list[str]]
-    calling: set[str] = set()
+    Returns what the file's details record of its rows: the function calling that
+    conversations use (``function_calling``: "tools", "tool_calls") and, when every row ends
+    with a user turn, ``prompts`` (a prompt file for method grpo) and ``untrained_rows`` (rows
+    with no assistant message to train, which only grpo takes). ``present``: the file's
+    columns, for the readers that read only some."""
     if found == "preference":
         _check_pairs(path, fmt)
-        return []
+        return {}
+    where = "line" if fmt in ("jsonl", "json") else "row"
+    facts: dict[str, Any] = {}
     if found == "messages":
         columns = ["messages", *(c for c in ROW_FIELDS if c in present)]
 
-        def check(row: dict[str, Any]) -> list[str]:
-            calling.update(_function_calling(row))
-            return row_problems(row)
+        def scan(block: int) -> list[str]:
+            facts.clear()  # a scan again with larger blocks sees every row again
+            return _scan_conversations(_rows(path, fmt, columns, block), where, facts)
     elif found == "prompt-completion":
-        columns = ["prompt", "completion"]
 
-        def check(row: dict[str, Any]) -> list[str]:
-            return prompt_completion_problems(row, "prompt", "completion")
+        def scan(block: int) -> list[str]:
+            return [
+                f"{where} {number}: {problem}"
+                for number, row in _rows(path, fmt, ["prompt", "completion"], block)
+                for problem in prompt_completion_problems(row, "prompt", "completion")
+            ]
     else:
-        return []
-    where = "line" if fmt in ("jsonl", "json") else "row"
-
-    def scan(block: int) -> list[str]:
-        calling.clear()  # a scan again with larger blocks sees every row again
-        return [
-            f"{where} {number}: {problem}"
-            for number, row in _rows(path, fmt, columns, block)
-            for problem in check(row)
-        ]
-
+        return {}
     problems = with_growing_blocks(scan)
     if problems:
         shown = problems[:MAX_PROBLEMS]
         raise InvalidRequest(
             problem_summary(len(problems), shown, found), param="file", errors=shown
         )
-    return sorted(calling)
+    return facts
+
+
+def _scan_conversations(
+    rows: Iterator[tuple[int, dict[str, Any]]], where: str, facts: dict[str, Any]
+) -> list[str]:
+    """Each row a conversation to train, or a prompt (``prompt_problems``). A prompt with no
+    assistant message to train passes only in a file whose rows are all prompts."""
+    calling: set[str] = set()
+    problems: list[str] = []
+    untrained: list[str] = []  # prompts' problems as conversations: theirs if not a prompt file
+    all_prompts = True
+    for number, row in rows:
+        calling.update(_function_calling(row))
+        found = [f"{where} {number}: {problem}" for problem in row_problems(row)]
+        prompt = not prompt_problems(row)
+        all_prompts = all_prompts and prompt
+        (untrained if prompt and found else problems).extend(found)
+    problems += [] if all_prompts else untrained
+    if all_prompts and not problems:
+        facts.update(prompts=True, untrained_rows=len(untrained))
+    if calling:
+        facts["function_calling"] = sorted(calling)
+    return problems
 
 
 def _function_calling(row: dict[str, Any]) -> list[str]:

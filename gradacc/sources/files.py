@@ -114,7 +114,8 @@ def check_job_data(session: Session, *, spec: JobSpec, tenant: str) -> str | Non
     for field in ("dataset", "eval_dataset"):
         if field not in refs:
             continue
-        columns: list[str] = session.get_one(File, refs[field]).details["columns"]
+        details = session.get_one(File, refs[field]).details
+        columns: list[str] = details["columns"]
         found = spec.format_for(columns)
         fmt = found if field == "dataset" else fmt
         for spec_field, column in spec.missing_columns(found, columns)[:1]:
@@ -124,6 +125,7 @@ def check_job_data(session: Session, *, spec: JobSpec, tenant: str) -> str | Non
                 param=spec_field,
             )
         check_method_fits(spec.method, found, field=field, source=refs[field])
+        check_prompts_fit(spec.method, details, field=field, source=refs[field])
     if fmt == "messages" and spec.chat_template is None and not _has_template(session, spec, refs):
         raise InvalidRequest(no_template(refs.get("model", spec.model)), param="chat_template")
     if fmt == "messages":
@@ -160,6 +162,24 @@ def check_method_fits(method: str, fmt: str | None, *, field: str, source: str) 
     if method != "dpo" and fmt == "preference":
         raise InvalidRequest(
             f"{source} holds preference pairs: train it with method dpo", param=field
+        )
+
+
+def check_prompts_fit(method: str, details: dict[str, Any], *, field: str, source: str) -> None:
+    """grpo samples answers to prompts: every row's messages end with a user turn (recorded at
+    upload as ``prompts``); a prompt with no assistant message trains nothing in sft or dpo."""
+    if method == "grpo" and not details.get("prompts"):
+        raise InvalidRequest(
+            f"method grpo trains prompts, and the rows of {source} are not all prompts: give "
+            "rows whose messages end with a user turn (other fields are the grader's item)",
+            param=field,
+        )
+    untrained = details.get("untrained_rows") or 0
+    if method != "grpo" and untrained:
+        raise InvalidRequest(
+            f"{source} holds prompts ({untrained} rows with no assistant message to train): "
+            "train it with method grpo",
+            param=field,
         )
 
 

@@ -119,11 +119,13 @@ def resolve_format(
 
 
 def message_problems(
-    messages: Any, where: str = "messages", *, parallel_tool_calls: bool = True
-) -> list[str]:
+    messages: Any, where: str = "messages", *, parallel_tool_calls: bool = True,
+    require_trained: bool = True,
+) -> list[str]:  # fmt: skip
     """What is wrong with one row's conversation (each problem names its field), or []. An
     assistant message may make tool calls (then its content may be null), a ``tool`` message
-    answers one made earlier (``trainer_core.spec.tools``)."""
+    answers one made earlier (``trainer_core.spec.tools``). ``require_trained`` False: a prompt
+    (reinforcement fine-tuning samples its answer), which needs no assistant message."""
     if not isinstance(messages, list) or not messages:
         return [f"{where}: a non-empty list of messages"]
     problems: list[str] = []
@@ -151,7 +153,7 @@ def message_problems(
                 problems.append(f"{field}.weight: 0 or 1 (got {weight!r})")
         if role == "assistant" and weight != 0:
             trained += 1
-    if not problems and not trained:
+    if not problems and not trained and require_trained:
         problems.append(f"{where}: at least one assistant message to train (weight not 0)")
     return problems
 

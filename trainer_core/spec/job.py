@@ -18,6 +18,7 @@ from trainer_core.spec.fields import (
     COLUMN_PATTERN,
     HUB_ID_PATTERN,
 )
+from trainer_core.spec.grpo_fields import GrpoFields
 from trainer_core.spec.preference import PreferenceFields
 from trainer_core.spec.run_fields import RunFields
 from trainer_core.spec.training_fields import TrainingFields
@@ -26,9 +27,9 @@ __all__ = ["BUILTIN_DATASETS", "BUILTIN_MODELS", "COLUMN_PATTERN", "HUB_ID_PATTE
            "example_spec"]  # fmt: skip
 
 
-# Fields are collected from the last base to the first: data (and preference), batch, training,
-# then run.
-class JobSpec(RunFields, TrainingFields, BatchFields, PreferenceFields):
+# Fields are collected from the last base to the first: data (and preference), grpo, batch,
+# training, then run.
+class JobSpec(RunFields, TrainingFields, BatchFields, GrpoFields, PreferenceFields):
     """What to train, on what, and how. Unknown fields are rejected."""
 
     @model_validator(mode="after")
@@ -40,6 +41,9 @@ class JobSpec(RunFields, TrainingFields, BatchFields, PreferenceFields):
         if self.method == "dpo" and self.per_device_train_batch_size == "auto":
             raise ValueError("per_device_train_batch_size: give a number of pairs for dpo (the "
                              "'auto' probe measures rows of one sequence, a pair has two)")  # fmt: skip
+        if self.method == "grpo" and self.per_device_train_batch_size == "auto":
+            raise ValueError("per_device_train_batch_size: give a number of completions for "
+                             "grpo (the 'auto' probe measures dataset rows, not rollouts)")  # fmt: skip
         b = self.per_device_train_batch_size
         if b != "auto" and self.gradient_accumulation_steps is None:
             assert self.effective_batch_size is not None  # resolved with b

@@ -22,7 +22,7 @@ from trainer_core.spec.chat import OPENAI_PREFERENCE_COLUMNS, ROLES, ResolvedFor
 from trainer_core.spec.data_fields import DataFields
 from trainer_core.spec.fields import BUILTIN_DATASET_FORMATS, check_column
 
-Method = Literal["sft", "dpo"]
+Method = Literal["sft", "dpo", "grpo"]
 DpoLoss = Literal["sigmoid", "ipo", "hinge"]
 ReferenceLogprobs = Literal["cached", "online"]
 OPENAI_COLUMNS = OPENAI_PREFERENCE_COLUMNS
@@ -43,7 +43,9 @@ class PreferenceFields(DataFields):
     method: Method = Field(
         default="sft",
         description="sft: train on the data's trained tokens; dpo: preference pairs "
-        "(dataset_format 'preference'), against the starting weights as reference",
+        "(dataset_format 'preference'), against the starting weights as reference; grpo: "
+        "reinforcement on prompts (messages ending with a user turn) with a grader's reward "
+        "(the grpo object)",
         examples=["sft"],
     )
     dpo_beta: float = Field(
@@ -99,6 +101,8 @@ class PreferenceFields(DataFields):
             raise ValueError(f"dpo trains preference data, and dataset_format is {fmt!r}")
         if value == "sft" and fmt == "preference":
             raise ValueError("preference data trains with method 'dpo'")
+        if value == "grpo":
+            _check_grpo_data(task, fmt, info.data.get("dataset"))
         return value
 
     @field_validator("chosen_column", "rejected_column")
@@ -133,6 +137,19 @@ class PreferenceFields(DataFields):
         """The keyword arguments of ``preference_problems`` and ``normalise_preference_row``."""
         return {"prompt_column": self.prompt_column, "chosen_column": self.chosen_column,
                 "rejected_column": self.rejected_column}  # fmt: skip
+
+
+def _check_grpo_data(task: Any, fmt: Any, dataset: Any) -> None:
+    """grpo samples answers to prompts: chat rows of a causal LM (a file's rows are checked at
+    upload and as the job reads them; the built-in chat data is conversations, not prompts)."""
+    if task != "causal-lm":
+        raise ValueError("grpo trains task causal-lm")
+    if fmt not in (None, "auto", "messages"):
+        raise ValueError(f"grpo trains prompts (messages ending with a user turn), and "
+                         f"dataset_format is {fmt!r}")  # fmt: skip
+    if dataset in BUILTIN_DATASET_FORMATS:
+        raise ValueError(f"grpo trains prompts (messages ending with a user turn); {dataset} "
+                         "holds whole conversations: upload a prompt file")  # fmt: skip
 
 
 @dataclass(frozen=True)

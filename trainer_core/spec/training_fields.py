@@ -125,7 +125,8 @@ class TrainingFields(SpecBase):
         if value and info.data.get("task", "causal-lm") != "causal-lm":
             raise ValueError("packing needs task causal-lm (a classifier's rows are not packed)")
         if value and info.data.get("method", "sft") != "sft":
-            raise ValueError("packing needs method sft (DPO's pairs are not packed)")
+            raise ValueError("packing needs method sft (DPO's pairs and GRPO's rollouts are "
+                             "not packed)")  # fmt: skip
         return value
 
     @property

@@ -1,0 +1,106 @@
+"""Method grpo on /v1/jobs where it arrives (both databases, no worker): a prompt file (messages
+ending with a user turn, other fields kept for the grader) uploads and is recorded as prompts; a
+grpo job on it is made; every bad grpo spec is a 4xx naming its field (the grader's by its path,
+the batch that is not whole groups, packing, the task, a conversation file, a model grader no
+upstream serves) and leaves no job behind."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from tests.api.test_chat_data import GOOD, jsonl, upload
+
+PROMPTS = [
+    {"messages": [{"role": "system", "content": "Answer with a number."},
+                  {"role": "user", "content": f"what is {a} plus {a}?"}], "answer": str(2 * a)}
+    for a in range(4)
+]  # fmt: skip
+CHECK = {"type": "string_check", "name": "exact", "operation": "like",
+         "input": "{{ sample.output_text }}", "reference": "{{ item.answer }}"}  # fmt: skip
+SCORE = {"type": "score_model", "name": "judge", "model": "builtin:tiny-chat",
+         "input": [{"role": "user", "content": "Score {{ sample.output_text }}"}]}  # fmt: skip
+
+
+def grpo_job(dataset: str, **grpo: Any) -> dict[str, Any]:
+    return {"model": "builtin:tiny-chat", "task": "causal-lm", "method": "grpo",
+            "dataset": dataset, "per_device_train_batch_size": 2, "effective_batch_size": 4,
+            "max_steps": 2, "grpo": {"group_size": 2, "grader": CHECK, **grpo}}  # fmt: skip
+
+
+def similarity(metric: str) -> dict[str, Any]:
+    kept = {k: v for k, v in CHECK.items() if k != "operation"}
+    return {**kept, "type": "text_similarity", "evaluation_metric": metric}
+
+
+def _with(body: dict[str, Any], **grpo: Any) -> dict[str, Any]:
+    return {**body, "grpo": {**body["grpo"], **grpo}}
+
+
+def _names(client: TestClient) -> set[str]:
+    return {job["name"] for job in client.get("/v1/jobs?limit=100").json()["data"]}
+
+
+def test_a_prompt_file_uploads_as_prompts_and_a_grpo_job_takes_it(client: TestClient) -> None:
+    answer = upload(client, "prompts.jsonl", jsonl(PROMPTS))
+    assert answer.status_code == 201, answer.text
+    details = answer.json()["details"]
+    assert details["prompts"] is True and details["untrained_rows"] == 4
+    assert details["dataset_format"] == "messages"
+    job = client.post("/v1/jobs", json=grpo_job(answer.json()["id"], loss_type="dr_grpo"))
+    assert job.status_code == 201, job.text
+    spec = job.json()["spec"]
+    assert spec["method"] == "grpo" and spec["grpo"]["loss_type"] == "dr_grpo"
+    assert spec["grpo"]["grader"]["reference"] == "{{ item.answer }}"
+    # A conversation file is no prompt file; a prompt file trains nothing in sft.
+    chat = upload(client, "chat.jsonl", jsonl(GOOD * 2)).json()
+    assert "prompts" not in chat["details"]
+    sft = {**grpo_job(answer.json()["id"]), "method": "sft", "grpo": None}
+    cases = [(grpo_job(chat["id"]), "dataset", "not all prompts"),
+             (sft, "dataset", "train it with method grpo")]  # fmt: skip
+    for body, param, said in cases:
+        refused = client.post("/v1/jobs", json=body)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["param"] == param
+        assert said in refused.json()["error"]["message"]
+
+
+def test_a_file_of_prompts_and_conversations_names_the_untrained_rows(client: TestClient) -> None:
+    """A row with nothing to train passes only in a file whose rows all end with a user turn."""
+    answer = upload(client, "mixed.jsonl", jsonl([GOOD[0], PROMPTS[0]]))
+    assert answer.status_code == 422, answer.text
+    assert [e["message"] for e in answer.json()["error"]["errors"]] == [
+        "line 2: messages: at least one assistant message to train (weight not 0)"
+    ]
+
+
+def test_bad_grpo_specs_name_their_field_and_make_no_job(client: TestClient) -> None:
+    prompts = upload(client, "prompts.jsonl", jsonl(PROMPTS)).json()["id"]
+    good = grpo_job(prompts)
+    multi = {"type": "multi", "name": "m", "calculate_output": "a + j",
+             "graders": {"a": CHECK, "j": {**SCORE, "model": "nowhere-model"}}}  # fmt: skip
+    cases = [
+        (_with(good, grader={**CHECK, "operation": "regex"}), "grpo.grader.operation"),
+        (_with(good, grader=similarity("cosine")), "grpo.grader.evaluation_metric"),
+        (_with(good, grader=similarity("meteor")), "grpo.grader.evaluation_metric"),
+        (_with(good, group_size=3), "effective_batch_size"),
+        (_with(good, loss_type="bnpo"), "grpo.loss_type"),
+        (_with(good, num_iterations=2), "grpo.num_iterations"),
+        ({**good, "grpo": None}, "grpo"),
+        ({**good, "method": "sft"}, "grpo"),
+        ({**good, "packing": True}, "packing"),
+        ({**good, "dataset": "builtin:chat-arithmetic"}, "method"),
+        ({**good, "task": "sequence-classification", "model": "builtin:tiny-gpt2"}, "method"),
+        (_with(good, grader=SCORE), "grpo.grader.model"),
+        (_with(good, grader=multi), "grpo.grader.graders.j.model"),
+    ]  # fmt: skip
+    name = f"refused-{secrets.token_hex(4)}"
+    for body, param in cases:
+        answer = client.post("/v1/jobs", json={**body, "name": name})
+        assert answer.status_code in (400, 422), (param, answer.text)
+        assert answer.json()["error"]["param"] == param, (param, answer.text)
+    assert name not in _names(client)
+    assert client.post("/v1/jobs", json={**good, "name": name}).status_code == 201
+    assert name in _names(client)
