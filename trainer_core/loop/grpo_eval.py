@@ -4,12 +4,14 @@ reward (OpenAI's reinforcement ``eval_interval`` / ``eval_samples``).
 
 Sampling is the windows' (``sampling.sample_window``: the run's temperature and
 ``max_completion_length``, the model in eval mode, the global generator forked), one completion
-per prompt, in chunks of ``EVAL_CHUNK`` prompts, chunk c seeded with
-``window_seed(seed, EVAL_STREAM + c)``: a stream no training window reaches (they count from 0),
-the same at every evaluation, so two evaluations differ only by the policy, and the samples are
-a function of the seed, the prompts and the weights, never of b, K or the ranks. Every rank
-evaluates the same prompts (the same seed and weights give the same samples); rank 0 writes the
-report.
+per prompt, in chunks of ``EVAL_CHUNK`` prompts, chunk c in one left-padded ``generate`` seeded
+with ``window_seed(seed, EVAL_STREAM + c)``: seeds of the evaluation's own, the same at every
+evaluation, so two evaluations differ only by the policy, and the samples are a function of the
+seed, the prompts and the weights, never of b, K or the ranks. With W ranks each samples and
+grades a contiguous share of the chunks (so a grader is called once per sample, not W times),
+one all-gather gives every rank the whole evaluation in chunk order, and rank 0 writes it; with
+fewer chunks than ranks (up to 16 prompts: one chunk) rank 0 evaluates alone while the others
+wait in the all-gather.
 
 Each evaluation gives the step record its keys with the prefix ``eval_`` (``grpo_metrics``) and
 writes one line to ``evaluations.jsonl``: ``{"step", "scores", "samples"}``, each sample with its
@@ -32,15 +34,16 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from trainer_core.data.prompts import PromptRow, encode_prompt
+from trainer_core.distributed import SINGLE, World, gather_lists, shard
 from trainer_core.loop.grpo_metrics import prefixed, window_metrics
-from trainer_core.loop.sampling import sample_window, window_seed
+from trainer_core.loop.sampling import Sampled, sample_window, window_seed
 from trainer_core.loop.step_lines import StepLines
 from trainer_core.spec.grpo import GrpoSettings
 from trainer_core.spec.outputs import EVALUATIONS_FILE
 from trainer_core.spec.rewards import Graded, Reward, as_graded
 
 EVAL_STREAM = 500_000  # window indices from here on are the evaluation's (a window is < this)
-EVAL_CHUNK = 64  # prompts per generate call: bounds the memory, fixed so it moves no sample
+EVAL_CHUNK = 16  # prompts per generate call (and per rank's share); fixed: it moves no sample
 
 
 @dataclass
@@ -63,6 +66,16 @@ def _sample_row(prompt: str, output: str, truncated: bool, graded: Graded) -> di
             "errors": [kind for kind, count in graded.errors.items() if count]}  # fmt: skip
 
 
+def _chunk(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, rows: list[PromptRow],
+           settings: GrpoSettings, reward: Reward, seed: int) -> tuple[Sampled, list[Graded]]:  # fmt: skip
+    encoded = [encode_prompt(tokenizer, row) for row in rows]
+    sampled = sample_window(model, tokenizer, encoded, settings, seed)
+    scores = [
+        as_graded(reward(row.item, text)) for row, text in zip(rows, sampled.texts, strict=True)
+    ]
+    return sampled, scores
+
+
 def evaluate_policy(
     model: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
@@ -70,27 +83,23 @@ def evaluate_policy(
     settings: GrpoSettings,
     reward: Reward,
     seed: int,
+    world: World = SINGLE,
 ) -> Evaluated:
-    """Sample the first ``eval_samples`` prompts once each from ``model`` and grade them."""
+    """Sample the first ``eval_samples`` prompts once each from ``model`` and grade them; with
+    ranks, each samples and grades a contiguous share of the chunks and all get the whole."""
     rows = list(prompts[: settings.eval_samples])
+    chunks = [rows[start : start + EVAL_CHUNK] for start in range(0, len(rows), EVAL_CHUNK)]
     one = settings.model_copy(update={"group_size": 1})  # one completion per prompt
-    completions: list[list[int]] = []
-    truncated: list[bool] = []
-    graded: list[Graded] = []
-    samples: list[dict[str, Any]] = []
-    for chunk, start in enumerate(range(0, len(rows), EVAL_CHUNK)):
-        part = rows[start : start + EVAL_CHUNK]
-        encoded = [encode_prompt(tokenizer, row) for row in part]
-        sampled = sample_window(model, tokenizer, encoded, one,
-                                window_seed(seed, EVAL_STREAM + chunk))  # fmt: skip
-        scores = [as_graded(reward(row.item, text))
-                  for row, text in zip(part, sampled.texts, strict=True)]  # fmt: skip
-        completions += sampled.completion_ids
-        truncated += sampled.truncated
-        graded += scores
-        samples += [_sample_row(_decoded(tokenizer, ids), text, cut, score)
-                    for ids, text, cut, score in zip(sampled.prompt_ids, sampled.texts,
-                                                     sampled.truncated, scores, strict=True)]  # fmt: skip
+    mine = [_chunk(model, tokenizer, chunks[c], one, reward, window_seed(seed, EVAL_STREAM + c))
+            for c in shard(list(range(len(chunks))), world)]  # fmt: skip
+    parts: list[tuple[Sampled, list[Graded]]] = gather_lists(mine, world)  # in chunk order
+    prompt_ids = [ids for part, _ in parts for ids in part.prompt_ids]
+    completions = [ids for part, _ in parts for ids in part.completion_ids]
+    truncated = [cut for part, _ in parts for cut in part.truncated]
+    texts = [text for part, _ in parts for text in part.texts]
+    graded = [score for _, scores in parts for score in scores]
+    samples = [_sample_row(_decoded(tokenizer, ids), text, cut, score)
+               for ids, text, cut, score in zip(prompt_ids, texts, truncated, graded, strict=True)]  # fmt: skip
     return Evaluated(window_metrics(completions, truncated, graded), samples)
 
 
@@ -106,14 +115,15 @@ class GrpoEvaluation:
         *,
         seed: int,
         output_dir: Path,
-        writes: bool = True,
+        world: World = SINGLE,
     ) -> None:
         if settings.eval_interval and not validation:
             raise ValueError("eval_interval: evaluating needs validation prompts, none were given")
         self.validation, self.settings, self.reward, self.seed = validation, settings, reward, seed
-        if writes:
+        self.world = world
+        if world.is_main:  # rank 0 writes the reports
             output_dir.mkdir(parents=True, exist_ok=True)
-        self.reports = StepLines(output_dir / EVALUATIONS_FILE, enabled=writes)
+        self.reports = StepLines(output_dir / EVALUATIONS_FILE, enabled=world.is_main)
         self.evaluations: list[Evaluated] = []
 
     def due(self, step: int) -> bool:
@@ -126,7 +136,7 @@ class GrpoEvaluation:
         if not self.due(step) or not self.validation:
             return {}
         done = evaluate_policy(model, tokenizer, self.validation, self.settings, self.reward,
-                               self.seed)  # fmt: skip
+                               self.seed, self.world)  # fmt: skip
         self.evaluations.append(done)
         self.reports.append({"step": step, "scores": done.metrics, "samples": done.samples})
         return prefixed(done.metrics)
