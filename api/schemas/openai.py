@@ -6,60 +6,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    ValidatorFunctionWrapHandler,
-    field_validator,
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
+
+from api.schemas.openai_hyperparameters import (
+    DpoHyperparameters,
+    Hyperparameters,
+    ReinforcementHyperparameters,
+    ResolvedHyperparameters,
+    Strict,
 )
 
-Auto = Literal["auto"]
 MAX_METADATA = 16
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-# Each hyperparameter's bound, in the words of its refusal (docs/openai.md states them too).
-BOUNDS = {
-    "n_epochs": "'auto' or an integer from 1 to 50",
-    "batch_size": "'auto' or an integer from 1 to 256",
-    "learning_rate_multiplier": "'auto' or a number above 0 and at most 10",
-    "beta": "'auto' or a number above 0 and at most 10",
-}
-
-
-def _bounded(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
-    """One refusal naming the field and its bound, not one per branch of the union
-    ("Input should be 'auto'" at ``batch_size.literal['auto']``)."""
-    try:
-        return handler(value)
-    except ValidationError:
-        name = str(info.field_name)
-        got = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
-        raise ValueError(f"{name} must be {BOUNDS[name]} (got {got})") from None
-
-
-class Hyperparameters(Strict):
-    n_epochs: Auto | Annotated[int, Field(ge=1, le=50)] = "auto"
-    batch_size: Auto | Annotated[int, Field(ge=1, le=256)] = "auto"
-    learning_rate_multiplier: Auto | Annotated[float, Field(gt=0, le=10)] = "auto"
-
-    _bound = field_validator("n_epochs", "batch_size", "learning_rate_multiplier", mode="wrap")(
-        _bounded
-    )
-
-
-class DpoHyperparameters(Hyperparameters):
-    """OpenAI's ``dpo_hyperparameters``: the supervised three (counted in pairs) and ``beta``."""
-
-    beta: Auto | Annotated[float, Field(gt=0, le=10)] = "auto"
-
-    _beta_bound = field_validator("beta", mode="wrap")(_bounded)
 
 
 class Supervised(Strict):
@@ -70,37 +27,36 @@ class Dpo(Strict):
     hyperparameters: DpoHyperparameters = Field(default_factory=DpoHyperparameters)
 
 
-TRAINED_METHODS = ("supervised", "dpo")
+class Reinforcement(Strict):
+    """OpenAI's ``reinforcement_method``. The grader arrives as a plain object and is parsed by
+    the service, so a bad field is named by its path (``method.reinforcement.grader.graders.a.
+    operation``) rather than by pydantic's union branches."""
+
+    grader: dict[str, Any] = Field(
+        description="A string_check, text_similarity, python, score_model or multi grader"
+    )
+    hyperparameters: ReinforcementHyperparameters = Field(
+        default_factory=ReinforcementHyperparameters
+    )
 
 
 class Method(Strict):
-    # OpenAI's three names are known (a clear refusal names the ones gradacc trains); the schema
-    # states the ones accepted.
-    type: Literal["supervised", "dpo", "reinforcement"] = Field(
-        json_schema_extra={"enum": list(TRAINED_METHODS)}
-    )
+    type: Literal["supervised", "dpo", "reinforcement"]
     supervised: Supervised | None = None
     dpo: Dpo | None = None
-    reinforcement: dict[str, Any] | None = None
+    reinforcement: Reinforcement | None = Field(default=None, validate_default=True)
 
-    @field_validator("type")
-    @classmethod
-    def _trained_here(cls, value: str) -> str:
-        if value not in TRAINED_METHODS:
-            raise ValueError(
-                f"method {value!r} is not trained by gradacc yet; use 'supervised' (chat or "
-                "prompt-completion data) or 'dpo' (preference pairs), each with exact gradient "
-                "accumulation"
-            )
-        return value
-
-    @field_validator("supervised", "dpo")
+    @field_validator("supervised", "dpo", "reinforcement")
     @classmethod
     def _of_the_type(cls, value: Any, info: ValidationInfo) -> Any:
-        """Only the section of the chosen type: another's hyperparameters would be ignored."""
+        """Only the section of the chosen type: another's hyperparameters would be ignored. A
+        reinforcement job needs its own: the grader is what it trains on."""
         chosen = info.data.get("type")
         if value is not None and chosen is not None and chosen != info.field_name:
             raise ValueError(f"given, but method.type is {chosen!r}")
+        if value is None and chosen == "reinforcement" == info.field_name:
+            raise ValueError("method reinforcement needs reinforcement.grader: the grader that "
+                             "scores each sampled answer")  # fmt: skip
         return value
 
 
@@ -178,15 +134,11 @@ class FineTuningJobCreate(Strict):
             return self.method.dpo.hyperparameters
         if self.method is not None and self.method.type == "dpo":
             return DpoHyperparameters()
+        if self.method is not None and self.method.reinforcement is not None:
+            return self.method.reinforcement.hyperparameters
         if self.method is not None and self.method.supervised is not None:
             return self.method.supervised.hyperparameters
         return self.hyperparameters or Hyperparameters()
-
-
-class ResolvedHyperparameters(BaseModel):
-    n_epochs: int
-    batch_size: int
-    learning_rate_multiplier: float
 
 
 class JobError(BaseModel):

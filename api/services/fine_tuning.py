@@ -15,8 +15,8 @@ from api.schemas.openai import (
     FineTuningEvent,
     FineTuningJob,
     JobError,
-    ResolvedHyperparameters,
 )
+from api.schemas.openai_hyperparameters import ResolvedHyperparameters
 from api.services.jobs import get_job
 from gradacc.errors import InvalidRequest, JobNotFound
 from gradacc.job_view import unix

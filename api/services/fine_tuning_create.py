@@ -5,6 +5,7 @@ Errors name OpenAI's fields (``training_file``, ``hyperparameters.batch_size``),
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
@@ -13,7 +14,13 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from api.schemas.jobs import JobCreate
-from api.schemas.openai import DpoHyperparameters, FineTuningJobCreate, Hyperparameters
+from api.schemas.openai import FineTuningJobCreate
+from api.schemas.openai_hyperparameters import (
+    DpoHyperparameters,
+    Hyperparameters,
+    ReinforcementHyperparameters,
+)
+from api.services import fine_tuning_reinforcement as reinforcement
 from api.services import jobs as job_services
 from api.services.files import get_file
 from gradacc.errors import FileNotFound, InvalidRequest
@@ -39,6 +46,8 @@ DEFAULT_SEED = JobSpec.model_fields["seed"].default
 DEFAULT_BETA = PreferenceFields.model_fields["dpo_beta"].default  # 0.1, as TRL's
 MAX_SEQ_LENGTH = Settings.model_fields["max_seq_length"].default
 TRAINING_FILE_PURPOSES = (FilePurpose.FINE_TUNE, FilePurpose.DATASET)
+COMMON = ("n_epochs", "batch_size", "learning_rate_multiplier")  # the job object's hyperparameters
+METHOD_WORD = "method reinforcement"
 
 
 def auto_epochs(rows: int) -> int:
@@ -77,6 +86,34 @@ def method_of(body: FineTuningJobCreate, resolved: dict[str, Any]) -> dict[str, 
     return {"type": kind, kind: {"hyperparameters": resolved}}
 
 
+@dataclass(frozen=True)
+class Translated:
+    """The body's method as the spec takes it: the values "auto" resolved to (echoed in the job
+    object's ``method``), the method's spec fields, and the effective batch in the spec's unit
+    (rows, pairs, or a reinforcement job's completions)."""
+
+    resolved: dict[str, Any]
+    method: dict[str, Any]
+    fields: dict[str, Any]
+    batch: int
+
+
+def translate(body: FineTuningJobCreate, rows: int, valid_rows: int) -> Translated:
+    chosen = body.chosen_hyperparameters()
+    common = resolve(chosen, rows)
+    if isinstance(chosen, ReinforcementHyperparameters):
+        grader = reinforcement.parsed_grader(body)
+        resolved = reinforcement.resolve(chosen, common, rows, valid_rows)
+        fields, batch = reinforcement.grpo_fields(body, resolved, grader)
+        return Translated(resolved, reinforcement.method_echo(body, resolved), fields, batch)
+    return Translated(common, method_of(body, common), _fields(body, common), common["batch_size"])
+
+
+def _fields(body: FineTuningJobCreate, resolved: dict[str, Any]) -> dict[str, Any]:
+    """A supervised or dpo job's method fields in the spec."""
+    return {"method": "dpo", "dpo_beta": resolved["beta"]} if body.method_type == "dpo" else {}
+
+
 def create(
     session: Session,
     *,
@@ -86,18 +123,21 @@ def create(
     celery: Celery,
     settings: Settings,
 ) -> Job:
-    rows = _training_rows(session, body, tenant=tenant)
-    resolved = resolve(body.chosen_hyperparameters(), rows)
-    spec = _job_create(body, resolved, max_seq_length=settings.max_seq_length)
+    rows, valid_rows = _file_rows(session, body, tenant=tenant)
+    translated = translate(body, rows, valid_rows)
+    resolved = translated.resolved
+    spec = _job_create(body, resolved, translated=translated,
+                       max_seq_length=settings.max_seq_length)  # fmt: skip
     seed = spec.seed
     fine_tuning = {
         "suffix": body.suffix,
         "metadata": body.metadata,
         "training_file": body.training_file,
         "validation_file": body.validation_file,
-        # OpenAI's job object keeps the three common ones here; beta is in method.dpo.
-        "hyperparameters": {k: v for k, v in resolved.items() if k != "beta"},
-        "method": method_of(body, resolved),
+        # OpenAI's job object keeps the three common ones here; the method's own (beta,
+        # compute_multiplier, ...) are in method.<type>.hyperparameters.
+        "hyperparameters": {k: resolved[k] for k in COMMON},
+        "method": translated.method,
         "seed": seed,
     }
     try:
@@ -115,10 +155,14 @@ def create(
     return job
 
 
-def _training_rows(session: Session, body: FineTuningJobCreate, *, tenant: str) -> int:
-    """The training file's rows (for the "auto" rules); 400 naming the field for a file that is
-    not there, not the tenant's, or not a dataset."""
-    rows = 0
+def _file_rows(session: Session, body: FineTuningJobCreate, *, tenant: str) -> tuple[int, int]:
+    """The training and validation files' rows (for the "auto" rules); 400 naming the field for
+    a file that is not there, not the tenant's, or not a dataset, and for a reinforcement job
+    without a validation file (OpenAI requires one: its evaluations sample it)."""
+    if body.method_type == "reinforcement" and body.validation_file is None:
+        raise InvalidRequest("method reinforcement needs a validation file of prompts: its "
+                             "evaluations sample and grade them", param="validation_file")  # fmt: skip
+    rows = {"training_file": 0, "validation_file": 0}
     for field in ("training_file", "validation_file"):
         file_id = getattr(body, field)
         if file_id is None:
@@ -130,17 +174,20 @@ def _training_rows(session: Session, body: FineTuningJobCreate, *, tenant: str) 
         if file.purpose not in TRAINING_FILE_PURPOSES:
             message = f"{file_id} was uploaded as {file.purpose}; upload it with purpose fine-tune"
             raise InvalidRequest(message, param=field)
-        if field == "training_file":
-            rows = int(file.details["rows"])
-    return rows
+        rows[field] = int(file.details.get("rows") or 0)
+    return rows["training_file"], rows["validation_file"]
 
 
 def _job_create(
-    body: FineTuningJobCreate, resolved: dict[str, Any], *, max_seq_length: int = MAX_SEQ_LENGTH
+    body: FineTuningJobCreate,
+    resolved: dict[str, Any],
+    *,
+    translated: Translated | None = None,
+    max_seq_length: int = MAX_SEQ_LENGTH,
 ) -> JobCreate:
     ours = dict(body.gradacc or {})
     _refuse_body_fields(ours, body.method_type)
-    batch = resolved["batch_size"]
+    batch = resolved["batch_size"] if translated is None else translated.batch
     base_rate = ours.pop("learning_rate", BASE_LEARNING_RATE)
     spec: dict[str, Any] = {
         **DEFAULTS,
@@ -152,8 +199,7 @@ def _job_create(
         "effective_batch_size": batch,
         "seed": DEFAULT_SEED if body.seed is None else body.seed,
     }
-    if body.method_type == "dpo":
-        spec |= {"method": "dpo", "dpo_beta": resolved["beta"]}
+    spec |= _fields(body, resolved) if translated is None else translated.fields
     if body.validation_file is not None:
         spec["eval_dataset"] = body.validation_file
     if body.metadata is not None:  # /v1/jobs shows and filters on it too
@@ -195,6 +241,9 @@ def _renamed_error(error: Any, method: str = "supervised") -> dict[str, Any]:
     head = openai_param(str(loc[0]), method).split(".") if loc else ["gradacc"]
     if loc and loc[0] == "learning_rate":
         head = ["gradacc", "learning_rate"]
+    if len(loc) > 1 and loc[0] == "grpo":  # a reinforcement job's: the body sets some of them
+        return {**error, "loc": ("body", *openai_param(f"grpo.{loc[1]}", method).split("."),
+                                 *loc[2:])}  # fmt: skip
     return {**error, "loc": ("body", *head, *loc[1:])}
 
 
@@ -202,6 +251,7 @@ def _renamed(exc: InvalidRequest, method: str = "supervised") -> InvalidRequest:
     if exc.param is None:
         return exc
     param = openai_param(exc.param, method)
-    message = exc.message.removeprefix(f"{exc.param}: ")
+    # the spec's method grpo is this API's reinforcement
+    message = exc.message.removeprefix(f"{exc.param}: ").replace("method grpo", METHOD_WORD)
     found = getattr(exc, "errors", None)
     return InvalidRequest(message, param=param, errors=found)

@@ -57,6 +57,10 @@ def _message(data: dict[str, Any]) -> str:
         message += f", full validation loss={_short(data['full_valid_loss'])}"
     if data.get("train_rewards_accuracies") is not None:  # a dpo job's
         message += f", reward accuracy={_short(data['train_rewards_accuracies'])}"
+    if data.get("train_reward_mean") is not None:  # a reinforcement job's
+        message += f", reward mean={_short(data['train_reward_mean'])}"
+    if data.get("valid_reward_mean") is not None:
+        message += f", validation reward mean={_short(data['valid_reward_mean'])}"
     return message
 
 

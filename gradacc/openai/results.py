@@ -34,7 +34,8 @@ def results_csv(steps: list[dict[str, Any]], epochs: list[dict[str, Any]]) -> st
     writer.writerow(columns.values())
     for step, record in sorted(by_step.items()):
         evaluated = record if "eval_loss" in record else at_step.get(step, {})
-        row = record | {key: evaluated.get(key) for key in evaluation}
+        # a reinforcement job's evaluation is in its step record already: kept as it is
+        row = record | {key: evaluated.get(key) for key in evaluation if key not in record}
         writer.writerow([step, *(_cell(row.get(key)) for key in list(columns)[1:])])
     return out.getvalue()
 

@@ -103,7 +103,7 @@ def test_errors_are_openais_with_param(app_client: TestClient) -> None:
         ({"model": "builtin:tiny-chat", "training_file": file.id, "suffix": "a:b"},
          openai.BadRequestError, "suffix"),
         ({"model": "builtin:tiny-chat", "training_file": file.id,
-          "method": {"type": "reinforcement"}}, openai.BadRequestError, "method.type"),
+          "method": {"type": "reinforcement"}}, openai.BadRequestError, "method.reinforcement"),
         ({"model": "builtin:tiny-chat", "training_file": file.id, "method": {"type": "dpo"}},
          openai.BadRequestError, "training_file"),  # a chat file: no pairs to train dpo on
         ({"model": "builtin:tiny-chat", "training_file": file.id,
