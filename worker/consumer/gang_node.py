@@ -22,6 +22,7 @@ from celery import Celery
 from sqlalchemy import select
 
 from gradacc.db import session_scope
+from gradacc.executors.protocol import Executor, JobShape, Placement
 from gradacc.jobs.states import release_job, update_running_job
 from gradacc.scheduling.gang import (
     clear_gang,
@@ -29,6 +30,8 @@ from gradacc.scheduling.gang import (
     gang_state,
     join_gang,
     leave_gang,
+    machines_of,
+    node_of,
     older_gathering,
     open_gang,
     release_gang,
@@ -62,7 +65,7 @@ def rendezvous_port(settings: Settings) -> int:
         return int(probe.getsockname()[1])
 
 
-def open_and_gather(settings: Settings, app: Celery, *, job: Job, worker: str) -> Gathered:
+def open_and_gather(settings: Settings, app: Celery, *, job: JobShape, worker: str) -> Gathered:
     """Node 0, just after its claim: open the gang, wake M-1 workers, wait for them."""
     host = settings.resolved_advertise_host()
     with session_scope(settings) as session:
@@ -120,13 +123,27 @@ def _why_let_go(settings: Settings, *, job_id: str, expired: bool, older: str | 
     return None
 
 
-def join_and_run(settings: Settings, app: Celery, *, job_id: str, worker: str) -> str:
-    """A join message (or a yield to an older gang): take a slot, wait, run this node."""
+def placement_of(settings: Settings, job: JobShape) -> Placement:
+    """The complete gang's placement: node 0's rendezvous (as this machine's node reads it) and
+    its machines, node 0 first."""
+    with session_scope(settings) as session:
+        node = node_of(session, job_id=job.id, machine=settings.machine)
+        machines = tuple(machines_of(session, job_id=job.id))
+    rendezvous = None if node is None else f"{node.endpoint_host}:{node.port}"
+    return Placement(job.id, job.num_machines, job.processes_per_machine, rendezvous, machines)
+
+
+def join_and_run(
+    settings: Settings, app: Celery, *, job_id: str, worker: str, executor: Executor
+) -> str:
+    """A join message (or a yield to an older gang): take a slot, wait, run this node with
+    ``executor`` (the ``local`` one: it starts this machine's training process)."""
     with session_scope(settings) as session:
         joined = join_gang(session, job_id=job_id, worker=worker, machine=settings.machine,
                            host=settings.resolved_advertise_host(), wait_s=settings.gang_wait_s)  # fmt: skip
         job = session.get(Job, job_id)
         per_node = 1 if job is None else job.processes_per_machine
+        shape = JobShape(job_id, 1 if job is None else job.num_machines, per_node)
     if joined == "closed":
         return "skipped"
     if joined == "here":  # another machine's worker must take it
@@ -136,16 +153,18 @@ def join_and_run(settings: Settings, app: Celery, *, job_id: str, worker: str) -
     log.info("job %s: slot taken on %s", job_id, settings.machine)
     gathered = gather(settings, app, job_id=job_id, worker=worker, node0=False)
     if gathered.outcome == "yielded" and gathered.older is not None:
-        return join_and_run(settings, app, job_id=gathered.older, worker=worker)
+        return join_and_run(settings, app, job_id=gathered.older, worker=worker, executor=executor)
     if gathered.outcome != "complete":
         return f"gang {gathered.outcome}"
     with session_scope(settings) as session:
         owner = session.scalar(select(Job.worker).where(Job.id == job_id))
     if owner is None:
         return "gang gone"
+    placement = placement_of(settings, shape)
     registry.mark_job(settings, job_id)
     try:
-        return supervise(settings, job_id=job_id, owner=owner)
+        return supervise(settings, job_id=job_id, owner=owner, executor=executor,
+                         placement=placement)  # fmt: skip
     finally:
         registry.mark_job(settings, None)
         end_of_node(settings, job_id=job_id)

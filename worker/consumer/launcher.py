@@ -9,12 +9,16 @@ in ~10-30 ms. Nothing has touched CUDA or started a thread pool in the server be
 If the worker dies, its fork server sees end-of-file and exits; a running child notices it was
 re-parented (``DatabaseStopCheck``), checkpoints and stops, and the job is handed on.
 ``GRADACC_FORK_SERVER=false`` starts a cold ``python -m worker.child.entry JOB_ID`` per job instead.
+
+The process comes back as the ``local`` executor's ``Execution`` (``LocalExecution``): a
+preempt is SIGUSR1 to it, a stop SIGTERM then SIGKILL to its process group.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 from multiprocessing import forkserver
@@ -62,6 +66,49 @@ class ForkedProcess:
         os.kill(self.pid, sig)
 
 
+class LocalExecution:
+    """The ``local`` executor's ``Execution`` (``gradacc.executors.protocol``): one training
+    process on this machine, in a session of its own (its ranks' torchrun, for several)."""
+
+    def __init__(self, process: TrainingProcess, log_path: Path) -> None:
+        self._process = process
+        self._log_path = log_path
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self._process.wait(timeout)
+
+    def preempt(self) -> None:
+        self._process.send_signal(signal.SIGUSR1)  # the runner turns this into a "preempt" request
+
+    def stop(self, grace_s: float) -> None:
+        terminate_group(self._process, grace_s=grace_s)
+
+    def logs(self) -> list[Path]:
+        return [self._log_path]
+
+
+def terminate_group(child: TrainingProcess, *, grace_s: float) -> None:
+    """SIGTERM the child's process group, SIGKILL it after ``grace_s``, and reap the child."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            try:
+                os.kill(child.pid, sig)  # just forked: not yet the leader of its own group
+            except ProcessLookupError:
+                break
+        try:
+            child.wait(timeout=grace_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    child.wait()
+
+
 def warm(settings: Settings) -> None:
     """Start this worker's fork server (if it is not running) and wait until it has imported
     everything: called before the worker takes its first job, so that no job waits for it."""
@@ -79,18 +126,19 @@ def _context() -> Any:
     return multiprocessing.get_context("forkserver")
 
 
-def start(settings: Settings, *, job_id: str, log_path: Path) -> TrainingProcess:
+def start(settings: Settings, *, job_id: str, log_path: Path) -> LocalExecution:
     """A new process, in its own session, now training ``job_id``; its output goes to log_path."""
     if not settings.fork_server:
         with log_path.open("ab") as log:
             command = [sys.executable, "-m", "worker.child.entry", job_id]
-            return subprocess.Popen(
+            popen = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
+        return LocalExecution(popen, log_path)
     process = _context().Process(
         target=run_forked, args=(job_id, str(log_path), os.getpid()), name=job_id
     )
     process.start()
     # Not joined at the worker's exit (multiprocessing would wait for a job that outlives it).
     getattr(multiprocessing.process, "_children").discard(process)  # noqa: B009
-    return ForkedProcess(process)
+    return LocalExecution(ForkedProcess(process), log_path)

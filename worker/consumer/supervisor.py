@@ -19,6 +19,7 @@ from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 
 from gradacc.db import DATABASE_ERRORS, session_scope
+from gradacc.executors.protocol import Execution, Executor, Placement
 from gradacc.jobs.records import add_event
 from gradacc.jobs.restarts import restart_or_fail
 from gradacc.jobs.states import fail_job, release_job, update_running_job
@@ -27,7 +28,6 @@ from gradacc.settings import Settings
 from gradacc.tables import Job, JobStatus, utcnow
 from trainer_core.spec.outputs import TRAIN_LOG, kept_checkpoints
 from worker import exit_codes
-from worker.consumer.launcher import TrainingProcess, start
 from worker.consumer.time_limit import TIME_LIMIT, TimeLimit, fail_timed_out
 
 log = logging.getLogger(__name__)
@@ -46,16 +46,20 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def supervise(settings: Settings, *, job_id: str, owner: str | None = None) -> str:
-    """Train the job in a child and watch it until it ends; its outcome. ``owner``: node 0's
-    worker, when this worker holds another node of a gang job (``gradacc.scheduling.gang``): it watches
-    the job as node 0's (a cancel, a take-over) but neither beats nor records the outcome."""
+def supervise(
+    settings: Settings, *, job_id: str, executor: Executor, placement: Placement,
+    owner: str | None = None,
+) -> str:  # fmt: skip
+    """Train the job (``executor`` starts it as placed) and watch it until it ends; its
+    outcome. ``owner``: node 0's worker, when this worker holds another node of a gang job
+    (``gradacc.scheduling.gang``): it watches the job as node 0's (a cancel, a take-over) but
+    neither beats nor records the outcome."""
     output_dir = settings.jobs_dir / job_id
     output_dir.mkdir(parents=True, exist_ok=True)
     node = owner is not None and owner != worker_name()
-    # Forked from a pre-imported server (worker.consumer.launcher): no import on the job's path.
+    # Local: forked from a pre-imported server (worker.consumer.launcher), no import on its path.
     log_name = f"{TRAIN_LOG}.{settings.machine}" if node else TRAIN_LOG  # a log per machine
-    child = start(settings, job_id=job_id, log_path=output_dir / log_name)
+    child = executor.start(placement, log_path=output_dir / log_name)
     if not node:
         with session_scope(settings) as session:
             update_running_job(session, job_id=job_id, pid=child.pid)
@@ -67,7 +71,7 @@ def supervise(settings: Settings, *, job_id: str, owner: str | None = None) -> s
     return _finish(settings, job_id, child.wait(), stopped_by)
 
 
-def _watch(settings: Settings, job_id: str, child: TrainingProcess, *, holder: str) -> str | None:
+def _watch(settings: Settings, job_id: str, child: Execution, *, holder: str) -> str | None:
     """Wait for the child. Returns None when it exited by itself, else why it was stopped.
     ``holder``: the worker the job must stay with (this one, or a gang's node 0)."""
     next_beat = 0.0
@@ -83,10 +87,10 @@ def _watch(settings: Settings, job_id: str, child: TrainingProcess, *, holder: s
         except subprocess.TimeoutExpired:
             pass
         if shutdown_requested.is_set() and not preempt_sent:
-            child.send_signal(signal.SIGUSR1)  # the runner turns this into a "preempt" request
+            child.preempt()  # the runner checkpoints and exits as preempted
             preempt_sent = True
         if limit is not None and limit.reached() and not preempt_sent:
-            child.send_signal(signal.SIGUSR1)  # a checkpoint, then it exits as preempted
+            child.preempt()  # a checkpoint, then it exits as preempted
             preempt_sent = True
         beat = time.monotonic() >= next_beat
         try:
@@ -108,20 +112,20 @@ def _watch(settings: Settings, job_id: str, child: TrainingProcess, *, holder: s
             # Paused, or preempted by a job of higher priority (gradacc.scheduling.preemption): it
             # checkpoints at the next window boundary and exits as preempted.
             if not preempt_sent:
-                child.send_signal(signal.SIGUSR1)
+                child.preempt()
                 preempt_sent = True
             continue
         if status != JobStatus.RUNNING or owner != me:
             # Cancelled (or deleted, or handed to another worker): stop it within seconds.
-            terminate_group(child, grace_s=settings.kill_grace_s)
+            child.stop(grace_s=settings.kill_grace_s)
             return "cancelled" if status == JobStatus.CANCELLED else "taken over"
 
 
-def _await_exit(child: TrainingProcess, *, grace_s: float) -> None:
+def _await_exit(child: Execution, *, grace_s: float) -> None:
     try:
         child.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        terminate_group(child, grace_s=1.0)
+        child.stop(grace_s=1.0)
 
 
 def _read_status(
@@ -135,24 +139,6 @@ def _read_status(
             session.commit()
         job = session.get(Job, job_id)
         return (None, None, None) if job is None else (job.status, job.worker, job.preempted_by)
-
-
-def terminate_group(child: TrainingProcess, *, grace_s: float) -> None:
-    """SIGTERM the child's process group, SIGKILL it after ``grace_s``, and reap the child."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(child.pid, sig)
-        except ProcessLookupError:
-            try:
-                os.kill(child.pid, sig)  # just forked: not yet the leader of its own group
-            except ProcessLookupError:
-                break
-        try:
-            child.wait(timeout=grace_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    child.wait()
 
 
 def _finish(settings: Settings, job_id: str, returncode: int, stopped_by: str | None) -> str:

@@ -18,9 +18,9 @@ from pydantic import ValidationError
 
 from gradacc.db import get_sessionmaker, session_scope
 from gradacc.errors import InvalidRequest
+from gradacc.executors.protocol import Executor, JobShape, Placement
 from gradacc.jobs.records import add_event
 from gradacc.jobs.states import fail_job, release_job
-from gradacc.scheduling.gang import machines_of
 from gradacc.scheduling.queue import (
     JOIN_GANG_TASK,
     RUN_JOB_TASK,
@@ -36,6 +36,7 @@ from gradacc.webhook_sender import WebhookSender
 from trainer_core.spec.job import JobSpec
 from worker.consumer import gang_node, launcher, predict_process, registry
 from worker.consumer.claiming import leave_for_others, take_for_message
+from worker.consumer.executors import LocalExecutor, executor_for
 from worker.consumer.reconciler import start_reconciler_thread
 from worker.consumer.supervisor import (
     release_preempted,
@@ -63,7 +64,10 @@ def join_gang(job_id: str) -> None:
         log.info("gang of job %s not joined: this worker is stopping", job_id)
         return
     app = current_app._get_current_object()
-    outcome = gang_node.join_and_run(get_settings(), app, job_id=job_id, worker=worker_name())
+    settings = get_settings()
+    local = LocalExecutor(settings, app)  # join messages are the local executor's gang admission
+    outcome = gang_node.join_and_run(settings, app, job_id=job_id, worker=worker_name(),
+                                     executor=local)  # fmt: skip
     log.info("join message for job %s: %s", job_id, outcome)
 
 
@@ -108,29 +112,29 @@ def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:
             release_job(session, job_id=job_id, worker=worker, jobs_dir=settings.jobs_dir)
             session.commit()
             return "failed"
-        gang = job.num_machines > 1
-    if gang:  # gang admission: every machine's slot held, or let go (worker.consumer.gang_node)
-        gathered = gang_node.open_and_gather(settings, app, job=job, worker=worker)
-        if gathered.outcome != "complete":
-            gang_node.end_of_gang(settings, job_id=job_id, worker=worker)
-            if gathered.outcome == "yielded" and gathered.older is not None:
-                return gang_node.join_and_run(settings, app, job_id=gathered.older, worker=worker)
-            return f"gang {gathered.outcome}"
+        shape = JobShape(job_id, job.num_machines, job.processes_per_machine, job.attempts)
+    executor = executor_for(settings, app)
+    # Every machine held, or none (local: gang admission, worker.consumer.gang_node).
+    admitted = executor.admit(shape, worker=worker)
+    placement = admitted.placement
+    if placement is None:
+        return admitted.note
+    gang = placement.num_machines > 1
     with session_scope(settings) as session:
         message = f"started on {worker} (attempt {job.attempts})"
-        machines = machines_of(session, job_id=job_id) if gang else []
         if gang:  # the machines' names are the operator's: logged, not in the tenant's event
             message += f", a gang of {job.num_machines} machines"
         add_event(session, job_id=job_id, kind="started", message=message)
         session.commit()
-    log.info("job %s started (attempt %d) %s", job_id, job.attempts, ", ".join(machines))
-    registry.mark_job(settings, job_id)
-    try:
-        outcome = supervise(settings, job_id=job_id)
-    finally:
-        registry.mark_job(settings, None)
-        if gang:
-            gang_node.end_of_gang(settings, job_id=job_id, worker=worker)
+    log.info("job %s started (attempt %d) %s", job_id, job.attempts, ", ".join(placement.machines))
+    outcome = _supervise(settings, executor, placement=placement, worker=worker)
+    outcome = _hand_on(settings, app, job_id=job_id, outcome=outcome, gang=gang)
+    log.info("job %s %s", job_id, outcome)
+    return outcome
+
+
+def _hand_on(settings: Settings, app: Celery, *, job_id: str, outcome: str, gang: bool) -> str:
+    """A job that goes on elsewhere gets its message now; the outcome for the log."""
     # A gang job preempted without a priority: this worker, or another node's, is stopping
     # (its preempt request reached rank 0 through the shared job directory). Hand it on now.
     stopping = outcome == "preempted" and (shutdown_requested.is_set() or gang)
@@ -147,8 +151,18 @@ def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:
         except Exception as exc:  # the broker is down: the reconciler sends it later
             log.warning("job %s: its message could not be sent (%s)", job_id, exc)
             leave_for_others(settings, named=job_id)
-    log.info("job %s %s", job_id, outcome)
     return outcome
+
+
+def _supervise(settings: Settings, executor: Executor, *, placement: Placement, worker: str) -> str:
+    """Run the placed job to its end; its machines are released however it ends."""
+    job_id = placement.job_id
+    registry.mark_job(settings, job_id)
+    try:
+        return supervise(settings, job_id=job_id, executor=executor, placement=placement)
+    finally:
+        registry.mark_job(settings, None)
+        executor.release(placement, worker=worker)
 
 
 def _refusal(job: Job, settings: Settings) -> str | None:
