@@ -242,6 +242,9 @@ def _apply(session: Session, job_id: str, entry: Entry) -> None:
         record_step_metrics(session, job_id=job_id, records=records,
                             metrics_events=job.api is not None)  # fmt: skip
         job.live_progress = {k: records[-1].get(k) for k in LIVE_KEYS}
+        # A step recorded is a step done, though progress (written once a second) may lag: a
+        # GRPO run records each window's step at its end, and reports no epochs.
+        job.step = max(job.step or 0, int(records[-1]["step"]))
         return
     record = entry["record"]
     record_epoch_metrics(session, job_id=job_id, record=record, metrics_events=job.api is not None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gradacc.settings import Settings
 from trainer_core.spec.callbacks import StopCheck, TrainingCallback, TrainResult
 from trainer_core.spec.job import JobSpec
+from worker.child.grpo import run_grpo
 
 
 def run_training(
@@ -26,6 +27,8 @@ def run_training(
     if settings.train_threads > 0:
         # The worker's share of the cores, split between the job's ranks on this machine.
         torch.set_num_threads(max(1, settings.train_threads // spec.processes_per_machine))
+    if spec.method == "grpo":  # sampled, graded and trained window by window
+        return run_grpo(spec, settings, job_id, callback=callback, should_stop=should_stop)
 
     # resume=True: a job handed over after its worker died continues from its last checkpoint.
     # A shared cache: a second job or a retry on the same data skips tokenization.
