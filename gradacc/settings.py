@@ -183,6 +183,12 @@ class Settings(BaseSettings):
     # model pattern (a name, "prefix*", "*") to {base_url, api_key | api_key_env, model}
     # (gradacc.upstreams; docs/serving.md). Checked at start: a bad entry stops the process.
     serve_upstreams: Annotated[Upstreams, NoDecode] = Field(default_factory=Upstreams)
+    # Each python grader call's sandbox (gradacc.graders.sandbox, docs/reinforcement.md): CPU
+    # seconds, wall-clock seconds and address space; OpenAI's limits by default. A training
+    # run's graders and /v1/fine_tuning/alpha/graders/run both take them.
+    grader_cpu_s: int = Field(default=120, ge=1, le=3600)
+    grader_wall_s: float = Field(default=120.0, gt=0, le=3600)
+    grader_memory_bytes: int = Field(default=2 << 30, ge=64 << 20)
     # The job stream's one reader per API process polls the database this often: the delay of
     # a stream message is at most about this plus the training process's own write interval.
     stream_poll_interval_s: float = Field(default=0.25, gt=0)

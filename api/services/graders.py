@@ -25,6 +25,7 @@ from api.schemas.graders import (
 from api.services import chat as chat_services
 from gradacc.errors import InvalidRequest
 from gradacc.graders import ChatFn, ChatReply, GraderResult, Grading, run_grader
+from gradacc.graders.limits import sandbox_limits
 from gradacc.settings import Settings
 from trainer_core.spec.graders import Grader, error_param, parse_grader
 
@@ -51,7 +52,7 @@ async def run(
     sessions: sessionmaker[Session], settings: Settings, *, body: GraderRunRequest, tenant: str
 ) -> GraderRunResponse:
     grader = parse(body.grader)
-    grading = Grading(chat=_chat(sessions, settings, tenant))
+    grading = Grading(chat=_chat(sessions, settings, tenant), limits=sandbox_limits(settings))
     result = await run_in_threadpool(run_grader, grader, body.model_sample, body.item, grading)
     return response(result)
 
