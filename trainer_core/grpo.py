@@ -1,14 +1,16 @@
-"""A GRPO run over a prompt dataset: per optimizer window, sample, grade, train.
+"""A GRPO run over a prompt dataset: one training run whose window w samples, grades and trains.
 
-Each window takes the next ``effective_batch_size / group_size`` prompts, samples their groups
-once from the policy as it stands (``sampling``), scores each completion with the injected
-``reward(item, text)``, centres the rewards per group (``group_advantages``) and trains the
-window's fixed rollouts with ``train(..., rollouts=...)`` in the job's backend, b and K. The next
-window samples from the weights that step left.
+The run is one ``train`` call (``RolloutStream``): its epoch w is window w, whose rollouts are
+sampled from the live policy when the window's first micro-batch is built, that is after window
+w - 1's optimizer step (``loop.grpo_windows``: each rank samples its share of the window's
+groups, seeded per group, and the ranks all-gather the window before its first backward). So the
+model, the optimizer's state (Adam's moments), the learning-rate schedule over all the windows
+(``max_steps`` = the windows; warm-up as for any job) and the random state carry from one window
+to the next, in each backend, at b, K and W as the job says.
 
-Each window is one ``train`` call that starts from the previous window's saved model, so the
-optimizer's state (Adam's moments) and the learning-rate schedule do not carry from one window
-to the next: exact for plain SGD, a restart for the others. Carrying them is not built yet.
+A checkpoint (after each window with ``save_strategy: epoch``) resumes exactly with
+``resume=True``: its weights, optimizer, schedule and RNG, the next window sampled from them under
+its own seeds. It is refused when the GRPO settings or the prompts changed (``grpo.json``).
 
 Example:
     >>> spec = JobSpec(model="builtin:tiny-chat", dataset="builtin:chat-arithmetic",
@@ -23,7 +25,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import hashlib
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,30 +35,41 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer_core.data.prompts import PromptRow, encode_prompt
-from trainer_core.data.rollouts import Rollouts, group_advantages, rollout_split
+from trainer_core.data.prompts import PromptRow
+from trainer_core.data.rollouts import RolloutStream
 from trainer_core.distributed import launched_world
 from trainer_core.loop.build import resolve_device
-from trainer_core.loop.sampling import Sampled, old_logps, sample_window, window_seed
+from trainer_core.loop.grpo_windows import PolicyWindows, Reward, WindowSamples, window_shape
+from trainer_core.loop.sampling import Sampled
 from trainer_core.model.load import load_model, load_tokenizer
-from trainer_core.spec.callbacks import NULL_CALLBACK, TrainingCallback
+from trainer_core.spec.callbacks import (
+    NULL_CALLBACK,
+    Status,
+    StopCheck,
+    TrainingCallback,
+    never_stop,
+)
+from trainer_core.spec.errors import JobError
 from trainer_core.spec.grpo import GrpoSettings
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import MODEL_DIR
 from trainer_core.train import train
 
-Reward = Callable[[Mapping[str, Any], str], float]
 # What each window's epoch record carries over into the GRPO step record (the loss emits them).
-LOSS_METRICS = ("train_loss", "clip_ratio", "kl")
+LOSS_METRICS = ("train_loss", "clip_ratio", "kl", "learning_rate")
+RUN_FILE = "grpo.json"  # what a resume must match: the settings and the prompts
 
 
 @dataclass
 class GrpoRun:
-    """Per window: what was sampled (``samples``) and the step record (``records``)."""
+    """Per window: what was sampled (``samples``, every rank's), the step record (``records``,
+    rank 0's), and how many completions this process generated itself (``generated``)."""
 
     samples: list[Sampled] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
+    generated: list[int] = field(default_factory=list)
     model_dir: Path | None = None
+    status: Status = "completed"
 
 
 def window_count(spec: JobSpec, prompts: int, per_window: int) -> int:
@@ -65,55 +80,78 @@ def window_count(spec: JobSpec, prompts: int, per_window: int) -> int:
     return spec.max_steps or spec.num_train_epochs * (prompts // per_window)
 
 
-def window_prompts(rows: Sequence[PromptRow], window: int, per_window: int) -> list[PromptRow]:
-    """The window's prompts, in order, cycling through the data (whole windows only)."""
-    start = (window % (len(rows) // per_window)) * per_window
-    return list(rows[start : start + per_window])
-
-
-def _policy(spec: JobSpec, source: str) -> torch.nn.Module:
-    model: torch.nn.Module = load_model(spec.model_copy(update={"model": source}),
-                                        load_tokenizer(spec), None)  # fmt: skip
-    device = resolve_device(spec)  # the job's device; with ranks, this rank's GPU
+def _reference(spec: JobSpec) -> torch.nn.Module:
+    """The starting model, frozen, on the job's device (with ranks, this rank's GPU)."""
+    model: torch.nn.Module = load_model(spec, load_tokenizer(spec), None)
+    device = resolve_device(spec)
     if device.type == "cuda":
         device = torch.device("cuda", launched_world().local_rank)
-    return model.to(device)
+    return model.to(device).train(False)
 
 
-def _sample(spec: JobSpec, source: str, prompts: list[PromptRow], settings: GrpoSettings,
-            window: int) -> Sampled:  # fmt: skip
-    tokenizer = load_tokenizer(spec)
-    policy = _policy(spec, source)
-    encoded = [encode_prompt(tokenizer, row) for row in prompts]
-    return sample_window(policy, tokenizer, encoded, settings, window_seed(spec.seed, window))
-
-
-def _record(window: int, sampled: Sampled, rewards: list[float],
-            epoch_record: Mapping[str, Any]) -> dict[str, Any]:  # fmt: skip
+def _record(step: int, window: WindowSamples | None, epoch_record: dict[str, Any],
+            grad_norm: Any) -> dict[str, Any]:  # fmt: skip
     """The step's metrics: the rewards' mean and std, the sampled lengths (truncated ones
-    included) and the share cut, and the loss's own (clip fraction, KL, the objective)."""
-    values = np.asarray(rewards, dtype=np.float64)
-    loss = {key: epoch_record[key] for key in LOSS_METRICS if key in epoch_record}
-    return loss | {"step": window + 1, "reward_mean": float(values.mean()),
-                   "reward_std": float(values.std()),
-                   "completion_length": float(np.mean([len(c) for c in sampled.completion_ids])),
-                   "truncated_fraction": float(np.mean(sampled.truncated))}  # fmt: skip
+    included) and the share cut, and the loss's own (clip fraction, KL, the objective). A
+    window sampled before a resume reports its loss only."""
+    record = {"step": step} | {k: epoch_record[k] for k in LOSS_METRICS if k in epoch_record}
+    if grad_norm is not None:
+        record["grad_norm"] = grad_norm
+    if window is None:
+        return record
+    values, sampled = np.asarray(window.rewards, dtype=np.float64), window.sampled
+    return record | {"reward_mean": float(values.mean()), "reward_std": float(values.std()),
+                     "completion_length": float(np.mean([len(c) for c in sampled.completion_ids])),
+                     "truncated_fraction": float(np.mean(sampled.truncated))}  # fmt: skip
 
 
-def _rollouts(
-    spec: JobSpec, source: str, rows: list[PromptRow], settings: GrpoSettings, window: int,
-    reward: Reward, reference: torch.nn.Module | None,
-) -> tuple[Sampled, list[float], Rollouts]:  # fmt: skip
-    """The window's completions, their rewards, and the rollouts the backward trains."""
-    sampled = _sample(spec, source, rows, settings, window)
-    items = [row.item for row in rows for _ in range(settings.group_size)]
-    rewards = [float(reward(item, text)) for item, text in zip(items, sampled.texts, strict=True)]
-    advantages = group_advantages(rewards, settings.group_size, settings.scale_rewards)
-    ref = None if reference is None else old_logps(reference, sampled.prompt_ids,
-                                                   sampled.completion_ids)  # fmt: skip
-    return sampled, rewards, Rollouts(sampled.prompt_ids, sampled.completion_ids,
-                                      sampled.truncated, sampled.old_logps,
-                                      advantages.tolist(), ref)  # fmt: skip
+class _WindowRecords(TrainingCallback):
+    """The run's reports, as a GRPO run's: one step record per window (at the window's end),
+    start, progress, batch size and checkpoints passed on; the inner run's epoch records (an
+    epoch is a window there) and its own step records are not."""
+
+    def __init__(self, callback: TrainingCallback, windows: PolicyWindows, run: GrpoRun) -> None:
+        self.callback, self.windows, self.run = callback, windows, run
+        self.grad_norms: dict[int, Any] = {}
+
+    def on_start(self, info: dict[str, Any]) -> None:
+        self.callback.on_start(info)
+
+    def on_progress(self, progress: dict[str, Any]) -> None:
+        self.callback.on_progress(progress)
+
+    def on_checkpoint(self, info: dict[str, Any]) -> None:
+        self.callback.on_checkpoint(info)
+
+    def on_batch_size(self, info: dict[str, Any]) -> None:
+        self.callback.on_batch_size(info)
+
+    def on_step_metrics(self, record: dict[str, Any]) -> None:
+        self.grad_norms[int(record["step"])] = record.get("grad_norm")
+
+    def on_epoch_end(self, record: dict[str, Any]) -> None:
+        step = int(record["optimizer_steps"])
+        window = self.windows.done.get(int(record["epoch"]) - 1)
+        self.run.records.append(_record(step, window, record, self.grad_norms.pop(step, None)))
+        self.callback.on_step_metrics(self.run.records[-1])
+
+
+def _check_resumable(output_dir: Path, settings: GrpoSettings, prompts: Sequence[PromptRow],
+                     resume: bool) -> None:  # fmt: skip
+    """A resume must sample what the checkpoint's run would have: the same settings and prompts
+    (the spec is checked by ``train``). Written on every start, checked on a resume."""
+    rows = json.dumps([[list(r.messages), dict(r.item)] for r in prompts], sort_keys=True,
+                      default=str)  # fmt: skip
+    run = {"settings": settings.model_dump(mode="json"),
+           "prompts": hashlib.sha256(rows.encode()).hexdigest()}  # fmt: skip
+    path = output_dir / RUN_FILE
+    if resume and path.exists() and json.loads(path.read_text()) != run:
+        raise JobError(f"output_dir: {output_dir} holds a GRPO run with other settings or "
+                       "prompts; resume it with its own, or start in a new output_dir",
+                       param="output_dir")  # fmt: skip
+    if launched_world().is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(run, indent=2))
 
 
 def train_grpo(
@@ -124,26 +162,26 @@ def train_grpo(
     output_dir: Path | str,
     *,
     callback: TrainingCallback = NULL_CALLBACK,
+    should_stop: StopCheck = never_stop,
+    resume: bool = False,
 ) -> GrpoRun:
-    """Sample, grade and train window after window; see the module docstring."""
+    """Sample, grade and train window after window in one run; see the module docstring."""
     assert spec.effective_batch_size is not None  # resolved by the spec
     per_window = settings.prompts_per_window(spec.effective_batch_size)
-    output_dir, run, source = Path(output_dir), GrpoRun(), spec.model
+    output_dir, run = Path(output_dir), GrpoRun()
+    windows_total = window_count(spec, len(prompts), per_window)
+    _check_resumable(output_dir, settings, prompts, resume)
+    tokenizer = load_tokenizer(spec)
     # β > 0: the KL is to the starting model (as DPO's reference), frozen for the whole run.
-    reference = _policy(spec, spec.model).train(False) if settings.beta else None
-    for window in range(window_count(spec, len(prompts), per_window)):
-        rows = window_prompts(prompts, window, per_window)
-        sampled, rewards, rollouts = _rollouts(
-            spec, source, rows, settings, window, reward, reference
-        )
-        out = output_dir / f"window-{window}"
-        result = train(spec.model_copy(update={"model": source, "max_steps": 1}), out,
-                       resume=False, rollouts=rollout_split(rollouts, settings))  # fmt: skip
-        if result.status != "completed":
-            raise RuntimeError(f"window {window}: training ended {result.status}")
-        run.samples.append(sampled)
-        run.records.append(_record(window, sampled, rewards, result.metrics[-1]))
-        callback.on_step_metrics(run.records[-1])
-        source = str(out / MODEL_DIR)
-        run.model_dir = out / MODEL_DIR
+    windows = PolicyWindows(seed=spec.seed, settings=settings, prompts=prompts,
+                            tokenizer=tokenizer, reward=reward, per_window=per_window,
+                            world=launched_world(),
+                            reference=_reference(spec) if settings.beta else None)  # fmt: skip
+    shape = window_shape(prompts, tokenizer, settings, spec.effective_batch_size)
+    result = train(spec.model_copy(update={"max_steps": windows_total}), output_dir,
+                   callback=_WindowRecords(callback, windows, run), should_stop=should_stop,
+                   resume=resume, rollouts=RolloutStream(shape, windows))  # fmt: skip
+    run.samples = [windows.done[w].sampled for w in sorted(windows.done)]
+    run.generated = [windows.done[w].generated for w in sorted(windows.done)]
+    run.status, run.model_dir = result.status, output_dir / MODEL_DIR
     return run

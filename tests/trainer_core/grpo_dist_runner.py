@@ -1,6 +1,7 @@
 """Run under torchrun: one GRPO run of ``test_grpo_run`` (its prompts, settings and reward) on
 every rank. ``torchrun --nproc_per_node 2 tests/trainer_core/grpo_dist_runner.py SPEC.json OUT``;
-each rank writes ``OUT/samples-RANK.json``, the completions it sampled per window."""
+each rank writes ``OUT/samples-RANK.json``: the window's completions as it saw them (every
+rank's, gathered) and how many it generated itself, per window."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def main(spec_file: str, out: str) -> int:
     spec = JobSpec.model_validate_json(Path(spec_file).read_text())
     run = train_grpo(spec, SETTINGS, prompt_rows(ROWS), length_reward, out)
     samples = [sampled.completion_ids for sampled in run.samples]
-    (Path(out) / f"samples-{world.rank}.json").write_text(json.dumps(samples))
+    report = {"samples": samples, "generated": run.generated}
+    (Path(out) / f"samples-{world.rank}.json").write_text(json.dumps(report))
     leave(world)
     return 0
 

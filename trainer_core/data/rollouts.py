@@ -11,13 +11,17 @@ masked (tool output) and, with ``mask_truncated_completions``, all of a truncate
 (after the causal shift every completion token is predicted from the one before it). Its item
 count is what its loss type divides by (``accumulation``, "Rollouts"): its trained tokens for
 dapo; 1 for grpo and max_completion_length for dr_grpo when it trains anything, else 0.
+
+A GRPO run trains window after window in one run (``RolloutStream``): its plan's epoch e is
+window e, whose rollouts the plan asks its ``WindowSource`` for when the epoch's first
+micro-batch is built, that is after the previous window's optimizer step, from the live model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -25,7 +29,7 @@ import torch
 from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate
 from trainer_core.data.load import TokenizedSplit
 from trainer_core.data.loader import EpochPlan
-from trainer_core.data.plan import EpochIndex
+from trainer_core.data.plan import EpochIndex, micro_batches_per_epoch
 from trainer_core.distributed import shard
 from trainer_core.spec.reinforcement import PolicyLoss
 
@@ -126,16 +130,64 @@ def collate_rollouts(split: RolloutSplit, rows: list[int], pad_id: int) -> dict[
     return batch
 
 
+class WindowSource(Protocol):
+    def window(self, index: int, model: torch.nn.Module) -> RolloutSplit:
+        """Window ``index``'s rollouts, sampled from ``model`` as it stands (the live policy)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RolloutStream:
+    """A run whose epoch e trains window e of ``source``. ``shape``: rows as many as a window's
+    completions, each as long as the longest a window can hold (the run's counts, and the
+    micro-batch probe of ``per_device_train_batch_size: auto``); never trained."""
+
+    shape: RolloutSplit
+    source: WindowSource
+
+
 class RolloutPlan(EpochPlan):
     """``EpochPlan`` over completions: the same windows, each micro-batch carrying its window's
-    normaliser N_W (Σ items) and, for the metrics, its trained tokens and completions."""
+    normaliser N_W (Σ items) and, for the metrics, its trained tokens and completions. With
+    ``windows`` (a stream), epoch e holds window e's rollouts, asked for when that epoch's first
+    micro-batch is built: never ahead, so the policy they come from is the one after the
+    previous window's step (``set_epoch`` plans nothing, ``__len__`` needs only the count)."""
 
     split: RolloutSplit
 
-    def __init__(self, split: RolloutSplit, **plan: Any) -> None:
+    def __init__(self, split: RolloutSplit, *,
+                 windows: Callable[[int], RolloutSplit] | None = None, **plan: Any) -> None:  # fmt: skip
+        self._windows, self._window = windows, -1  # the epoch whose rollouts ``split`` holds
         self._trained = np.asarray(split.trained, dtype=np.int64)
         self._counts: tuple[int, np.ndarray, np.ndarray] | None = None
         super().__init__(split, **plan)
+
+    def set_epoch(self, epoch: int) -> None:
+        if self._windows is None:
+            return super().set_epoch(epoch)
+        if self._resume is not None and self._resume[0] == epoch:
+            (_, self.skip), self._resume, self.epoch = self._resume, None, epoch
+        elif epoch != self.epoch:
+            self.epoch, self.skip = epoch, 0
+
+    def __len__(self) -> int:
+        if self._windows is None:
+            return super().__len__()
+        return micro_batches_per_epoch(len(self.split), self.batch_size) - self.skip
+
+    def full_plan(self, epoch: int) -> EpochIndex:
+        if self._windows is not None and epoch != self._window:
+            self._take_window(epoch, self._windows(epoch))
+        return super().full_plan(epoch)
+
+    def _take_window(self, epoch: int, split: RolloutSplit) -> None:
+        if len(split) != len(self.split):
+            raise ValueError(f"window {epoch}: {len(split)} completions, the run's windows hold "
+                             f"{len(self.split)}")  # fmt: skip
+        self.split, self._window = split, epoch
+        self._items = np.asarray(split.items, dtype=np.int64)
+        self._trained = np.asarray(split.trained, dtype=np.int64)
+        self._full = self._counts = None
 
     def window_counts(self, epoch: int, window: int) -> tuple[int, int]:
         """(trained tokens, completions) of the window, over every rank."""

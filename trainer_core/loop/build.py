@@ -17,7 +17,7 @@ from trainer_core.data.cache import DataCache
 from trainer_core.data.load import JobData, PreferenceSplit, TokenizedSplit, load_job_data
 from trainer_core.data.loader import EpochLoader, EpochPlan
 from trainer_core.data.plan import optimizer_steps_per_epoch
-from trainer_core.data.rollouts import RolloutPlan, RolloutSplit
+from trainer_core.data.rollouts import RolloutPlan, RolloutSplit, RolloutStream, WindowSource
 from trainer_core.distributed import World, join, launched_world, min_over_ranks
 from trainer_core.loop import dpo, replan
 from trainer_core.loop.autobatch import choose_micro_batch
@@ -39,6 +39,7 @@ class Inputs:
     data: JobData
     world: World  # this process's rank among the job's data-parallel processes
     loader_workers: int  # processes that build batches off the training thread (0: on it)
+    windows: WindowSource | None = None  # a GRPO run's: each epoch's rollouts (data.rollouts)
 
     @property
     def pad_id(self) -> int:
@@ -78,22 +79,27 @@ def _join_world(spec: JobSpec, device: torch.device) -> tuple[World, torch.devic
 
 def load_inputs(
     spec: JobSpec, *, data_cache: DataCache | None = None, loader_workers: int | None = None,
-    rollouts: RolloutSplit | None = None,
+    rollouts: RolloutSplit | RolloutStream | None = None,
 ) -> Inputs:  # fmt: skip
     world, device = _join_world(spec, resolve_device(spec))
     check_precision(spec.mixed_precision, device)
     tokenizer = load_tokenizer(spec)
-    if rollouts is None:
+    stream = rollouts if isinstance(rollouts, RolloutStream) else None
+    fixed = rollouts.shape if isinstance(rollouts, RolloutStream) else rollouts
+    if stream is not None and loader_workers:  # sampled from the live model: on this thread
+        raise ValueError("loader_workers: a GRPO run samples on the training thread (0)")
+    if fixed is None:
         data = load_job_data(spec, tokenizer, data_cache)
-    else:  # a window's fixed rollouts train instead of the spec's dataset (``data.rollouts``)
-        data = JobData(rollouts, TokenizedSplit([], None, []), None, format="rollouts")
+    else:  # rollouts train instead of the spec's dataset (``data.rollouts``)
+        data = JobData(fixed, TokenizedSplit([], None, []), None, format="rollouts")
     if loader_workers is None:
         # Inline by default. A batch of pre-tokenized rows is cheap to build, and on a GPU the
         # device computes asynchronously while the host builds the next one anyway; a worker
         # adds a process hop per batch. Measured (docs/benchmarks.md): on an H200 a worker made
         # tiny models 4-7 % slower, on this 2-core CPU 20 %. Heavy custom collation may want 1.
         loader_workers = 0
-    return Inputs(device, tokenizer, data, world, loader_workers)
+    return Inputs(device, tokenizer, data, world, loader_workers,
+                  None if stream is None else stream.source)  # fmt: skip
 
 
 def _micro_batch(
@@ -150,7 +156,9 @@ def build_context(
         if spec.packing:
             raise JobError("packing: rollouts are not packed; train them without packing",
                            param="packing")  # fmt: skip
-        plan = RolloutPlan(data.train, **planned)
+        # A stream's epoch e is window e, sampled from this model when that epoch starts.
+        windows = None if inputs.windows is None else partial(inputs.windows.window, model=model)
+        plan = RolloutPlan(data.train, windows=windows, **planned)
         objective = partial(rollout_micro_step, loss=data.train.loss)
     else:
         layout = packing_layout(model) if spec.packing else None

@@ -1,9 +1,13 @@
 """One window's rollouts, sampled once from the policy as it stands, before any backward.
 
-The window's prompts, each repeated ``group_size`` times (a group: consecutive rows), go through
-one left-padded ``model.generate`` with the KV cache, under a generator seeded by the job's seed
-and the window index alone: b, K and the ranks decide how the backward is cut, never what is
-sampled. A completion ends at its first EOS (kept: the model learns to stop) or, without one, at
+A training window samples group by group (``sample_groups``): each prompt, repeated
+``group_size`` times, goes through its own ``model.generate`` with the KV cache (no padding: the
+rows are one prompt), under a generator seeded by (job seed, window, group index) alone. So what
+a group samples depends on nothing else in the window: b, K and the ranks decide how the backward
+is cut and which rank samples which groups, never what is sampled. ``sample_window`` (one
+left-padded generate over many prompts, one seed) is the evaluation's.
+
+A completion ends at its first EOS (kept: the model learns to stop) or, without one, at
 ``max_completion_length`` (truncated). The old log-probs are the same policy's, one forward under
 ``no_grad`` (num_iterations 1: old = current, detached).
 """
@@ -14,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
@@ -35,6 +40,18 @@ class Sampled:
 
 def window_seed(seed: int, window: int) -> int:
     return seed * SEED_STRIDE + window
+
+
+def group_seed(seed: int, window: int, group: int) -> int:
+    """The generator seed of a window's group: distinct for each (seed, window, group)."""
+    state = np.random.SeedSequence([seed, window, group]).generate_state(1, np.uint64)
+    return int(state[0])
+
+
+def joined(parts: Sequence[Sampled]) -> Sampled:
+    """Groups sampled apart (by ranks, or one by one), as one window in the order given."""
+    names = ("prompt_ids", "completion_ids", "truncated", "old_logps", "texts")
+    return Sampled(*([row for part in parts for row in getattr(part, name)] for name in names))
 
 
 def _left_padded(prompts: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,3 +121,16 @@ def sample_window(
         model.train(was_training)
     texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
     return Sampled(repeated, completions, [t for _, t in cuts], old, list(texts))
+
+
+def sample_groups(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[list[int]],
+    settings: GrpoSettings,
+    seeds: Sequence[int],
+) -> Sampled:
+    """``group_size`` completions of each prompt, one ``generate`` per prompt under its own seed
+    (``group_seed``): a group's completions are the same whichever groups are sampled beside it."""
+    return joined([sample_window(model, tokenizer, [list(prompt)], settings, seed)
+                   for prompt, seed in zip(prompts, seeds, strict=True)])  # fmt: skip
