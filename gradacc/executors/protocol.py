@@ -8,9 +8,9 @@ that claimed a job (``worker.consumer.tasks``) asks its executor, in order:
    M machines), and say where it runs (a ``Placement``), or why it does not run now (then the
    executor has queued it again, or it is gone: cancelled, taken over);
 2. ``start(placement, log_path=...)``: start the job's N nodes x G processes with the
-   placement's rendezvous, each node running ``worker.child.entry`` (torchrun of the job's ranks
-   on its machine, or the one training process). An ``Execution`` comes back: its exit status
-   (``wait``), a preempt request, a stop handle and its log files. The task's supervisor
+   placement's rendezvous, each node running torchrun of the job's ranks on its machine (or the
+   one training process; locally ``worker.child.entry``). An ``Execution`` comes back: its exit
+   status (``wait``), a preempt request, a stop handle and its log files. The task's supervisor
    (``worker.consumer.supervisor``) beats the heartbeat, watches for a cancel and records the
    outcome, the same for every executor;
 3. ``release(placement, worker=...)``: the run is over; no machine stays held for it.
