@@ -32,6 +32,7 @@ QUIET = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}
 # In the environment of every process of one cluster (its daemons, their workers and agents, the
 # jobs they run), with the cluster's temp directory: how ``stop`` finds them all, orphans too.
 MARK = "GRADACC_TEST_RAY_CLUSTER"
+NODE_MARK = "GRADACC_TEST_RAY_NODE"  # and a node's processes, its name
 
 
 class RayCluster:
@@ -50,23 +51,34 @@ class RayCluster:
     def start(self) -> RayCluster:
         self._ray("--head", f"--port={self.port}", "--num-cpus=0", "--include-dashboard=false",
                   f"--temp-dir={self.temp_dir}", f"--ray-client-server-port={free_port()}",
-                  f"--dashboard-port={free_port()}")  # fmt: skip
-        starting = [self._node(name) for name in self.names]  # side by side
-        for name, process in zip(self.names, starting, strict=True):
-            _, err = process.communicate(timeout=120)
-            assert process.returncode == 0, f"ray start of {name}: {err.decode()[-2000:]}"
+                  f"--dashboard-port={free_port()}", "--include-log-monitor=false")  # fmt: skip
+        starting = {name: self._node(name) for name in self.names}  # side by side
+        for name, process in starting.items():
+            self._started(name, process)
         return self
 
     def add_node(self, name: str) -> None:
-        _, err = self._node(name).communicate(timeout=120)
-        assert b"Ray runtime started" in err or b"Ray runtime started" in _, err[-2000:]
+        self._started(name, self._node(name))
+
+    def _started(self, name: str, process: subprocess.Popen[bytes], tries: int = 2) -> None:
+        """Wait for ``ray start`` of a node. Ray gives a raylet 30 s to register with the GCS; on
+        two busy cores (a niced test run beside other work) it can miss that once: the half
+        started node is killed (its processes carry its name) and started again."""
+        _, err = process.communicate(timeout=120)
+        if process.returncode == 0:
+            return
+        for leftover in self.processes(node=name):
+            leftover.kill()
+        assert tries > 1, f"ray start of {name}: {err.decode()[-2000:]}"
+        self._started(name, self._node(name), tries - 1)
 
     def _node(self, name: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [RAY, "start", f"--address={self.address}", "--num-cpus=1",
              f"--resources={json.dumps({name: 1})}", "--disable-usage-stats",
-             f"--dashboard-agent-listen-port={free_port()}"],
-            cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+             f"--dashboard-agent-listen-port={free_port()}", "--include-log-monitor=false"],
+            cwd=ROOT, env={**self.env, NODE_MARK: name}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )  # fmt: skip
 
     def _ray(self, *args: str) -> None:
@@ -83,24 +95,28 @@ class RayCluster:
                 return process
         raise LookupError(f"no raylet of {name} in {self.temp_dir}")
 
-    def kill_raylet(self, name: str) -> None:
-        """A node lost: its raylet killed (SIGKILL), as when a machine goes away. Its agents
-        outlive it (they ignore SIGTERM); ``stop`` ends them with the rest."""
+    def kill_raylet(self, name: str) -> list[psutil.Process]:
+        """A node lost: its raylet killed (SIGKILL). Its Ray workers see it and exit, and the
+        processes of their tasks die with them; its agents outlive it (they ignore SIGTERM):
+        ``stop`` ends them with the rest. The raylet's descendants when it was killed."""
         raylet = self.raylet(name)
-        self._orphans += raylet.children(recursive=True)
+        descendants: list[psutil.Process] = raylet.children(recursive=True)
+        self._orphans += descendants
         raylet.kill()
+        return descendants
 
-    def processes(self) -> list[psutil.Process]:
-        """Every process of this cluster: those with its ``MARK`` (Ray's daemons, the jobs'
-        processes) and their descendants (workers and agents, whose process title overwrites
-        their environment), and what a killed raylet left."""
+    def processes(self, node: str | None = None) -> list[psutil.Process]:
+        """Every process of this cluster (or of its node ``node``): those with its ``MARK``
+        (Ray's daemons, the jobs' processes) and their descendants (workers and agents, whose
+        process title overwrites their environment), and what a killed raylet left."""
         marked = []
         for process in psutil.process_iter():
             try:
-                if process.environ().get(MARK) == self.temp_dir:
-                    marked.append(process)
+                env = process.environ()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
+            if env.get(MARK) == self.temp_dir and node in (None, env.get(NODE_MARK)):
+                marked.append(process)
         found = {process.pid: process for process in [*marked, *self._orphans]}
         for process in marked:
             try:
@@ -122,3 +138,19 @@ class RayCluster:
         psutil.wait_procs(processes, timeout=10)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
         return time.monotonic() - began
+
+
+def placement_groups(address: str) -> dict[str, str]:
+    """Every placement group the cluster knows, by name: its state ("CREATED", "REMOVED"...),
+    asked by a short-lived driver of its own (the test process never joins the cluster)."""
+    script = (
+        "import json, ray\n"
+        f"ray.init(address={address!r}, logging_level='ERROR', log_to_driver=False)\n"
+        "table = ray.util.placement_group_table().values()\n"
+        "print(json.dumps({group['name']: group['state'] for group in table}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60,
+                          env={**os.environ, **QUIET})  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    groups: dict[str, str] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return groups
