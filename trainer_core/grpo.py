@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from trainer_core.data.prompts import PromptRow
 from trainer_core.data.rollouts import RolloutStream
 from trainer_core.distributed import launched_world
 from trainer_core.loop.build import resolve_device
+from trainer_core.loop.grpo_eval import Evaluated, GrpoEvaluation
+from trainer_core.loop.grpo_metrics import window_metrics
 from trainer_core.loop.grpo_windows import PolicyWindows, Reward, WindowSamples, window_shape
 from trainer_core.loop.sampling import Sampled
 from trainer_core.model.load import load_model, load_tokenizer
@@ -53,6 +54,7 @@ from trainer_core.spec.errors import JobError
 from trainer_core.spec.grpo import GrpoSettings
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import MODEL_DIR
+from trainer_core.spec.rewards import as_graded
 from trainer_core.train import train
 
 # What each window's epoch record carries over into the GRPO step record (the loss emits them).
@@ -68,6 +70,7 @@ class GrpoRun:
     samples: list[Sampled] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
     generated: list[int] = field(default_factory=list)
+    evaluations: list[Evaluated] = field(default_factory=list)  # every eval_interval windows
     model_dir: Path | None = None
     status: Status = "completed"
 
@@ -91,18 +94,17 @@ def _reference(spec: JobSpec) -> torch.nn.Module:
 
 def _record(step: int, window: WindowSamples | None, epoch_record: dict[str, Any],
             grad_norm: Any) -> dict[str, Any]:  # fmt: skip
-    """The step's metrics: the rewards' mean and std, the sampled lengths (truncated ones
-    included) and the share cut, and the loss's own (clip fraction, KL, the objective). A
-    window sampled before a resume reports its loss only."""
+    """The step's metrics: the rewards' mean and std, each sub-grader's, the grader errors by
+    kind, the sampled lengths (truncated ones included) and the share cut (``grpo_metrics``),
+    and the loss's own (clip fraction, KL, the objective). A window sampled before a resume
+    reports its loss only."""
     record = {"step": step} | {k: epoch_record[k] for k in LOSS_METRICS if k in epoch_record}
     if grad_norm is not None:
         record["grad_norm"] = grad_norm
     if window is None:
         return record
-    values, sampled = np.asarray(window.rewards, dtype=np.float64), window.sampled
-    return record | {"reward_mean": float(values.mean()), "reward_std": float(values.std()),
-                     "completion_length": float(np.mean([len(c) for c in sampled.completion_ids])),
-                     "truncated_fraction": float(np.mean(sampled.truncated))}  # fmt: skip
+    graded = [as_graded(score) for score in window.scores]
+    return record | window_metrics(window.sampled.completion_ids, window.sampled.truncated, graded)
 
 
 class _WindowRecords(TrainingCallback):
@@ -110,8 +112,10 @@ class _WindowRecords(TrainingCallback):
     start, progress, batch size and checkpoints passed on; the inner run's epoch records (an
     epoch is a window there) and its own step records are not."""
 
-    def __init__(self, callback: TrainingCallback, windows: PolicyWindows, run: GrpoRun) -> None:
+    def __init__(self, callback: TrainingCallback, windows: PolicyWindows, run: GrpoRun,
+                 evaluation: GrpoEvaluation) -> None:  # fmt: skip
         self.callback, self.windows, self.run = callback, windows, run
+        self.evaluation = evaluation
         self.grad_norms: dict[int, Any] = {}
 
     def on_start(self, info: dict[str, Any]) -> None:
@@ -133,6 +137,9 @@ class _WindowRecords(TrainingCallback):
         step = int(record["optimizer_steps"])
         window = self.windows.done.get(int(record["epoch"]) - 1)
         self.run.records.append(_record(step, window, record, self.grad_norms.pop(step, None)))
+        if self.windows.model is not None:  # every eval_interval windows: the eval_ keys
+            self.run.records[-1] |= self.evaluation.after_step(step, self.windows.model,
+                                                               self.windows.tokenizer)  # fmt: skip
         self.callback.on_step_metrics(self.run.records[-1])
 
 
@@ -164,13 +171,17 @@ def train_grpo(
     callback: TrainingCallback = NULL_CALLBACK,
     should_stop: StopCheck = never_stop,
     resume: bool = False,
+    validation: Sequence[PromptRow] | None = None,
 ) -> GrpoRun:
-    """Sample, grade and train window after window in one run; see the module docstring."""
+    """Sample, grade and train window after window in one run; see the module docstring.
+    ``validation``: the prompts evaluated every ``settings.eval_interval`` windows (``grpo_eval``)."""
     assert spec.effective_batch_size is not None  # resolved by the spec
     per_window = settings.prompts_per_window(spec.effective_batch_size)
     output_dir, run = Path(output_dir), GrpoRun()
     windows_total = window_count(spec, len(prompts), per_window)
     _check_resumable(output_dir, settings, prompts, resume)
+    evaluation = GrpoEvaluation(validation, settings, reward, seed=spec.seed,
+                                output_dir=output_dir, world=launched_world())  # fmt: skip
     tokenizer = load_tokenizer(spec)
     # β > 0: the KL is to the starting model (as DPO's reference), frozen for the whole run.
     windows = PolicyWindows(seed=spec.seed, settings=settings, prompts=prompts,
@@ -179,9 +190,11 @@ def train_grpo(
                             reference=_reference(spec) if settings.beta else None)  # fmt: skip
     shape = window_shape(prompts, tokenizer, settings, spec.effective_batch_size)
     result = train(spec.model_copy(update={"max_steps": windows_total}), output_dir,
-                   callback=_WindowRecords(callback, windows, run), should_stop=should_stop,
+                   callback=_WindowRecords(callback, windows, run, evaluation),
+                   should_stop=should_stop,
                    resume=resume, rollouts=RolloutStream(shape, windows))  # fmt: skip
     run.samples = [windows.done[w].sampled for w in sorted(windows.done)]
     run.generated = [windows.done[w].generated for w in sorted(windows.done)]
+    run.evaluations = evaluation.evaluations
     run.status, run.model_dir = result.status, output_dir / MODEL_DIR
     return run

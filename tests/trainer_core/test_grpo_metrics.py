@@ -1,20 +1,24 @@
 """A GRPO run's metrics and evaluation.
 
 The window aggregation is checked against values worked out by hand (means, population stds per
-sub-grader, error counts by kind). The evaluation runs on ``builtin:tiny-chat``: a run of 3
-windows with ``eval_interval`` 2 evaluates after window 2 and only then; its samples carry the
-scores the reward gives their outputs; sampling the same prompts from the same weights with the
-same seed gives the same samples (and another seed other ones, so the check can fail).
+sub-grader, error counts by kind). On ``builtin:tiny-chat``, a run of 4 windows with
+``eval_interval`` 2 evaluates after windows 2 and 4 and only then, and each step record holds
+what its window's completions and grades aggregate to; the evaluation's samples carry the scores
+the reward gives their outputs; sampling the same prompts from the same weights with the same
+seed gives the same samples (the run's last evaluation again, from its saved model), another
+seed other ones (so the check can fail).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from trainer_core.data.prompts import prompt_rows
+from trainer_core.grpo import GrpoRun, train_grpo
 from trainer_core.loop.grpo_eval import GrpoEvaluation, evaluate_policy
 from trainer_core.loop.grpo_metrics import reward_metrics, window_metrics
 from trainer_core.model.load import load_model, load_tokenizer
@@ -32,7 +36,7 @@ SETTINGS = GrpoSettings(group_size=4, max_completion_length=10, eval_interval=2,
 def spec(**changes: Any) -> JobSpec:
     fields: dict[str, Any] = {
         "model": "builtin:tiny-chat", "dataset": "builtin:chat-arithmetic", "task": "causal-lm",
-        "optim": "sgd", "learning_rate": 1.0, "max_grad_norm": 0.0, "max_steps": 3,
+        "optim": "sgd", "learning_rate": 1.0, "max_grad_norm": 0.0, "max_steps": 4,
         "lr_scheduler_type": "constant", "validation_split_percentage": 0,
         "group_by_length": False, "max_seq_length": 128, "seed": 7, "effective_batch_size": 8,
         "per_device_train_batch_size": 8,
@@ -93,3 +97,50 @@ def test_the_same_seed_samples_the_same_and_scores_carry() -> None:
         score = graded_reward(row.item, sample["output"])
         assert (sample["reward"], sample["sub_rewards"]) == (score.reward, score.sub_rewards)
         assert row.messages[-1]["content"] in sample["prompt"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GrpoRun, Path]:
+    out = tmp_path_factory.mktemp("grpo-eval")
+    done = train_grpo(spec(), SETTINGS, prompt_rows(ROWS), graded_reward, out,
+                      validation=prompt_rows(VALIDATION))  # fmt: skip
+    return done, out
+
+
+def test_each_step_reports_its_window(run: tuple[GrpoRun, Path]) -> None:
+    done, _ = run
+    rows, per_window = prompt_rows(ROWS), 2
+    for window, (record, sampled) in enumerate(zip(done.records, done.samples, strict=True)):
+        first = (window % 2) * per_window
+        items = [row.item for row in rows[first : first + per_window] for _ in range(4)]
+        graded = [
+            graded_reward(item, text) for item, text in zip(items, sampled.texts, strict=True)
+        ]
+        expected = window_metrics(sampled.completion_ids, sampled.truncated, graded)
+        assert {key: record[key] for key in expected} == pytest.approx(expected)
+        assert "rewards/answer/std" in record and "grader_errors/sample_parse_error" in record
+
+
+def test_it_evaluates_every_eval_interval_windows(run: tuple[GrpoRun, Path]) -> None:
+    done, out = run
+    assert [r["step"] for r in done.records] == [1, 2, 3, 4]
+    assert ["eval_reward_mean" in r for r in done.records] == [False, True, False, True]
+    reports = [json.loads(line) for line in (out / "evaluations.jsonl").read_text().splitlines()]
+    assert [report["step"] for report in reports] == [2, 4]
+    for report, record in zip(reports, done.records[1::2], strict=True):
+        rewards = [sample["reward"] for sample in report["samples"]]
+        assert len(rewards) == SETTINGS.eval_samples
+        assert record["eval_reward_mean"] == pytest.approx(sum(rewards) / len(rewards))
+        assert report["scores"]["reward_mean"] == record["eval_reward_mean"]
+        assert "eval_rewards/length/mean" in record and "eval_grader_errors" in record
+
+
+def test_the_last_evaluation_samples_again_from_the_saved_model(
+    run: tuple[GrpoRun, Path],
+) -> None:
+    done, _ = run
+    assert done.model_dir is not None
+    tokenizer = load_tokenizer(spec())
+    model = load_model(spec(model=str(done.model_dir)), tokenizer, None)
+    again = evaluate_policy(model, tokenizer, prompt_rows(VALIDATION), SETTINGS, graded_reward, 7)
+    assert again.samples == done.evaluations[-1].samples
