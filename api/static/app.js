@@ -191,12 +191,12 @@ function onJobMessage(charts, kind, data) {
   const prefix = kind === "epoch" ? "epoch" : "step";
   charts.loss.add(step, { [`${prefix} train_loss`]: data.train_loss });
   charts.eval.add(step, { eval_loss: data.eval_loss });
-  // DPO: an epoch's train means would overwrite its last window's at that step; its eval stays.
-  const epochOfPairs = kind === "epoch" && charts.rewards;
-  charts.quality.add(step, epochOfPairs ? { "eval_rewards/accuracies": data["eval_rewards/accuracies"] } : data);
+  // DPO, GRPO: an epoch's train means would overwrite its last window's at that step; DPO's eval stays.
+  const epochOfWindows = kind === "epoch" && charts.rewards;
+  charts.quality.add(step, epochOfWindows ? { "eval_rewards/accuracies": data["eval_rewards/accuracies"] } : data);
   if (data.eval_loss != null && current) refreshReports(current.id);
   if (kind === "step") charts.lr.add(step, { learning_rate: data.learning_rate });
-  // DPO: the window's reward means (step records); an epoch's means would hide the last window's.
+  // DPO, GRPO: the window's rewards (step records); an epoch's means would hide the last window's.
   if (kind === "step" && charts.rewards) charts.rewards.add(step, data);
 }
 
@@ -214,23 +214,18 @@ async function openJob(jobId) {
   setBanner(null);
   showJob(job);
   const causal = job.spec.task === "causal-lm";
-  const dpo = job.spec.method === "dpo";
-  $("quality-caption").textContent = dpo ? "reward accuracy (train window, eval)"
-    : causal ? "perplexity" : "accuracy and F1";
-  const quality = dpo ? ["rewards/accuracies", "eval_rewards/accuracies"]
-    : causal ? ["eval_perplexity"] : ["eval_accuracy", "eval_f1"];
-  const waiting = "waiting for the first evaluation";
+  const plan = chartPlan(job);
+  $("quality-caption").textContent = plan.caption;
+  const waiting = "waiting for the first evaluation", firstStep = "waiting for the first step";
   const charts = {
-    loss: new LineChart($("chart-loss"), ["step train_loss", "epoch train_loss"], "waiting for the first step"),
+    loss: new LineChart($("chart-loss"), ["step train_loss", "epoch train_loss"], firstStep),
     eval: new LineChart($("chart-eval"), ["eval_loss"], waiting),
-    quality: new LineChart($("chart-quality"), quality, dpo ? "waiting for the first step" : waiting),
-    lr: new LineChart($("chart-lr"), ["learning_rate"], "waiting for the first step"),
+    quality: new LineChart($("chart-quality"), plan.quality, plan.perStep ? firstStep : waiting),
+    lr: new LineChart($("chart-lr"), ["learning_rate"], firstStep),
   };
-  $("rewards-figure").hidden = !dpo;
-  if (dpo) {
-    charts.rewards = new LineChart($("chart-rewards"), ["rewards/chosen", "rewards/rejected", "rewards/margins"],
-                                   "waiting for the first step");
-  }
+  $("rewards-figure").hidden = !plan.rewards;
+  $("rewards-caption").textContent = plan.rewardsCaption;
+  if (plan.rewards) charts.rewards = new LineChart($("chart-rewards"), plan.rewards, firstStep);
   const abort = new AbortController();
   current = { id: jobId, abort, charts, job };
   openChat(job);

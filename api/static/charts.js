@@ -56,3 +56,22 @@ class LineChart {
 
   destroy() { this.plot.destroy(); }
 }
+
+// What a job's page plots beyond loss and learning rate, by method: the quality chart's series
+// and caption, and the rewards figure's (DPO: per-window rewards; GRPO: the graded reward).
+function chartPlan(job) {
+  const method = job.spec.method;
+  if (method === "dpo") {
+    return { caption: "reward accuracy (train window, eval)", quality: ["rewards/accuracies", "eval_rewards/accuracies"],
+             perStep: true, rewardsCaption: "DPO rewards (chosen, rejected, margin)",
+             rewards: ["rewards/chosen", "rewards/rejected", "rewards/margins"] };
+  }
+  if (method === "grpo") {
+    return { caption: "completion length (tokens)", quality: ["completion_length", "eval_completion_length"],
+             perStep: true, rewardsCaption: "reward (window mean, eval mean)",
+             rewards: ["reward_mean", "eval_reward_mean"] };
+  }
+  const causal = job.spec.task === "causal-lm";
+  return { caption: causal ? "perplexity" : "accuracy and F1", quality: causal ? ["eval_perplexity"] : ["eval_accuracy", "eval_f1"],
+           perStep: false, rewardsCaption: "", rewards: null };
+}

@@ -2,7 +2,9 @@
 with API keys on: the key banner clears once a valid key is entered; the list shows name, model,
 dataset, backend and b x K; a classifier's page draws its confusion matrix and answers in the
 "Try it" box; a chat model's page lists its samples, newest evaluation first; a DPO job's page
-plots its reward accuracy and rewards; every chart's y labels are distinct; the chat model's
+plots its reward accuracy and rewards; a GRPO job's page plots its reward per window and per
+evaluation (a finished job and its records written straight to the database: the page is under
+test, not the training); every chart's y labels are distinct; the chat model's
 page chats through its streamed chat pane. A screenshot of each page is kept
 (``GRADACC_TEST_ARTIFACTS``)."""
 
@@ -18,10 +20,14 @@ import pytest
 
 from gradacc.auth import create_api_key
 from gradacc.db import session_scope
+from gradacc.jobs.records import record_step_metrics
 from gradacc.settings import Settings
+from gradacc.tables import JobStatus
+from tests.api.test_grpo_jobs import grpo_job
 from tests.e2e.conftest import embedded_serve
 from tests.e2e.test_dashboard import ARTIFACTS, CHROMIUM, browser_missing
-from tests.support import wait_final, wait_until
+from tests.support import make_job, wait_final, wait_until
+from trainer_core.spec.job import JobSpec
 from worker.predict.failpoints import SERVE_HOLD
 
 pytestmark = pytest.mark.integration
@@ -29,7 +35,7 @@ Stack = tuple[str, str, dict[str, str], Path]  # URL, API key, job ids by name, 
 COMMON = {"num_train_epochs": 3, "max_train_samples": 96, "max_eval_samples": 24,
           "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
           "learning_rate": 5e-3}  # fmt: skip
-JOBS = {
+JOBS: dict[str, dict[str, Any]] = {
     "dash-classifier": {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment"},
     "dash-chat": {"model": "builtin:tiny-chat", "dataset": "builtin:chat-arithmetic",
                   "task": "causal-lm", "metadata": {"team": "chat"}},
@@ -58,8 +64,28 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield url, key, ids, gate
 
 
+# Four windows' rewards and two evaluations': 6 reward points, 4 completion lengths.
+GRPO_STEPS = [{"step": s, "reward_mean": r, "completion_length": 7.0 + s, "train_loss": 0.01}
+              for s, r in ((1, 0.125), (2, 0.25), (3, 0.3125), (4, 0.5))]  # fmt: skip
+GRPO_STEPS[1] |= {"eval_reward_mean": 0.2}
+GRPO_STEPS[3] |= {"eval_reward_mean": 0.45}
+
+
+def _grpo_job_with_rewards(home: Path) -> str:
+    """A finished GRPO job written straight to the database (no worker ever sees it), with
+    GRPO_STEPS as its step records."""
+    spec = JobSpec.model_validate(grpo_job("file-0123456789abcdef0123")).model_dump(mode="json")
+    settings = Settings(home=home)
+    job_id = make_job(settings, tenant="ana", name="dash-grpo", spec=spec,
+                      status=JobStatus.SUCCEEDED)  # fmt: skip
+    with session_scope(settings) as session:
+        record_step_metrics(session, job_id=job_id, records=GRPO_STEPS)
+        session.commit()
+    return job_id
+
+
 def _distinct_ticks(page: Any, chart: str) -> list[str]:
-    labels = json.loads(page.locator(chart).get_attribute("data-y-ticks") or "[]")
+    labels: list[str] = json.loads(page.locator(chart).get_attribute("data-y-ticks") or "[]")
     assert len(labels) >= 2, chart
     assert len(set(labels)) == len(labels), (chart, labels)
     return labels
@@ -72,7 +98,7 @@ def test_the_dashboard_pages(stack: Stack) -> None:
         browser_missing("Playwright's Python package is not installed")
     if not Path(CHROMIUM).exists():
         browser_missing("chromium is not installed")
-    url, key, ids, _ = stack
+    url, key, ids, gate = stack
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -133,6 +159,15 @@ def test_the_dashboard_pages(stack: Stack) -> None:
             _distinct_ticks(page, chart)
         # 96 pairs / 16 x 3 epochs = 18 steps, a record every 2: 9 windows x 3 reward series.
         expect(page.locator("#chart-rewards")).to_have_attribute("data-points", "27")
+
+        grpo = _grpo_job_with_rewards(gate.parent / "home")
+        page.goto(f"{url}/#/jobs/{grpo}")
+        expect(page.locator("#rewards-caption")).to_have_text("reward (window mean, eval mean)")
+        expect(page.locator("#rewards-figure")).to_be_visible()
+        expect(page.locator("#chart-rewards")).to_have_attribute("data-points", "6")
+        expect(page.locator("#chart-quality")).to_have_attribute("data-points", "4")
+        _distinct_ticks(page, "#chart-rewards")
+        page.screenshot(path=str(ARTIFACTS / "dashboard-grpo.png"), full_page=True)
 
         page.goto(f"{url}/#/jobs/{ids['dash-chat']}")
         expect(page.locator("#job-status")).to_have_attribute("data-status", "succeeded")
