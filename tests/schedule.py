@@ -30,8 +30,14 @@ import pytest
 # "Per file, alone, after the third pass"), the e2e files two at a time (``-n 2``).
 COST_S: dict[str, float] = {
     "tests/e2e/test_gang_lost_node.py": 73,
+    # A real Ray cluster (head + 2 nodes), 4 W=2 jobs and a raylet killed: wall 112 s, niced
+    # beside other work (its cluster start alone 13.5 s of it, 40 s there); not measured alone.
+    "tests/e2e/test_ray_executor.py": 112,
     "tests/e2e/test_contract_fuzz.py": 43,
     "tests/e2e/test_openai_sdk.py": 41,
+    # A live serve, one reinforcement job (2 steps, 5 python graders per answer, 1 s CPU limit):
+    # wall 34-39 s, rusage CPU 17-21 s, niced, alone (2026-12-02)
+    "tests/e2e/test_openai_reinforcement.py": 38,
     "tests/e2e/test_shared_lora_bases.py": 39,  # alone, cgroup CPU 38.7 s, wall 38.0 s
     "tests/e2e/test_concurrent_posts.py": 36,
     "tests/e2e/test_scheduling.py": 36,

@@ -21,7 +21,6 @@ from fastapi.testclient import TestClient
 
 from api.main import create_app
 from gradacc.settings import Settings
-from tests.conftest import TINY
 from tests.e2e.conftest import WorkerProcess, settings_env
 from tests.e2e.ray_cluster import RayCluster, placement_groups
 from tests.e2e.test_gang import GANG, REFERENCE, messages
@@ -109,7 +108,7 @@ def test_a_gang_over_two_ray_nodes_equals_one_process_at_2k_and_survives_a_lost_
     api, settings = stack.api, stack.settings
     clean = api.post("/v1/jobs", json=LONG).json()["id"]
     reference = api.post("/v1/jobs", json=LONG_REFERENCE).json()["id"]
-    for job_id in (clean, reference):
+    for job_id in (clean, reference):  # the reference: one bundle, one process on a node
         succeeded(stack, job_id)
     (started,) = messages(settings, clean, "started")
     assert started.endswith("a gang of 2 machines")
@@ -163,10 +162,3 @@ def test_a_cancel_leaves_no_task_placement_group_or_process(stack: Stack) -> Non
     groups = placement_groups(stack.cluster.address)
     mine = {name: state for name, state in groups.items() if job_id in name}
     assert mine and set(mine.values()) == {"REMOVED"}, groups
-
-
-def test_a_one_machine_job_runs_on_a_ray_node(stack: Stack) -> None:
-    """M=1: a group of one bundle; the process trains on the node, not on the driver."""
-    job_id = stack.api.post("/v1/jobs", json=TINY).json()["id"]
-    succeeded(stack, job_id)
-    assert "started" in event_kinds(stack.api, job_id)
