@@ -167,6 +167,11 @@ class Settings(BaseSettings):
     max_predicts_per_tenant: int = Field(default=16, ge=1)
     # Dataset previews run at once in the API (POST /v1/files/{id}/preview: a child process each).
     max_previews: int = Field(default=2, ge=1)
+    # Each preview child's address space (RLIMIT_AS, imports included: a normal preview of the
+    # built-in chat model peaked at ~2.2 GiB, most of it mapped, not resident) and wall clock;
+    # past either, that preview is a 422 naming rows and the API carries on.
+    preview_memory_mb: int = Field(default=8192, ge=64)
+    preview_timeout_s: float = Field(default=120.0, gt=0)
     predict_server: bool = Field(default=True, description="Workers start a predict server")
     # OpenAI's /v1/chat/completions and /v1/completions (docs/serving.md): each predict server
     # also answers them over HTTP on serve_host (loopback unless the API runs elsewhere) and

@@ -1,6 +1,10 @@
 """POST /v1/files/{id}/preview: the job's data fields checked as a spec, the file ids resolved to
 their bytes, and the core's preview run in a child process (``python -m trainer_core.preview``):
-the API loads no tokenizer, and a slow or failing template costs the child, not the server."""
+the API loads no tokenizer, and a slow or failing template costs the child, not the server.
+
+The child runs under ``GRADACC_PREVIEW_MEMORY_MB`` of address space (RLIMIT_AS, set before it
+imports anything of ours) and ``GRADACC_PREVIEW_TIMEOUT_S``; past either it is a 422 naming
+``rows`` (fewer rows is what the asker can change), and the server carries on."""
 
 from __future__ import annotations
 
@@ -24,10 +28,21 @@ from gradacc.tables import File, FilePurpose
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.sources import classify_source
 
-PREVIEW_TIMEOUT_S = 120.0  # a hub model's first load is the slow part
 BAD_PREVIEW = 2  # trainer_core.preview's exit status for a problem with the request
 _running: dict[int, threading.BoundedSemaphore] = {}  # the cap, per configured limit
 _lock = threading.Lock()
+# The child: its address space capped, then ``python -m trainer_core.preview``. A bootstrap, not
+# a ``preexec_fn`` (unsafe in a server with threads), so the cap covers the imports too.
+_CHILD = (
+    "import resource, runpy, sys\n"
+    "cap, (_, hard) = int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_AS)\n"
+    "resource.setrlimit(resource.RLIMIT_AS, (cap if hard < 0 else min(cap, hard), hard))\n"
+    "runpy.run_module('trainer_core.preview', run_name='__main__', alter_sys=True)"
+)
+# How an allocation refused by RLIMIT_AS shows in the child's stderr: Python's MemoryError, a
+# shared library that cannot be mapped, torch's allocator, Rust's (tokenizers aborts) or C++'s.
+_OUT_OF_MEMORY = ("MemoryError", "Cannot allocate memory", "failed to map segment",
+                  "can't allocate memory", "memory allocation of", "bad_alloc")  # fmt: skip
 
 
 def _slots(limit: int) -> threading.BoundedSemaphore:
@@ -50,7 +65,7 @@ def preview_file(
     if not slots.acquire(blocking=False):  # each preview is a process that imports transformers
         raise TooManyPreviews(settings.max_previews)
     try:
-        return PreviewRead.model_validate(_run(resolved, body.rows))
+        return PreviewRead.model_validate(_run(resolved, body.rows, settings))
     finally:
         slots.release()
 
@@ -81,18 +96,24 @@ def _resolved(session: Session, settings: Settings, spec: JobSpec, tenant: str) 
     return spec.model_dump(mode="json") | update
 
 
-def _run(spec: dict[str, Any], rows: int) -> dict[str, Any]:
+def _run(spec: dict[str, Any], rows: int, settings: Settings) -> dict[str, Any]:
     request = json.dumps({"spec": spec, "rows": rows})
-    command = [sys.executable, "-m", "trainer_core.preview"]
+    memory = settings.preview_memory_mb
+    command = [sys.executable, "-c", _CHILD, str(memory * 2**20)]
     try:
         done = subprocess.run(command, input=request, capture_output=True, text=True,
-                              timeout=PREVIEW_TIMEOUT_S, check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise InvalidRequest(f"the preview took over {PREVIEW_TIMEOUT_S:.0f} s; ask for fewer "
-                             "rows", param="rows") from None  # fmt: skip
+                              timeout=settings.preview_timeout_s, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:  # the child is killed
+        raise InvalidRequest(f"the preview took over {settings.preview_timeout_s:g} s "
+                             "(GRADACC_PREVIEW_TIMEOUT_S); ask for fewer rows",
+                             param="rows") from None  # fmt: skip
     if done.returncode == BAD_PREVIEW:
         error = json.loads(done.stdout)["error"]
         raise InvalidRequest(_unprefixed(error["message"], error["param"]), param=error["param"])
+    if done.returncode != 0 and any(sign in done.stderr for sign in _OUT_OF_MEMORY):
+        raise InvalidRequest(f"the preview needed more than {memory} MiB of address space "
+                             "(GRADACC_PREVIEW_MEMORY_MB); ask for fewer rows",
+                             param="rows")  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"the preview failed (exit {done.returncode}): {done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout)
