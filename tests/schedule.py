@@ -76,6 +76,10 @@ COST_S: dict[str, float] = {
     "tests/api/test_webhook_deadline.py": 9,
     "tests/e2e/test_stream.py": 9,
     "tests/e2e/test_webhooks_worker.py": 9,
+    # GRPO metrics and evaluation: alone, rusage CPU 8.4 s and 10.3 s, ~8 s of each the start
+    # (imports, conftest); one 4-window run, and a run whose python grader spins 1 s CPU
+    "tests/trainer_core/test_grpo_metrics.py": 9,
+    "tests/gradacc/test_grader_reward.py": 10,
     "tests/trainer_core/test_selection.py": 5,
     "tests/worker/test_forked_ranks.py": 8,
     "tests/trainer_core/test_hub_cache.py": 8,
@@ -83,6 +87,7 @@ COST_S: dict[str, float] = {
     "tests/trainer_core/test_run.py": 7,
     "tests/trainer_core/test_lora.py": 7,
     "tests/api/test_upload_bombs.py": 7,
+    "tests/api/test_openai_reinforcement.py": 6,  # alone: wall 5.8 s, CPU 5.7 s (1.3 s of tests)
     "tests/api/test_webhooks.py": 7,
     "tests/test_schedule.py": 6,
     "tests/trainer_core/test_equivalence.py": 6,
