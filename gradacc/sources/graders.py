@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 from gradacc.errors import InvalidRequest
 from gradacc.settings import Settings
+from gradacc.sources.files import is_file_id
 from gradacc.upstreams import OWN_PREFIXES
 from trainer_core.spec.graders import Grader, LabelModelGrader, MultiGrader, ScoreModelGrader
 from trainer_core.spec.job import JobSpec
@@ -28,9 +29,17 @@ def model_graders(
 
 
 def check_job_grader(spec: JobSpec, settings: Settings) -> None:
-    """400 naming ``grpo.grader[.graders.NAME].model`` for a model no upstream serves."""
+    """400 naming ``grpo.grader[.graders.NAME].model`` for a model no upstream serves, and
+    ``grpo.eval_interval`` for an evaluation without validation prompts (an uploaded file is one
+    split: its validation prompts are an ``eval_dataset``)."""
     if spec.grpo is None:
         return
+    if spec.grpo.eval_interval and spec.eval_dataset is None and is_file_id(spec.dataset):
+        raise InvalidRequest(
+            "evaluating needs validation prompts: give eval_dataset (an uploaded file has no "
+            "validation split)",
+            param="grpo.eval_interval",
+        )
     for where, grader in model_graders(spec.grpo.grader):
         route = settings.serve_upstreams.match(grader.model)
         if route is None or grader.model.startswith(OWN_PREFIXES):

@@ -2,7 +2,8 @@
 ending with a user turn, other fields kept for the grader) uploads and is recorded as prompts; a
 grpo job on it is made; every bad grpo spec is a 4xx naming its field (the grader's by its path,
 the batch that is not whole groups, packing, the task, a conversation file, a model grader no
-upstream serves) and leaves no job behind."""
+upstream serves, an evaluation without validation prompts) and leaves no job
+behind."""
 
 from __future__ import annotations
 
@@ -95,6 +96,7 @@ def test_bad_grpo_specs_name_their_field_and_make_no_job(client: TestClient) -> 
         ({**good, "task": "sequence-classification", "model": "builtin:tiny-gpt2"}, "method"),
         (_with(good, grader=SCORE), "grpo.grader.model"),
         (_with(good, grader=multi), "grpo.grader.graders.j.model"),
+        (_with(good, eval_interval=1), "grpo.eval_interval"),  # a file: no validation split
     ]  # fmt: skip
     name = f"refused-{secrets.token_hex(4)}"
     for body, param in cases:

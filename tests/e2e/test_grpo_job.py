@@ -1,7 +1,8 @@
 """Method grpo end to end on PostgreSQL and Redis: a prompt file uploaded, a grpo job posted to
 /v1/jobs, trained by a real Celery worker's training child on builtin:tiny-chat with a
-string_check grader as the reward, 2 windows; its step metrics carry the rewards. A second job,
-held after its first window by the hold failpoint, is cancelled there."""
+string_check grader as the reward, 2 windows; its step metrics carry the rewards, the second
+window's with an evaluation of the validation prompts. A second job, held after its first window
+by the hold failpoint, is cancelled there."""
 
 from __future__ import annotations
 
@@ -51,7 +52,10 @@ def test_a_grpo_job_trains_with_its_grader_and_cancels_between_windows(
     assert wait_final(polled, held, timeout=120)["status"] == "cancelled", worker.log()
     hold.release()
 
-    job_id = api.post("/v1/jobs", json=grpo_spec(upload.json()["id"])).json()["id"]
+    evaluated = grpo_spec(upload.json()["id"])  # and evaluated after window 2, on 2 prompts
+    evaluated["grpo"] |= {"eval_interval": 2, "eval_samples": 2}
+    evaluated["eval_dataset"] = upload.json()["id"]
+    job_id = api.post("/v1/jobs", json=evaluated).json()["id"]
     job = wait_final(polled, job_id, timeout=240)
     assert job["status"] == "succeeded", (job, worker.log())
     assert job["progress"]["step"] == job["progress"]["total_steps"] == 2
@@ -60,5 +64,6 @@ def test_a_grpo_job_trains_with_its_grader_and_cancels_between_windows(
     for record in steps:
         assert record["reward_mean"] == 1.0 and record["reward_std"] == 0.0, record
         assert 1 <= record["completion_length"] <= 6, record
+    assert "eval_reward_mean" not in steps[0] and steps[1]["eval_reward_mean"] == 1.0, steps
     assert "training" in event_kinds(polled, job_id)
     assert (pg_redis_settings.jobs_dir / job_id / "model").is_dir()
