@@ -61,6 +61,7 @@ COST_S: dict[str, float] = {
     "tests/e2e/test_openai_whole_rows.py": 13,
     "tests/trainer_core/test_grpo_run.py": 20,  # alone, CPU 19.6 s (a torchrun of 2 ranks), wall 19.4 s
     "tests/e2e/test_job_limits.py": 14,
+    "tests/e2e/test_grpo_job.py": 14,  # alone: wall 14.1 s, CPU 7.7 s (a worker, two grpo jobs)
     "tests/e2e/test_dashboard.py": 18,  # +6 s: the What-is-trained view (one preview child)
     "tests/trainer_core/test_cli.py": 10,
     "tests/trainer_core/test_chat_equivalence.py": 12,
