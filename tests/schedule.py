@@ -59,7 +59,7 @@ COST_S: dict[str, float] = {
     "tests/e2e/test_lora_model.py": 17,
     "tests/trainer_core/test_crash.py": 11,
     "tests/e2e/test_openai_whole_rows.py": 13,
-    "tests/trainer_core/test_grpo_run.py": 20,  # alone, CPU 19.6 s (a torchrun of 2 ranks), wall 19.4 s
+    "tests/trainer_core/test_grpo_run.py": 21,  # alone, CPU 20.8 s (a torchrun of 2 ranks), wall 20.5 s
     "tests/e2e/test_job_limits.py": 14,
     "tests/e2e/test_grpo_job.py": 14,  # alone: wall 14.1 s, CPU 7.7 s (a worker, two grpo jobs)
     "tests/e2e/test_dashboard.py": 18,  # +6 s: the What-is-trained view (one preview child)

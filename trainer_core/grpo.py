@@ -65,7 +65,7 @@ RUN_FILE = "grpo.json"  # what a resume must match: the settings and the prompts
 @dataclass
 class GrpoRun:
     """Per window: what was sampled (``samples``, every rank's), the step record (``records``,
-    rank 0's), and how many completions this process generated itself (``generated``)."""
+    on every rank), and how many completions this process generated itself (``generated``)."""
 
     samples: list[Sampled] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
@@ -110,13 +110,18 @@ def _record(step: int, window: WindowSamples | None, epoch_record: dict[str, Any
 class _WindowRecords(TrainingCallback):
     """The run's reports, as a GRPO run's: one step record per window (at the window's end),
     start, progress, batch size and checkpoints passed on; the inner run's epoch records (an
-    epoch is a window there) and its own step records are not."""
+    epoch is a window there) and its own step records are not. Ranks other than 0 run
+    ``other_ranks``: the same records and evaluations (which all-gather), reported to no one."""
 
     def __init__(self, callback: TrainingCallback, windows: PolicyWindows, run: GrpoRun,
                  evaluation: GrpoEvaluation) -> None:  # fmt: skip
         self.callback, self.windows, self.run = callback, windows, run
         self.evaluation = evaluation
         self.grad_norms: dict[int, Any] = {}
+        self.other_ranks = (
+            self if callback is NULL_CALLBACK
+            else _WindowRecords(NULL_CALLBACK, windows, run, evaluation)
+        )  # fmt: skip
 
     def on_start(self, info: dict[str, Any]) -> None:
         self.callback.on_start(info)

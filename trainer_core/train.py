@@ -265,8 +265,9 @@ def train(
         spec, data_cache=data_cache, loader_workers=loader_workers, rollouts=rollouts
     )
     ctx, choice = build_context(spec, output_dir, inputs, resume=resume)
-    if not ctx.world.is_main:
-        callback = NULL_CALLBACK  # metrics, progress and events come from rank 0
+    if not ctx.world.is_main:  # metrics, progress and events come from rank 0; a callback
+        # with work every rank must do (a GRPO run's evaluation: collectives) names its own.
+        callback = getattr(callback, "other_ranks", NULL_CALLBACK)
     tensorboard = None
     if "tensorboard" in spec.report_to:
         from trainer_core.loop.tensorboard import TensorBoardCallback

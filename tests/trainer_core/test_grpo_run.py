@@ -44,12 +44,15 @@ from trainer_core.spec.job import JobSpec
 TRAJECTORY_BOUND = 1e-3
 BACKENDS = ("pytorch", "accelerate", "trainer")
 WINDOWS, LR = 3, 1e-2  # the AdamW runs'
-ADAMW = {"optim": "adamw_torch", "learning_rate": LR, "lr_scheduler_type": "linear",
+ADAMW: dict[str, Any] = {"optim": "adamw_torch", "learning_rate": LR, "lr_scheduler_type": "linear",
          "max_steps": WINDOWS, "per_device_train_batch_size": 8}  # fmt: skip
 ROWS = [{"messages": [{"role": "user", "content": f"what is {i} plus {i + 2}"}],
          "answer": str(2 * i + 2)} for i in range(4)]  # fmt: skip
 SETTINGS = GrpoSettings(group_size=4, max_completion_length=12, temperature=1.0,
                         mask_truncated_completions=False)  # fmt: skip
+# The single process's and the two ranks' pytorch runs evaluate after each window (grpo_eval).
+EVALUATING = SETTINGS.model_copy(update={"eval_interval": 1, "eval_samples": 2})
+VALIDATION = [{"messages": [{"role": "user", "content": f"{i} minus one"}]} for i in (5, 9)]
 
 
 def spec(**changes: Any) -> JobSpec:
@@ -66,7 +69,10 @@ def length_reward(item: Any, text: str) -> float:
     return min(len(text), 30) / 30
 
 
-def run(out: Path, **changes: Any) -> GrpoRun:
+def run(out: Path, evaluating: bool = False, /, **changes: Any) -> GrpoRun:
+    if evaluating:
+        return train_grpo(spec(**changes), EVALUATING, prompt_rows(ROWS), length_reward, out,
+                          validation=prompt_rows(VALIDATION))  # fmt: skip
     return train_grpo(spec(**changes), SETTINGS, prompt_rows(ROWS), length_reward, out)
 
 
@@ -147,8 +153,8 @@ def hand_loop(restart: str = "") -> tuple[Weights, list[list[list[int]]]]:
 def whole(tmp_path_factory: pytest.TempPathFactory) -> dict[str, GrpoRun]:
     """(8, 1) in each backend: the window in one micro-batch."""
     root = tmp_path_factory.mktemp("grpo-whole")
-    return {backend: run(root / backend, backend=backend, per_device_train_batch_size=8)
-            for backend in BACKENDS}  # fmt: skip
+    return {backend: run(root / backend, backend == "pytorch", backend=backend,
+                         per_device_train_batch_size=8) for backend in BACKENDS}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -243,6 +249,9 @@ def test_two_ranks_each_sample_their_share(tmp_path: Path, whole: dict[str, Grpo
     for rank in (0, 1):
         ran = json.loads((tmp_path / "out" / f"samples-{rank}.json").read_text())
         assert ran["samples"] == single and ran["generated"] == [4, 4]  # one group of 4
+        # Both ranks evaluate together (each its share, gathered): the single process's samples.
+        assert ran["evaluated"] == [e.samples for e in whole["pytorch"].evaluations]
+        assert len(ran["evaluated"]) == 2 and ran["records"] == len(whole["pytorch"].records)
     end = weights(tmp_path / "out" / "model")
     assert_same_trajectory(end, weights(whole["pytorch"].model_dir), "2 ranks (2,2)")
 
