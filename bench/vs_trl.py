@@ -12,6 +12,10 @@ loop (gradacc's epoch train_seconds, the Trainer's train_runtime); tokenizing is
 TRL is a bench-only extra (``pip install -e '.[bench]'``), not a runtime dependency.
 
     .venv/bin/python bench/vs_trl.py [--rows 256] [--b 4] [--k 4] [--repeats 3]
+    .venv/bin/python bench/vs_trl.py --method grpo [--group 4] [--windows 8] [--max-completion 16]
+
+``--method grpo`` compares TRL's ``GRPOTrainer`` instead (``bench/vs_trl_grpo.py``): completions/s
+and optimizer steps/s at the same model, prompts, group size and (b, K).
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import cast
 
 import torch
 from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from vs_trl_grpo import compare  # this folder is on sys.path when run as a script
+
 from trainer_core.builtin.chat_corpus import chat_arithmetic
 from trainer_core.model.load import load_model, load_tokenizer
 from trainer_core.spec.job import JobSpec
@@ -45,8 +52,9 @@ def prepare(root: Path, rows: int) -> tuple[Path, Path]:
     tokenizer.save_pretrained(base)
     data = root / "chat.jsonl"
     with data.open("w") as out:
-        for conversation in chat_arithmetic("train")["messages"][:rows]:
-            turns = [{"role": m["role"], "content": m["content"]} for m in conversation]  # type: ignore[index]
+        conversations = cast(list[list[dict[str, str]]], chat_arithmetic("train")["messages"])
+        for conversation in conversations[:rows]:
+            turns = [{"role": m["role"], "content": m["content"]} for m in conversation]
             out.write(json.dumps({"messages": turns}) + "\n")
     return base, data
 
@@ -67,7 +75,7 @@ def ours(base: Path, data: Path, out: Path, b: int, k: int) -> tuple[float, int]
 def trl_run(base: Path, data: Path, out: Path, b: int, k: int) -> float:
     from datasets import load_dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig, SFTTrainer  # type: ignore[attr-defined]
 
     config = SFTConfig(
         output_dir=str(out), per_device_train_batch_size=b, gradient_accumulation_steps=k,
@@ -99,7 +107,15 @@ def main() -> None:
     parser.add_argument("--b", type=int, default=4)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--method", choices=("sft", "grpo"), default="sft")
+    parser.add_argument("--group", type=int, default=4, help="grpo: completions per prompt")
+    parser.add_argument("--windows", type=int, default=8, help="grpo: optimizer steps")
+    parser.add_argument("--max-completion", type=int, default=16, help="grpo: tokens")
     args = parser.parse_args()
+    if args.method == "grpo":
+        with tempfile.TemporaryDirectory() as tmp:
+            compare(prepare(Path(tmp), 1)[0], Path(tmp), args)
+        return
     b, k = args.b, args.k
     times: dict[str, list[float]] = {"gradacc": [], "trl": []}
     with tempfile.TemporaryDirectory() as tmp:
