@@ -1,7 +1,6 @@
 """``gradacc demo`` (what ``make run`` runs): start the embedded stack, train one tiny job per
 backend with K = 1 and K = 4 at the same effective batch, a chat fine-tuning job (masked turns,
-exact token-level accumulation), a DPO job on preference pairs (exact pair-level accumulation)
-and, once the chat job is done, a GRPO job from its model (``demo_rl``: the reward must rise);
+exact token-level accumulation) and a DPO job on preference pairs (exact pair-level accumulation),
 show progress, print the metrics, stop.
 """
 
@@ -12,13 +11,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from commands.client import Client
-from commands.demo_rl import print_grpo, submit_grpo
 from gradacc.settings import Settings
 
 BACKENDS = ("pytorch", "accelerate", "trainer")
@@ -92,23 +89,14 @@ def run_demo(settings: Settings, *, port: int, workers: int, timeout_s: float = 
             wait_ready(client.http)
             jobs = [client.submit(spec) for spec in [*demo_specs(), CHAT_SPEC, DPO_SPEC]]
             print(f"submitted {len(jobs)} jobs to http://127.0.0.1:{port}/v1/jobs")
-            ids, deadline = [j["id"] for j in jobs], time.monotonic() + timeout_s
-            shown: dict[str, str] = {}
-            # GRPO starts from the chat job's model: submitted once that job is final.
-            chat = follow(client, ids, deadline=deadline, shown=shown,
-                          until=lambda now: now[6]["status"] in TERMINAL)[6]  # fmt: skip
-            if chat["status"] == "succeeded":
-                ids.append(submit_grpo(client, settings.home, chat)["id"])
-            finished = follow(client, ids, deadline=deadline, shown=shown)
-            print_table(client, finished[:6])
-            print_chat(client, finished[6])
-            print_dpo(client, finished[7])
-            if len(finished) > 8:
-                print_grpo(client, finished[8])
-            print(f"\njob outputs: {settings.jobs_dir.resolve()}")
-            return (
-                0 if len(finished) > 8 and all(j["status"] == "succeeded" for j in finished) else 1
+            finished = follow(
+                client, [j["id"] for j in jobs], deadline=time.monotonic() + timeout_s
             )
+            print_table(client, finished[:-2])
+            print_chat(client, finished[-2])
+            print_dpo(client, finished[-1])
+            print(f"\njob outputs: {settings.jobs_dir.resolve()}")
+            return 0 if all(j["status"] == "succeeded" for j in finished) else 1
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=60)
@@ -147,18 +135,10 @@ def describe(job: dict[str, Any]) -> str:
     )
 
 
-def follow(
-    client: Client,
-    ids: list[str],
-    *,
-    deadline: float,
-    shown: dict[str, str] | None = None,
-    until: Callable[[list[dict[str, Any]]], bool] | None = None,
-) -> list[dict[str, Any]]:
-    """Poll every job until all are final (or ``until`` holds); print a line whenever one of
-    them moves (``shown``: the milestones printed so far). (Nine jobs at once: one poll each per
-    half second costs less than nine streams.)"""
-    shown = {} if shown is None else shown
+def follow(client: Client, ids: list[str], *, deadline: float) -> list[dict[str, Any]]:
+    """Poll every job until all are final; print a line whenever one of them moves. (Six jobs
+    at once: one poll each per half second costs less than six streams.)"""
+    shown: dict[str, str] = {}
     while True:
         jobs = [client.get(job_id) for job_id in ids]
         for job in jobs:
@@ -167,8 +147,6 @@ def follow(
                 shown[job["id"]] = key
                 print(describe(job), flush=True)
         if all(job["status"] in TERMINAL for job in jobs) or time.monotonic() > deadline:
-            return jobs
-        if until is not None and until(jobs):
             return jobs
         time.sleep(0.5)
 
