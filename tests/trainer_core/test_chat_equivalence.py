@@ -50,8 +50,10 @@ SHAPES = ((4, 4), (16, 1), (1, 16))
 # 37 = 2·16 + 5 rows: each epoch ends in a partial window of 2 micro-batches at b=4, the last
 # holding 1 row (the shapes the equivalence is hardest on, in a third of 101 rows' steps).
 # SGD, no clipping (see above); lr 5e-2 so that what training moved (the bound's scale) is well
-# above float32's round-off of the weights themselves.
-ROWS = {"max_train_samples": 37, "optim": "sgd", "max_grad_norm": 0.0, "learning_rate": 5e-2}
+# above float32's round-off of the weights themselves. Any of seeds 7-11 passes; seed 8's 37 rows
+# are cheaper than seed 7's (a (1, 16) run 0.33 s against 0.48 s), keeping the file at its cost.
+ROWS = {"max_train_samples": 37, "seed": 8, "optim": "sgd", "max_grad_norm": 0.0,
+        "learning_rate": 5e-2}  # fmt: skip
 Trained = Callable[..., tuple[Weights, list[dict[str, Any]], JobSpec]]
 
 
