@@ -48,8 +48,10 @@ ADAMW: dict[str, Any] = {"optim": "adamw_torch", "learning_rate": LR, "lr_schedu
          "max_steps": WINDOWS, "per_device_train_batch_size": 8}  # fmt: skip
 ROWS = [{"messages": [{"role": "user", "content": f"what is {i} plus {i + 2}"}],
          "answer": str(2 * i + 2)} for i in range(4)]  # fmt: skip
+# generation_batch 4: one group per generate call (a chunk of one group), so that each of the
+# two ranks samples one of a window's two groups; the default chunks both into one call.
 SETTINGS = GrpoSettings(group_size=4, max_completion_length=12, temperature=1.0,
-                        mask_truncated_completions=False)  # fmt: skip
+                        mask_truncated_completions=False, generation_batch=4)  # fmt: skip
 # The single process's and the two ranks' pytorch runs evaluate after each window (grpo_eval).
 EVALUATING = SETTINGS.model_copy(update={"eval_interval": 1, "eval_samples": 2})
 VALIDATION = [{"messages": [{"role": "user", "content": f"{i} minus one"}]} for i in (5, 9)]
@@ -223,6 +225,30 @@ def test_groups_sample_alike_alone_or_together() -> None:
     assert len(both.completion_ids) == 8 and both.prompt_ids[0] == both.prompt_ids[3]
     for ids, cut in zip(both.completion_ids, both.truncated, strict=True):
         assert 1 <= len(ids) <= 12 and cut == (tokenizer.eos_token_id not in ids)
+
+
+def test_a_chunk_of_groups_is_one_call_whatever_the_cut(tmp_path: Path) -> None:
+    """The default generation_batch puts the window's two groups in one generate call (chunk 0,
+    seed group_seed(7, w, 0)): (2, 4) and (8, 1) sample those completions and end alike; the
+    one-group chunks sample others."""
+    chunked = SETTINGS.model_copy(update={"generation_batch": 64})
+    assert chunked.groups_per_call() == 16 and SETTINGS.groups_per_call() == 1
+    runs = {shape: train_grpo(spec(per_device_train_batch_size=shape[0]), chunked,
+                              prompt_rows(ROWS), length_reward, tmp_path / f"{shape[0]}")
+            for shape in ((2, 4), (8, 1))}  # fmt: skip
+    first, second = runs[(2, 4)], runs[(8, 1)]
+    assert [s.completion_ids for s in first.samples] == [s.completion_ids for s in second.samples]
+    assert first.generated == [8, 8]
+    assert_same_trajectory(weights(first.model_dir), weights(second.model_dir), "chunked (2,4)")
+    tokenizer = load_tokenizer(spec())
+    prompts = [encode_prompt(tokenizer, row) for row in prompt_rows(ROWS)[:2]]
+    window0 = sample_window(
+        starting_model(spec()), tokenizer, prompts, chunked, group_seed(7, 0, 0)
+    )
+    assert first.samples[0].completion_ids == window0.completion_ids
+    alone = sample_groups(starting_model(spec()), tokenizer, prompts, chunked,
+                          [group_seed(7, 0, 0), group_seed(7, 0, 1)])  # fmt: skip
+    assert alone.completion_ids != window0.completion_ids
 
 
 def test_settings_and_prompts_are_checked_by_name() -> None:

@@ -2,10 +2,11 @@
 asks for window w's rollouts when window w's first micro-batch is built (``data.rollouts``).
 
 Window w takes the next ``effective_batch_size / group_size`` prompts (cycling through the data,
-a whole window at a time). Each of the W ranks samples a contiguous share of the window's groups
-(whole groups, ``distributed.shard``), group g under the generator seed ``group_seed(seed, w,
-g)``, one ``generate`` per group (``sampling.sample_groups``), so a group's completions do not
-depend on W. The rank grades its own completions and, with a KL term, takes its reference
+a whole window at a time). Its groups are cut into fixed chunks of ``groups_per_call()`` groups;
+each of the W ranks samples a contiguous share of the chunks (``distributed.shard``), chunk c
+under the generator seed ``group_seed(seed, w, c)``, one ``generate`` per chunk
+(``sampling.sample_chunks``), so a chunk's completions do not depend on W (a rank may get no
+chunk when the window has fewer chunks than ranks). The rank grades its own completions and, with a KL term, takes its reference
 log-probs; then one all-gather (``gather_lists``) hands every rank the whole window, in group
 order, before the window's first backward: the advantages (centred per group) and the plan's
 counts (N_W) are the window's on every rank, exactly as if one process had sampled it.
@@ -23,7 +24,7 @@ from transformers import PreTrainedTokenizerBase
 from trainer_core.data.prompts import PromptRow, encode_prompt
 from trainer_core.data.rollouts import Rollouts, RolloutSplit, group_advantages, rollout_split
 from trainer_core.distributed import World, gather_lists, shard
-from trainer_core.loop.sampling import Sampled, group_seed, joined, old_logps, sample_groups
+from trainer_core.loop.sampling import Sampled, group_seed, joined, old_logps, sample_chunks
 from trainer_core.spec.grpo import GrpoSettings
 
 # reward(item, text): a float, or an object whose ``reward`` is one (a grader's ``Graded``).
@@ -77,10 +78,14 @@ class PolicyWindows:
         if self._last is not None and self._last[0] == index:
             return self._last[1]
         rows = window_prompts(self.prompts, index, self.per_window)
-        mine = shard(list(range(self.per_window)), self.world)  # whole groups, contiguous
-        sampled = sample_groups(model, self.tokenizer,
-                                [encode_prompt(self.tokenizer, rows[g]) for g in mine],
-                                self.settings, [group_seed(self.seed, index, g) for g in mine])  # fmt: skip
+        size = self.settings.groups_per_call()
+        chunks = [list(range(start, min(start + size, self.per_window)))
+                  for start in range(0, self.per_window, size)]  # fmt: skip
+        my_chunks = shard(list(range(len(chunks))), self.world)  # whole chunks, contiguous
+        mine = [g for c in my_chunks for g in chunks[c]]
+        prompts = [[encode_prompt(self.tokenizer, rows[g]) for g in chunks[c]] for c in my_chunks]
+        sampled = sample_chunks(model, self.tokenizer, prompts, self.settings,
+                                [group_seed(self.seed, index, c) for c in my_chunks])  # fmt: skip
         items = [rows[g].item for g in mine for _ in range(self.settings.group_size)]
         scores = [self.reward(item, text) for item, text in zip(items, sampled.texts, strict=True)]
         ref = self._reference_logps(sampled)

@@ -1,11 +1,12 @@
 """One window's rollouts, sampled once from the policy as it stands, before any backward.
 
-A training window samples group by group (``sample_groups``): each prompt, repeated
-``group_size`` times, goes through its own ``model.generate`` with the KV cache (no padding: the
-rows are one prompt), under a generator seeded by (job seed, window, group index) alone. So what
-a group samples depends on nothing else in the window: b, K and the ranks decide how the backward
-is cut and which rank samples which groups, never what is sampled. ``sample_window`` (one
-left-padded generate over many prompts, one seed) is the evaluation's.
+A training window samples chunk by chunk (``sample_chunks``): the window's groups, cut into
+fixed chunks of ``GrpoSettings.groups_per_call()`` groups, each chunk's prompts repeated
+``group_size`` times through one left-padded ``model.generate`` with the KV cache, under a
+generator seeded by (job seed, window, chunk index) alone. A chunk's members depend on the
+window and that setting only, so b, K and the ranks decide how the backward is cut and which rank
+samples which chunks, never what is sampled. One chunk per call keeps the calls few (a call's
+fixed cost dominates on small models); ``sample_window`` is one chunk's sampling.
 
 A completion ends at its first EOS (kept: the model learns to stop) or, without one, at
 ``max_completion_length`` (truncated). The old log-probs are the same policy's, one forward under
@@ -123,6 +124,20 @@ def sample_window(
     return Sampled(repeated, completions, [t for _, t in cuts], old, list(texts))
 
 
+def sample_chunks(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    chunks: Sequence[Sequence[list[int]]],
+    settings: GrpoSettings,
+    seeds: Sequence[int],
+) -> Sampled:
+    """``group_size`` completions of each prompt, one ``generate`` per chunk of prompts under the
+    chunk's seed (``group_seed(seed, window, chunk)``): a chunk's completions are the same
+    whichever chunks are sampled beside it, by this rank or another."""
+    return joined([sample_window(model, tokenizer, [list(p) for p in chunk], settings, seed)
+                   for chunk, seed in zip(chunks, seeds, strict=True)])  # fmt: skip
+
+
 def sample_groups(
     model: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
@@ -130,7 +145,5 @@ def sample_groups(
     settings: GrpoSettings,
     seeds: Sequence[int],
 ) -> Sampled:
-    """``group_size`` completions of each prompt, one ``generate`` per prompt under its own seed
-    (``group_seed``): a group's completions are the same whichever groups are sampled beside it."""
-    return joined([sample_window(model, tokenizer, [list(prompt)], settings, seed)
-                   for prompt, seed in zip(prompts, seeds, strict=True)])  # fmt: skip
+    """Chunks of one group each: a group's completions follow its seed alone."""
+    return sample_chunks(model, tokenizer, [[p] for p in prompts], settings, seeds)

@@ -23,6 +23,12 @@ class GrpoSettings(PolicyLoss):
         default=8, ge=2, le=256, description="completions sampled per prompt (a group)"
     )
     temperature: float = Field(default=1.0, gt=0, le=10, description="the sampling temperature")
+    generation_batch: int = Field(
+        default=64, ge=1, le=4096,
+        description="at most this many completions per generate call: a window's groups are "
+        "sampled in chunks of max(1, generation_batch // group_size) groups, each chunk under "
+        "its own seed; what is sampled depends on it, never on b, K or the ranks",
+    )  # fmt: skip
     eval_interval: int = Field(
         default=0, ge=0, le=1_000_000,
         description="evaluate on the validation prompts every this many windows; 0: never",
@@ -44,6 +50,10 @@ class GrpoSettings(PolicyLoss):
                 "so the old log-probs are the current policy's, detached"
             )
         return value
+
+    def groups_per_call(self) -> int:
+        """How many groups one ``generate`` call samples (a chunk of the window's groups)."""
+        return max(1, self.generation_batch // self.group_size)
 
     def prompts_per_window(self, effective_batch_size: int) -> int:
         """The window's prompts: its completions (the job's effective batch) over the group."""
