@@ -122,12 +122,33 @@ def _declare_security(schema: dict[str, Any]) -> None:
                 operation["security"] = [{"apiKey": []}]
 
 
+_BODY_ERRORS = {
+    "400": "The body cannot be decoded",
+    "413": "Body over the configured size",
+    "415": "Not sent as application/json",
+}
+
+
+def _declare_body_errors(schema: dict[str, Any]) -> None:
+    """Every operation that reads a JSON body can answer 400, 413 and 415 (decoding, the body
+    limit and the strict content type happen before any route), so each one says so."""
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            if "application/json" not in operation.get("requestBody", {}).get("content", {}):
+                continue
+            responses = operation.setdefault("responses", {})
+            for code, description in _BODY_ERRORS.items():
+                responses.setdefault(code, {"description": description, "content": error})
+
+
 def contract_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     if app.openapi_schema is None:
         schema = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
         _state_spec_rules(schema["components"]["schemas"]["JobCreate"], settings)
+        _declare_body_errors(schema)
         if settings.require_auth:
             _declare_security(schema)
         app.openapi_schema = schema
