@@ -3,7 +3,8 @@ ending with a user turn, other fields kept for the grader) uploads and is record
 grpo job on it is made; every bad grpo spec is a 4xx naming its field (the grader's by its path,
 the batch that is not whole groups, packing, the task, a conversation file, a model grader no
 upstream serves, an evaluation without validation prompts) and leaves no job
-behind."""
+behind; the built-in prompts (builtin:arithmetic-prompts) take grpo, and sft or dpo on them is a
+422 naming the field."""
 
 from __future__ import annotations
 
@@ -106,3 +107,23 @@ def test_bad_grpo_specs_name_their_field_and_make_no_job(client: TestClient) -> 
     assert name not in _names(client)
     assert client.post("/v1/jobs", json={**good, "name": name}).status_code == 201
     assert name in _names(client)
+
+
+def test_the_built_in_prompts_take_grpo_and_refuse_sft_and_dpo(client: TestClient) -> None:
+    """builtin:arithmetic-prompts: a grpo job, evaluated on its validation split, is made; sft
+    and dpo on it are 422s naming the data's field, and make no job."""
+    good = _with(grpo_job("builtin:arithmetic-prompts"), eval_interval=1)
+    made = client.post("/v1/jobs", json=good)
+    assert made.status_code == 201, made.text
+    assert made.json()["spec"]["dataset"] == "builtin:arithmetic-prompts"
+    name = f"refused-{secrets.token_hex(4)}"
+    sft = {**good, "method": "sft", "grpo": None, "name": name}
+    dpo = {**sft, "method": "dpo"}
+    as_eval = {**sft, "dataset": "builtin:chat-arithmetic",
+               "eval_dataset": "builtin:arithmetic-prompts"}  # fmt: skip
+    for body, param in ((sft, "dataset"), (dpo, "dataset"), (as_eval, "eval_dataset")):
+        refused = client.post("/v1/jobs", json=body)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["param"] == param
+        assert "train it with method grpo" in refused.json()["error"]["message"]
+    assert name not in _names(client)

@@ -4,7 +4,8 @@
 tiny model learns it over a few epochs. ``tiny-stories``: sentences from a small grammar, for
 causal language modelling. Both have variable-length rows and a validation split; so has
 ``chat-arithmetic`` (``chat_corpus``), conversations for chat fine-tuning, and
-``preference-arithmetic`` (``preference_corpus``), its answers as preference pairs.
+``preference-arithmetic`` (``preference_corpus``), its answers as preference pairs, and
+``arithmetic-prompts`` (``prompt_corpus``), its questions as prompts for reinforcement.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from functools import cache
 
 from trainer_core.builtin.chat_corpus import chat_arithmetic
 from trainer_core.builtin.preference_corpus import preference_arithmetic
+from trainer_core.builtin.prompt_corpus import arithmetic_prompts
 
 POSITIVE = [
     "great",
@@ -139,6 +141,7 @@ BUILDERS = {
     **TEXT_BUILDERS,
     "builtin:chat-arithmetic": chat_arithmetic,
     "builtin:preference-arithmetic": preference_arithmetic,
+    "builtin:arithmetic-prompts": arithmetic_prompts,
 }
 
 

@@ -30,12 +30,16 @@ BUILTIN_DATASETS = {
     "builtin:tiny-stories": False,
     "builtin:chat-arithmetic": False,
     "builtin:preference-arithmetic": False,
+    "builtin:arithmetic-prompts": False,
 }
 # builtin dataset -> its format (``trainer_core.spec.chat``); the others are text
 BUILTIN_DATASET_FORMATS = {
     "builtin:chat-arithmetic": "messages",
     "builtin:preference-arithmetic": "preference",
+    "builtin:arithmetic-prompts": "messages",
 }
+# The built-in datasets of prompts (messages ending with a user turn): method grpo's only.
+BUILTIN_PROMPT_DATASETS = ("builtin:arithmetic-prompts",)
 
 Task = Literal["sequence-classification", "causal-lm"]
 Backend = Literal["pytorch", "accelerate", "trainer"]

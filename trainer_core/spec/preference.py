@@ -16,11 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from trainer_core.spec.chat import OPENAI_PREFERENCE_COLUMNS, ROLES, ResolvedFormat, resolve_format
 from trainer_core.spec.data_fields import DataFields
-from trainer_core.spec.fields import BUILTIN_DATASET_FORMATS, check_column
+from trainer_core.spec.fields import (
+    BUILTIN_DATASET_FORMATS,
+    BUILTIN_PROMPT_DATASETS,
+    check_column,
+)
 
 Method = Literal["sft", "dpo", "grpo"]
 DpoLoss = Literal["sigmoid", "ipo", "hinge"]
@@ -97,7 +102,8 @@ class PreferenceFields(DataFields):
             fmt = BUILTIN_DATASET_FORMATS.get(info.data.get("dataset") or "", "auto")
         if value == "dpo" and task != "causal-lm":
             raise ValueError("dpo trains task causal-lm")
-        if value == "dpo" and fmt not in (None, "auto", "preference"):
+        prompts = info.data.get("dataset") in BUILTIN_PROMPT_DATASETS  # _prompts_for_grpo's
+        if value == "dpo" and fmt not in (None, "auto", "preference") and not prompts:
             raise ValueError(f"dpo trains preference data, and dataset_format is {fmt!r}")
         if value == "sft" and fmt == "preference":
             raise ValueError("preference data trains with method 'dpo'")
@@ -109,6 +115,21 @@ class PreferenceFields(DataFields):
     @classmethod
     def _preference_column(cls, value: str) -> str:
         return check_column(value)
+
+    @model_validator(mode="after")
+    def _prompts_for_grpo(self) -> PreferenceFields:
+        """Built-in prompts train with grpo only: an error naming the data's field, as an
+        uploaded file's would (the method was chosen, the data is what does not fit it)."""
+        for field in ("dataset", "eval_dataset"):
+            source = getattr(self, field)
+            if self.method != "grpo" and source in BUILTIN_PROMPT_DATASETS:
+                message = (f"{source} holds prompts (messages ending with a user turn, no "
+                           f"answer to train): train it with method grpo")  # fmt: skip
+                error = PydanticCustomError("value_error", message)
+                raise ValidationError.from_exception_data(
+                    type(self).__name__, [InitErrorDetails(type=error, loc=(field,), input=source)]
+                )
+        return self
 
     def format_for(self, columns: Sequence[str]) -> ResolvedFormat:
         return resolve_format(
@@ -141,15 +162,16 @@ class PreferenceFields(DataFields):
 
 def _check_grpo_data(task: Any, fmt: Any, dataset: Any) -> None:
     """grpo samples answers to prompts: chat rows of a causal LM (a file's rows are checked at
-    upload and as the job reads them; the built-in chat data is conversations, not prompts)."""
+    upload and as the job reads them; of the built-in chat data, only the prompt datasets)."""
     if task != "causal-lm":
         raise ValueError("grpo trains task causal-lm")
     if fmt not in (None, "auto", "messages"):
         raise ValueError(f"grpo trains prompts (messages ending with a user turn), and "
                          f"dataset_format is {fmt!r}")  # fmt: skip
-    if dataset in BUILTIN_DATASET_FORMATS:
+    if dataset in BUILTIN_DATASET_FORMATS and dataset not in BUILTIN_PROMPT_DATASETS:
         raise ValueError(f"grpo trains prompts (messages ending with a user turn); {dataset} "
-                         "holds whole conversations: upload a prompt file")  # fmt: skip
+                         "holds whole conversations: upload a prompt file, or "
+                         f"use {', '.join(BUILTIN_PROMPT_DATASETS)}")  # fmt: skip
 
 
 @dataclass(frozen=True)
