@@ -192,7 +192,8 @@ def train_grpo(
     windows = PolicyWindows(seed=spec.seed, settings=settings, prompts=prompts,
                             tokenizer=tokenizer, reward=reward, per_window=per_window,
                             world=launched_world(),
-                            reference=_reference(spec) if settings.beta else None)  # fmt: skip
+                            reference=_reference(spec) if settings.beta else None,
+                            before_first=lambda model: evaluation.before_training(model, tokenizer))  # fmt: skip
     shape = window_shape(prompts, tokenizer, settings, spec.effective_batch_size)
     result = train(spec.model_copy(update={"max_steps": windows_total}), output_dir,
                    callback=_WindowRecords(callback, windows, run, evaluation),

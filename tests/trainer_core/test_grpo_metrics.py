@@ -2,7 +2,8 @@
 
 The window aggregation is checked against values worked out by hand (means, population stds per
 sub-grader, error counts by kind). On ``builtin:tiny-chat``, a run of 4 windows with
-``eval_interval`` 2 evaluates after windows 2 and 4 and only then, and each step record holds
+``eval_interval`` 2 evaluates the starting model (step 0, its samples those of the model as
+loaded), then after windows 2 and 4 and only then, and each step record holds
 what its window's completions and grades aggregate to; the evaluation's samples carry the scores
 the reward gives their outputs; sampling the same prompts from the same weights with the same
 seed gives the same samples (the run's last evaluation again, from its saved model), another
@@ -126,13 +127,39 @@ def test_it_evaluates_every_eval_interval_windows(run: tuple[GrpoRun, Path]) -> 
     assert [r["step"] for r in done.records] == [1, 2, 3, 4]
     assert ["eval_reward_mean" in r for r in done.records] == [False, True, False, True]
     reports = [json.loads(line) for line in (out / "evaluations.jsonl").read_text().splitlines()]
-    assert [report["step"] for report in reports] == [2, 4]
-    for report, record in zip(reports, done.records[1::2], strict=True):
+    assert [report["step"] for report in reports] == [0, 2, 4]  # 0: the starting model
+    assert len(done.evaluations) == 3
+    for report, record in zip(reports[1:], done.records[1::2], strict=True):
         rewards = [sample["reward"] for sample in report["samples"]]
         assert len(rewards) == SETTINGS.eval_samples
         assert record["eval_reward_mean"] == pytest.approx(sum(rewards) / len(rewards))
         assert report["scores"]["reward_mean"] == record["eval_reward_mean"]
         assert "eval_rewards/length/mean" in record and "eval_grader_errors" in record
+
+
+def test_step_0_evaluates_the_starting_model(run: tuple[GrpoRun, Path]) -> None:
+    """The baseline: the model before any window, on the same prompts under the same seeds."""
+    done, _ = run
+    tokenizer = load_tokenizer(spec())
+    model = load_model(spec(), tokenizer, None)
+    before = evaluate_policy(model, tokenizer, prompt_rows(VALIDATION), SETTINGS, graded_reward, 7)
+    assert done.evaluations[0].samples == before.samples
+
+
+def test_step_0_is_graded_before_the_first_window(tmp_path: Path) -> None:
+    """The order the reward is called in: step 0's validation prompts, the window, the
+    evaluation after it (the answers tell them apart)."""
+    graded: list[str] = []
+
+    def reward(item: Any, text: str) -> Graded:
+        graded.append(item["answer"])
+        return graded_reward(item, text)
+
+    settings = SETTINGS.model_copy(update={"eval_interval": 1})
+    train_grpo(spec(max_steps=1), settings, prompt_rows(ROWS), reward, tmp_path,
+               validation=prompt_rows(VALIDATION))  # fmt: skip
+    evaluated = ["4", "5", "6"]  # the first eval_samples validation answers
+    assert graded == [*evaluated, *["2"] * 4, *["4"] * 4, *evaluated]
 
 
 def test_the_last_evaluation_samples_again_from_the_saved_model(

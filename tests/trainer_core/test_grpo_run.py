@@ -277,7 +277,8 @@ def test_two_ranks_each_sample_their_share(tmp_path: Path, whole: dict[str, Grpo
         assert ran["samples"] == single and ran["generated"] == [4, 4]  # one group of 4
         # Both ranks evaluate together (each its share, gathered): the single process's samples.
         assert ran["evaluated"] == [e.samples for e in whole["pytorch"].evaluations]
-        assert len(ran["evaluated"]) == 2 and ran["records"] == len(whole["pytorch"].records)
+        # Step 0 (the starting model), then after each of the 2 windows.
+        assert len(ran["evaluated"]) == 3 and ran["records"] == len(whole["pytorch"].records)
     end = weights(tmp_path / "out" / "model")
     assert_same_trajectory(end, weights(whole["pytorch"].model_dir), "2 ranks (2,2)")
 

@@ -13,7 +13,9 @@ one all-gather gives every rank the whole evaluation in chunk order, and rank 0 
 fewer chunks than ranks (up to 16 prompts: one chunk) rank 0 evaluates alone while the others
 wait in the all-gather.
 
-Each evaluation gives the step record its keys with the prefix ``eval_`` (``grpo_metrics``) and
+The starting model is evaluated too, as step 0 (``before_training``, called as the first window
+is sampled, so a resumed run does not repeat it): the baseline of the later evaluations.
+Each evaluation after a window gives the step record its keys with the prefix ``eval_`` (``grpo_metrics``) and
 writes one line to ``evaluations.jsonl``: ``{"step", "scores", "samples"}``, each sample with its
 prompt, output, reward, sub_rewards, the error kinds it hit and whether it was truncated.
 
@@ -129,6 +131,13 @@ class GrpoEvaluation:
     def due(self, step: int) -> bool:
         interval = self.settings.eval_interval
         return bool(interval) and step % interval == 0
+
+    def before_training(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> None:
+        """With ``eval_interval``, evaluate the starting model as step 0 (written to
+        ``evaluations.jsonl``, no step record): the baseline the later evaluations compare with,
+        on the same prompts under the same seeds."""
+        if self.settings.eval_interval:
+            self.after_step(0, model, tokenizer)
 
     def after_step(
         self, step: int, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase

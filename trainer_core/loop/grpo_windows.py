@@ -63,10 +63,11 @@ class PolicyWindows:
         self, *, seed: int, settings: GrpoSettings, prompts: Sequence[PromptRow],
         tokenizer: PreTrainedTokenizerBase, reward: Reward, per_window: int, world: World,
         reference: torch.nn.Module | None = None,
+        before_first: Callable[[torch.nn.Module], None] | None = None,
     ) -> None:  # fmt: skip
         self.seed, self.settings, self.prompts, self.tokenizer = seed, settings, prompts, tokenizer
         self.reward, self.per_window, self.world = reward, per_window, world
-        self.reference = reference
+        self.reference, self.before_first = reference, before_first
         self.done: dict[int, WindowSamples] = {}
         self.model: torch.nn.Module | None = None  # the live policy, as last handed over
         self._last: tuple[int, RolloutSplit] | None = None
@@ -77,6 +78,8 @@ class PolicyWindows:
         self.model = model
         if self._last is not None and self._last[0] == index:
             return self._last[1]
+        if index == 0 and self.before_first is not None:  # the starting policy (a baseline)
+            self.before_first(model)
         rows = window_prompts(self.prompts, index, self.per_window)
         size = self.settings.groups_per_call()
         chunks = [list(range(start, min(start + size, self.per_window)))
