@@ -8,11 +8,14 @@ behind; the built-in prompts (builtin:arithmetic-prompts) take grpo, and sft or 
 
 from __future__ import annotations
 
+import json
 import secrets
+from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
 
+from commands import demo_rl
 from tests.api.test_chat_data import GOOD, jsonl, upload
 
 PROMPTS = [
@@ -127,3 +130,24 @@ def test_the_built_in_prompts_take_grpo_and_refuse_sft_and_dpo(client: TestClien
         assert refused.json()["error"]["param"] == param
         assert "train it with method grpo" in refused.json()["error"]["message"]
     assert name not in _names(client)
+
+
+def test_the_demos_prompt_file_and_job_are_taken(client: TestClient, tmp_path: Path) -> None:
+    """What ``make run`` uploads and submits (commands/demo_rl.py): its 32 prompts are recorded as
+    prompts, and its GRPO job (b 32 x K 4, 16 prompts x 8 a window, evaluated on the same file)
+    is made as sent."""
+    path = demo_rl.prompt_file(tmp_path)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == demo_rl.PROMPTS and all(
+        row["messages"][-1]["role"] == "user" for row in rows
+    )
+    assert all(row["answer"].endswith(f" is {row['result']}.") for row in rows)
+    answer = upload(client, path.name, path.read_bytes())
+    assert answer.json()["details"]["prompts"] is True, answer.text
+    made = client.post("/v1/jobs", json=demo_rl.rl_spec("builtin:tiny-chat", answer.json()["id"]))
+    assert made.status_code == 201, made.text
+    spec = made.json()["spec"]
+    assert spec["eval_dataset"] == spec["dataset"] == answer.json()["id"]
+    assert (
+        spec["gradient_accumulation_steps"] == 4 and spec["grpo"]["eval_samples"] == demo_rl.PROMPTS
+    )
