@@ -78,8 +78,8 @@ def print_rl(client: Client, job: dict[str, Any]) -> bool:
     spec = job["spec"]
     print(f"\nreinforcement fine-tuning (GRPO, {spec['grpo']['loss_type']}): {PROMPTS} prompts, "
           f"group {spec['grpo']['group_size']}, b {spec['per_device_train_batch_size']} "
-          f"completions x K {spec['gradient_accumulation_steps']}, grader: "
-          "string_check eq against item.answer")  # fmt: skip
+          f"completions x K {spec['gradient_accumulation_steps']}, grader: {GRADER['type']} "
+          f"{GRADER['operation']} against {GRADER['reference']}")  # fmt: skip
     if job["error"]:
         print(f"{job['status']}: {job['error']['message']}")
         return False

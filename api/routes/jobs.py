@@ -75,10 +75,7 @@ IdempotencyKey = Annotated[
     "Idempotency-Key and body.",
     responses={
         200: {"model": JobRead, "description": "Replayed: the job of this Idempotency-Key"},
-        400: {"model": ErrorResponse, "description": "The body cannot be decoded"},
         409: {"model": ErrorResponse, "description": "Idempotency-Key used with another body"},
-        413: {"model": ErrorResponse, "description": "Body over the configured size"},
-        415: {"model": ErrorResponse, "description": "Not sent as application/json"},
         429: {"model": ErrorResponse, "description": "Too many jobs queued or running"},
     },
 )

@@ -34,7 +34,7 @@ from trainer_core.data.plan import epoch_permutation
 from trainer_core.data.prompts import encode_prompt, prompt_rows
 from trainer_core.data.rollouts import Rollouts, collate_rollouts, group_advantages, rollout_split
 from trainer_core.grpo import GrpoRun, train_grpo
-from trainer_core.loop.sampling import Sampled, group_seed, sample_groups, sample_window
+from trainer_core.loop.sampling import Sampled, group_seed, sample_chunks, sample_window
 from trainer_core.model.load import load_tokenizer
 from trainer_core.spec.callbacks import StopRequest, TrainingCallback
 from trainer_core.spec.errors import JobError
@@ -55,6 +55,15 @@ SETTINGS = GrpoSettings(group_size=4, max_completion_length=12, temperature=1.0,
 # The single process's and the two ranks' pytorch runs evaluate after each window (grpo_eval).
 EVALUATING = SETTINGS.model_copy(update={"eval_interval": 1, "eval_samples": 2})
 VALIDATION = [{"messages": [{"role": "user", "content": f"{i} minus one"}]} for i in (5, 9)]
+
+
+def sample_groups(
+    model: torch.nn.Module, tokenizer: Any, prompts: list[list[int]], settings: GrpoSettings,
+    seeds: list[int],
+) -> Sampled:  # fmt: skip
+    """One generate per group (chunks of one group each): a group's completions follow its seed
+    alone, the reference the chunked sampling is compared with."""
+    return sample_chunks(model, tokenizer, [[p] for p in prompts], settings, seeds)
 
 
 def spec(**changes: Any) -> JobSpec:

@@ -136,14 +136,3 @@ def sample_chunks(
     whichever chunks are sampled beside it, by this rank or another."""
     return joined([sample_window(model, tokenizer, [list(p) for p in chunk], settings, seed)
                    for chunk, seed in zip(chunks, seeds, strict=True)])  # fmt: skip
-
-
-def sample_groups(
-    model: torch.nn.Module,
-    tokenizer: PreTrainedTokenizerBase,
-    prompts: Sequence[list[int]],
-    settings: GrpoSettings,
-    seeds: Sequence[int],
-) -> Sampled:
-    """Chunks of one group each: a group's completions follow its seed alone."""
-    return sample_chunks(model, tokenizer, [[p] for p in prompts], settings, seeds)
