@@ -141,7 +141,8 @@ def compare(base: Path, root: Path, args: Any) -> None:
               f"{args.windows / seconds:6.2f} optimizer steps/s   mean completion "
               f"{statistics.mean(lengths[name]):.1f} tokens   (runs {runs} s)")  # fmt: skip
     ratio = statistics.median(times["trl"]) / statistics.median(times["gradacc"])
-    calls = -(-per_window // GrpoSettings(group_size=args.group).groups_per_call())
+    per_call = GrpoSettings(group_size=args.group).groups_per_call()
+    calls = -(-per_window // per_call)
     print(f"  gradacc / TRL: {ratio:.2f}x. Unequal: gradacc makes {calls} generate call(s) a step "
-          f"(chunks of 64 // G groups), TRL one for the step's {args.b * args.k}; completions "
+          f"(chunks of {per_call} groups), TRL one for the step's {args.b * args.k}; completions "
           "sampled differ (each its own RNG), so lengths differ")  # fmt: skip
