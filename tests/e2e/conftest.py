@@ -25,6 +25,8 @@ from gradacc.settings import Settings
 from gradacc.tables import Job
 from tests.conftest import ROOT, unique_queue
 from tests.support import free_port, wait_ready
+from tests.zygote_site.sitecustomize import SOCKET_ENV
+from worker.child.ranks.proc_title import env_room
 
 # Short enough for a test to see the reconciler work; production keeps the defaults.
 FAST_RECOVERY = {
@@ -45,9 +47,44 @@ FAST_RECOVERY = {
 # (the PostgreSQL stacks never do: settings_env).
 NO_PREDICT = {"GRADACC_PREDICT_SERVER": "false"}
 
+# Set while this test process's zygote runs (``zygote``): every worker's fork server is then
+# forked from it rather than started as a fresh interpreter (tests/zygote_site/sitecustomize.py).
+ZYGOTE: dict[str, str] = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One zygote per test process (``tests/e2e/zygote.py``): about 4 s of CPU once, instead of
+    once per worker (the e2e tests start about sixty)."""
+    folder = tmp_path_factory.mktemp("zygote")
+    path, log_path = folder / "socket", folder / "zygote.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **env_room()}  # room last
+    with log_path.open("wb") as log:
+        # A forked job's torchrun agent shows its command line in its parent's (the fork
+        # server's, here the zygote's): too short, and the job starts its agent cold instead.
+        argv = [sys.executable, "-m", "tests.e2e.zygote", str(path), "." * 4096]
+        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while not path.exists():
+        assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.1)
+    site = ROOT / "tests" / "zygote_site"
+    ZYGOTE.update({SOCKET_ENV: str(path), "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])})
+    yield
+    ZYGOTE.clear()
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def without_zygote(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a process whose fork server must start as in production (a file that proves
+    the real process tree)."""
+    return {name: value for name, value in env.items() if name not in ZYGOTE}
+
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    env = {**os.environ, **FAST_RECOVERY, "HF_HUB_OFFLINE": "1", "GRADACC_HOME": str(settings.home)}
+    env = {**os.environ, **FAST_RECOVERY, **ZYGOTE, "HF_HUB_OFFLINE": "1",
+           "GRADACC_HOME": str(settings.home)}  # fmt: skip
     env["GRADACC_QUEUE"] = settings.queue
     if settings.database_url:
         env["GRADACC_DATABASE_URL"] = settings.database_url

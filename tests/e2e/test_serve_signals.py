@@ -21,7 +21,7 @@ from gradacc.db import session_scope
 from gradacc.settings import Settings
 from gradacc.tables import Worker
 from tests.conftest import ROOT, TINY
-from tests.e2e.conftest import settings_env
+from tests.e2e.conftest import settings_env, without_zygote
 from tests.support import Hold, free_port, wait_for, wait_ready
 
 # 2 epochs of 4 steps; held at step 3 until the signal has done its work (no race on a job
@@ -36,7 +36,11 @@ def start_serve(
     argv = [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "1"]
     with log.open("ab") as out:
         return subprocess.Popen(
-            argv, cwd=ROOT, env=settings_env(settings) | env, stdout=out, stderr=subprocess.STDOUT
+            argv,
+            cwd=ROOT,
+            env=without_zygote(settings_env(settings)) | env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
 
 

@@ -1,0 +1,98 @@
+"""The e2e run's zygote: one process per test process that imports what a worker's fork server
+preloads, once, and forks each worker's fork server from itself
+(``tests/zygote_site/sitecustomize.py`` says how a worker asks for one).
+
+``python -m tests.e2e.zygote SOCKET``. Single-threaded: it polls its socket and reaps the fork
+servers it started, telling each one's proxy its pid, then its exit status. A forked server takes
+the environment and working directory of the worker that asked, and runs the fork server's own
+command (so ``worker.fork_server.preload`` is imported, and its body runs, in each server). The
+zygote is started with the rank launcher's room at the end of its environment block
+(``worker.child.ranks.proc_title``): a forked process keeps its parent's block in ``/proc``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import socket
+import sys
+import traceback
+
+# What the preload imports, without the preload itself (its body runs in each fork server).
+import worker.fork_server.child
+import worker.fork_server.modes
+import worker.fork_server.warmup  # noqa: F401
+from worker.child.ranks.proc_title import ENV_ROOM
+
+
+def serve(path: str) -> None:
+    os.environ.pop(ENV_ROOM, None)
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(64)
+    proxies: dict[int, socket.socket] = {}
+    while os.getppid() == parent:
+        ready, _, _ = select.select([listener], [], [], 0.5)
+        if ready:
+            conn, _ = listener.accept()
+            pid = _fork_server(conn, listener)
+            conn.sendall(f"{pid}\n".encode())
+            print(f"forked fork server {pid}", flush=True)
+            proxies[pid] = conn
+        _reap(proxies)
+
+
+def _fork_server(conn: socket.socket, listener: socket.socket) -> int:
+    header, fds, _, _ = socket.recv_fds(conn, 8, 5)
+    size = int.from_bytes(header, "big")
+    data = b""
+    while len(data) < size:
+        data += conn.recv(size - len(data))
+    request = json.loads(data)
+    pid = os.fork()
+    if pid:
+        for fd in fds:
+            os.close(fd)
+        return pid
+    code = 1
+    try:
+        listener.close()
+        conn.close()
+        for stream, fd in enumerate(fds[2:]):
+            os.dup2(fd, stream)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        old, command = request["fds"], request["command"]
+        command = command.replace(f"main({old[0]}, {old[1]},", f"main({fds[0]}, {fds[1]},", 1)
+        exec(command, {"__name__": "__main__"})  # the fork server's loop
+        code = 0
+    except SystemExit as stop:  # how it ends when its worker is gone
+        code = stop.code if isinstance(stop.code, int) else 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _reap(proxies: dict[int, socket.socket]) -> None:
+    while proxies:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            return
+        conn = proxies.pop(pid, None)
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+            conn.close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
