@@ -9,6 +9,7 @@ import psycopg
 from fastapi.testclient import TestClient
 
 from api.main import create_app
+from gradacc.db import get_engine
 from gradacc.settings import Settings
 from tests.api.test_jobs import TINY
 from tests.conftest import PG_ADMIN_URL
@@ -61,7 +62,12 @@ def test_cut_connections_are_503_once_then_the_api_recovers(
             "WHERE datname = %s AND pid <> pg_backend_pid()",
             (database,),
         )
-    statuses = [client.get(f"/v1/jobs/{job_id}").status_code for _ in range(3)]
-    # The dead pooled connection fails one request; the pool is then invalidated and refilled.
-    assert statuses == [503, 200, 200], statuses
-    assert client.post("/v1/jobs", json=TINY).status_code == 201
+    try:
+        statuses = [client.get(f"/v1/jobs/{job_id}").status_code for _ in range(3)]
+        # The dead pooled connection fails one request; the pool is then invalidated and refilled.
+        assert statuses == [503, 200, 200], statuses
+        assert client.post("/v1/jobs", json=TINY).status_code == 201
+    finally:
+        # The engine is shared by every test of this process (get_engine is cached per URL):
+        # none may inherit a connection cut here (the next test's TRUNCATE once did).
+        get_engine(db_settings.database_url).dispose()
