@@ -28,7 +28,7 @@ browser: setup
 # orders them and turns xdist's reordering off). CPU-bound on 2 cores: a third process gains
 # nothing. Figures: docs/testing.md.
 test: setup browser lint typecheck
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
+	$(PY) -m pytest -q -n 3 --dist loadfile --durations=15
 
 # lint-imports checks the layer contracts in pyproject.toml ([tool.importlinter]).
 lint: setup

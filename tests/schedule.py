@@ -1,11 +1,12 @@
 """The order test files are handed to the suite's processes: the costliest first.
 
-``make test`` runs two processes with ``--dist loadfile``: xdist hands out whole files, one at a
+``make test`` runs three processes (on two cores: the third fills the time the others wait on
+servers and workers) with ``--dist loadfile``: xdist hands out whole files, one at a
 time, to whichever process asks next. Left to itself it sorts the files by their number of tests
 (``--loadscope-reorder``, its default), which puts the one-test end-to-end files (a torchrun gang,
 a kill -9 and its resume: minutes each) last, so that one process still runs them long after the
 other has run out of work. Handed out costliest first, the last files are the quick ones and the
-two processes finish together.
+processes finish together.
 
 ``COST_S`` is what each file cost alone (the larger of its CPU seconds, those of pytest and of
 every process it started, and its wall time; docs/testing.md, "Where the time goes"). A file not listed is put among the
