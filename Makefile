@@ -24,9 +24,9 @@ run: setup
 browser: setup
 	sh scripts/install_browser.sh $(PY)
 
-# Two test processes, a test file each at a time, the costliest files first (tests/schedule.py
-# orders them and turns xdist's reordering off). CPU-bound on 2 cores: a third process gains
-# nothing. Figures: docs/testing.md.
+# Test processes take a test file each at a time, the costliest files first (tests/schedule.py
+# orders them and turns xdist's reordering off). Three processes on 2 cores: the third
+# fills the time the others wait on servers and workers. Figures: docs/testing.md.
 test: setup browser lint typecheck
 	$(PY) -m pytest -q -n 3 --dist loadfile --durations=15
 

@@ -24,7 +24,7 @@ from gradacc.db import session_scope
 from gradacc.settings import Settings
 from gradacc.tables import Job
 from tests.conftest import ROOT, unique_queue
-from tests.support import free_port, wait_ready
+from tests.support import free_port, wait_ready, wait_until
 from tests.zygote_site.sitecustomize import SOCKET_ENV
 from worker.child.ranks.proc_title import env_room
 
@@ -64,10 +64,12 @@ def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         # server's, here the zygote's): too short, and the job starts its agent cold instead.
         argv = [sys.executable, "-m", "tests.e2e.zygote", str(path), "." * 4096]
         process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 180
-    while not path.exists():
-        assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
-        time.sleep(0.1)
+
+    def listening() -> bool:
+        assert process.poll() is None, log_path.read_text()
+        return path.exists()
+
+    wait_until(listening, timeout=180, what="the zygote's socket")
     site = ROOT / "tests" / "zygote_site"
     ZYGOTE.update({SOCKET_ENV: str(path), "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])})
     yield
