@@ -55,7 +55,7 @@ ZYGOTE: dict[str, str] = {}
 @pytest.fixture(scope="session", autouse=True)
 def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One zygote per test process (``tests/e2e/zygote.py``): about 4 s of CPU once, instead of
-    once per worker (the e2e tests start about sixty)."""
+    once per worker (the e2e tests start about sixty) and once per predict server or merge."""
     folder = tmp_path_factory.mktemp("zygote")
     path, log_path = folder / "socket", folder / "zygote.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **env_room()}  # room last

@@ -2,6 +2,9 @@
 preloads, once, and forks each worker's fork server from itself
 (``tests/zygote_site/sitecustomize.py`` says how a worker asks for one).
 
+It also forks what ``MODULES`` of the site module name (a worker's predict server, the API's
+merge): a child that runs the module as ``__main__`` and dies with its proxy.
+
 ``python -m tests.e2e.zygote SOCKET``. Single-threaded: it polls its socket and reaps the fork
 servers it started, telling each one's proxy its pid, then its exit status. A forked server takes
 the environment and working directory of the worker that asked, and runs the fork server's own
@@ -15,10 +18,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import runpy
 import select
+import signal
 import socket
 import sys
+import threading
 import traceback
+from typing import Any, NoReturn
 
 # What the preload imports, without the preload itself (its body runs in each fork server).
 import worker.fork_server.child
@@ -40,7 +47,7 @@ def serve(path: str) -> None:
             conn, _ = listener.accept()
             pid = _fork_server(conn, listener)
             conn.sendall(f"{pid}\n".encode())
-            print(f"forked fork server {pid}", flush=True)
+            print(f"forked {pid}", flush=True)
             proxies[pid] = conn
         _reap(proxies)
 
@@ -57,6 +64,8 @@ def _fork_server(conn: socket.socket, listener: socket.socket) -> int:
         for fd in fds:
             os.close(fd)
         return pid
+    if "module" in request:
+        _run_module(request, fds, conn, listener)
     code = 1
     try:
         listener.close()
@@ -77,6 +86,41 @@ def _fork_server(conn: socket.socket, listener: socket.socket) -> int:
         traceback.print_exc()
     finally:
         os._exit(code)
+
+
+def _run_module(request: dict[str, Any], fds: list[int], conn: socket.socket,
+                listener: socket.socket) -> NoReturn:  # fmt: skip
+    """In a child: ``python -m MODULE ARGS`` as its proxy asked, killed when the proxy is gone."""
+    code = 1
+    try:
+        listener.close()
+        for stream, fd in enumerate(fds):
+            os.dup2(fd, stream)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        threading.Thread(target=_die_with, args=(conn,), daemon=True).start()
+        sys.argv = [request["module"], *request["args"]]
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for output in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                output.flush()
+        os._exit(code)
+
+
+def _die_with(conn: socket.socket) -> None:
+    """The proxy sends nothing after its request: its end closes when it exits, however."""
+    with contextlib.suppress(OSError):
+        while conn.recv(64):
+            pass
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _reap(proxies: dict[int, socket.socket]) -> None:

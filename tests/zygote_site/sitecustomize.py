@@ -11,6 +11,16 @@ environment and its working directory to the zygote, which forks the fork server
 stands in for it (the worker's ``waitpid`` sees it), forwards signals to it and exits with its
 status. Everything the fork server does after its start is unchanged: it imports the preload
 module (``worker.fork_server.preload``, whose body runs in it) and forks the jobs.
+
+Two more commands import torch cold in an e2e run: a worker's predict server (``python -m
+worker.predict``, one per embedded worker, ~4.7 s of CPU each) and the API's adapter merge
+(``python -m trainer_core merge``). ``subprocess.Popen`` is wrapped for exactly those
+(``MODULES``): a proxy (``module_proxy``) stands in for the command as above, with ``-m MODULE
+ARGS`` at the end of its command line (what a test that looks for the process sees). The zygote
+forks a child that runs the module as ``__main__``, with the proxy's standard streams,
+environment and directory, and that is killed when its proxy is gone (the proxy is the one
+``Popen``'s ``preexec_fn`` reaches, ``die_with_parent`` included). The proxy ends as the module
+did: its exit status, or killed by the same signal.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from typing import Any
 
 SOCKET_ENV = "GRADACC_TEST_ZYGOTE"
 FORK_SERVER_COMMAND = "from multiprocessing.forkserver import main"
+MODULES = ("worker.predict", "trainer_core")  # ``python -m`` commands that import torch cold
 
 
 def proxy(path: str, fds: list[int], command: str) -> None:
@@ -54,6 +65,51 @@ def proxy(path: str, fds: list[int], command: str) -> None:
     os._exit(int(status) if status else 1)
 
 
+def module_proxy(path: str) -> None:
+    """The stand-in for ``python -m MODULE ARGS`` (this process's arguments: ``-m MODULE ARGS``),
+    run by a child of the zygote at ``path``."""
+    import json
+    import signal
+    import socket
+    import sys
+
+    module, *args = sys.argv[2:]
+    conn = socket.socket(socket.AF_UNIX)
+    conn.connect(path)
+    payload = json.dumps(
+        {"module": module, "args": args, "env": dict(os.environ), "cwd": os.getcwd()}
+    ).encode()
+    socket.send_fds(conn, [len(payload).to_bytes(8, "big")], [0, 1, 2])
+    conn.sendall(payload)
+    answers = conn.makefile("rb")
+    child = int(answers.readline())
+
+    def forward(signum: int, _: Any) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(sig, forward)
+    status = answers.readline().strip()
+    code = int(status) if status else 1
+    if code < 0:  # killed by a signal: so is its stand-in
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code)
+
+
+def _through_zygote(args: Any, socket_path: str) -> Any:
+    """``args`` of a ``Popen``, rewritten to start a proxy where they run one of ``MODULES``."""
+    import sys
+
+    if not isinstance(args, list) or len(args) < 3 or not os.path.exists(socket_path):
+        return args
+    if args[0] != sys.executable or args[1] != "-m" or args[2] not in MODULES:
+        return args
+    call = f"import sitecustomize; sitecustomize.module_proxy({socket_path!r})"
+    return [args[0], "-c", call, *args[1:]]
+
+
 def _install() -> None:
     if not os.environ.get(SOCKET_ENV):
         return
@@ -69,6 +125,15 @@ def _install() -> None:
         return original(path, args, passfds)
 
     util.spawnv_passfds = spawnv_passfds  # type: ignore[assignment]
+
+    import subprocess
+
+    popen_init = subprocess.Popen.__init__
+
+    def init(self: subprocess.Popen[Any], args: Any, *rest: Any, **options: Any) -> None:
+        popen_init(self, _through_zygote(args, os.environ.get(SOCKET_ENV, "")), *rest, **options)
+
+    subprocess.Popen.__init__ = init  # type: ignore[method-assign]
 
 
 _install()
