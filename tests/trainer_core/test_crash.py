@@ -20,13 +20,15 @@ from tests.trainer_core.helpers import (
 )
 from trainer_core.spec.job import JobSpec
 
-SPEC = {**CLASSIFICATION, "backend": "pytorch", "num_train_epochs": 3, "max_train_samples": 1000,
+# 61 micro-batches an epoch: its last window holds one of three (it was 1,000 rows, 250
+# micro-batches, the same short window, four times the training).
+SPEC = {**CLASSIFICATION, "backend": "pytorch", "num_train_epochs": 3, "max_train_samples": 244,
         "max_eval_samples": 50, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 3,
         "learning_rate": 2e-3}  # fmt: skip
 
 
-STEPS_PER_EPOCH = 84  # ceil(1000 rows / (4 x 3))
-HOLD_STEP = STEPS_PER_EPOCH + 16  # in the middle of epoch 2, after epoch 1's checkpoint
+STEPS_PER_EPOCH = 21  # ceil(244 rows / (4 x 3))
+HOLD_STEP = STEPS_PER_EPOCH + 8  # in the middle of epoch 2, after epoch 1's checkpoint
 
 
 def _start(
