@@ -13,7 +13,6 @@ records the job's outcome; the other nodes' supervisors watch the job as node 0'
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -39,6 +38,7 @@ from gradacc.scheduling.gang import (
 from gradacc.scheduling.queue import send_join, send_or_leave
 from gradacc.settings import Settings
 from gradacc.tables import Job, JobStatus, utcnow
+from worker.child.ranks.ports import store_port
 from worker.consumer import registry
 from worker.consumer.supervisor import shutdown_requested, supervise
 
@@ -57,12 +57,10 @@ class Gathered:
 
 
 def rendezvous_port(settings: Settings) -> int:
-    """``rdzv_port``, or a port free on this machine now (bound, read, closed)."""
+    """``rdzv_port``, or a port free on this machine now, below the ephemeral range (``ports``)."""
     if settings.rdzv_port:
         return settings.rdzv_port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
-        return int(probe.getsockname()[1])
+    return store_port()
 
 
 def open_and_gather(settings: Settings, app: Celery, *, job: JobShape, worker: str) -> Gathered:

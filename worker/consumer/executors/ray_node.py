@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,16 +24,15 @@ from pathlib import Path
 import ray
 
 from worker.child.ranks.fork_popen import die_with_parent
+from worker.child.ranks.ports import store_port
 
 POLL_S = 0.5  # a cancel's KeyboardInterrupt lands between two waits
 
 
 @ray.remote(max_retries=0)
 def node_address() -> tuple[str, int]:
-    """This node's address, and a port free on it now (bound, read, closed)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
-        port = int(probe.getsockname()[1])
+    """This node's address, and a port free on it now, below the ephemeral range (``ports``)."""
+    port = store_port()
     address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
     return address, port
 
