@@ -68,14 +68,8 @@ def _fork_server(conn: socket.socket, listener: socket.socket) -> int:
         _run_module(request, fds, conn, listener)
     code = 1
     try:
-        listener.close()
         conn.close()
-        for stream, fd in enumerate(fds[2:]):
-            os.dup2(fd, stream)
-            os.close(fd)
-        os.environ.clear()
-        os.environ.update(request["env"])
-        os.chdir(request["cwd"])
+        _take_over(request, fds[2:], listener)
         old, command = request["fds"], request["command"]
         command = command.replace(f"main({old[0]}, {old[1]},", f"main({fds[0]}, {fds[1]},", 1)
         exec(command, {"__name__": "__main__"})  # the fork server's loop
@@ -88,18 +82,23 @@ def _fork_server(conn: socket.socket, listener: socket.socket) -> int:
         os._exit(code)
 
 
+def _take_over(request: dict[str, Any], streams: list[int], listener: socket.socket) -> None:
+    """In a forked child: the asker's standard streams, environment and working directory."""
+    listener.close()
+    for stream, fd in enumerate(streams):
+        os.dup2(fd, stream)
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+
+
 def _run_module(request: dict[str, Any], fds: list[int], conn: socket.socket,
                 listener: socket.socket) -> NoReturn:  # fmt: skip
     """In a child: ``python -m MODULE ARGS`` as its proxy asked, killed when the proxy is gone."""
     code = 1
     try:
-        listener.close()
-        for stream, fd in enumerate(fds):
-            os.dup2(fd, stream)
-            os.close(fd)
-        os.environ.clear()
-        os.environ.update(request["env"])
-        os.chdir(request["cwd"])
+        _take_over(request, fds, listener)
         threading.Thread(target=_die_with, args=(conn,), daemon=True).start()
         sys.argv = [request["module"], *request["args"]]
         runpy.run_module(request["module"], run_name="__main__", alter_sys=True)

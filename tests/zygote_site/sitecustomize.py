@@ -35,52 +35,21 @@ FORK_SERVER_COMMAND = "from multiprocessing.forkserver import main"
 MODULES = ("worker.predict", "trainer_core")  # ``python -m`` commands that import torch cold
 
 
-def proxy(path: str, fds: list[int], command: str) -> None:
-    """The stand-in for a fork server forked by the zygote at ``path``: its exit status is the
-    server's (1 if the zygote goes away first)."""
+def _stand_in(path: str, request: dict[str, Any], fds: list[int], sent: list[int]) -> int:
+    """Send ``request`` (with this process's environment and working directory) and ``fds`` to
+    the zygote at ``path``, close ``sent``, then stand in for the child it forks, forwarding
+    signals to it: its exit status (1 if the zygote goes away first)."""
     import json
     import signal
     import socket
 
     conn = socket.socket(socket.AF_UNIX)
     conn.connect(path)
-    payload = json.dumps(
-        {"command": command, "fds": fds, "env": dict(os.environ), "cwd": os.getcwd()}
-    ).encode()
-    # Its standard streams too: the server writes to the worker's log, as one it started would.
-    socket.send_fds(conn, [len(payload).to_bytes(8, "big")], [*fds, 0, 1, 2])
+    payload = json.dumps({**request, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    socket.send_fds(conn, [len(payload).to_bytes(8, "big")], fds)
     conn.sendall(payload)
-    for fd in fds:
+    for fd in sent:
         os.close(fd)
-    answers = conn.makefile("rb")
-    server = int(answers.readline())
-
-    def forward(signum: int, _: Any) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(server, signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
-        signal.signal(sig, forward)
-    status = answers.readline().strip()
-    os._exit(int(status) if status else 1)
-
-
-def module_proxy(path: str) -> None:
-    """The stand-in for ``python -m MODULE ARGS`` (this process's arguments: ``-m MODULE ARGS``),
-    run by a child of the zygote at ``path``."""
-    import json
-    import signal
-    import socket
-    import sys
-
-    module, *args = sys.argv[2:]
-    conn = socket.socket(socket.AF_UNIX)
-    conn.connect(path)
-    payload = json.dumps(
-        {"module": module, "args": args, "env": dict(os.environ), "cwd": os.getcwd()}
-    ).encode()
-    socket.send_fds(conn, [len(payload).to_bytes(8, "big")], [0, 1, 2])
-    conn.sendall(payload)
     answers = conn.makefile("rb")
     child = int(answers.readline())
 
@@ -91,7 +60,25 @@ def module_proxy(path: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(sig, forward)
     status = answers.readline().strip()
-    code = int(status) if status else 1
+    return int(status) if status else 1
+
+
+def proxy(path: str, fds: list[int], command: str) -> None:
+    """The stand-in for a fork server forked by the zygote at ``path``: its exit status is the
+    server's."""
+    # Its standard streams too: the server writes to the worker's log, as one it started would.
+    request = {"command": command, "fds": fds}
+    os._exit(_stand_in(path, request, [*fds, 0, 1, 2], sent=fds))
+
+
+def module_proxy(path: str) -> None:
+    """The stand-in for ``python -m MODULE ARGS`` (this process's arguments: ``-m MODULE ARGS``),
+    run by a child of the zygote at ``path``."""
+    import signal
+    import sys
+
+    module, *args = sys.argv[2:]
+    code = _stand_in(path, {"module": module, "args": args}, [0, 1, 2], sent=[])
     if code < 0:  # killed by a signal: so is its stand-in
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
