@@ -50,17 +50,18 @@ def check_devices(spec: JobSpec, *, session: Session, settings: Settings) -> Non
 
 def check_fits(capacity: Capacity, *, num_machines: int, devices: int) -> None:
     """Refuse a job of ``num_machines`` x ``devices`` (a machine's processes) that ``capacity``
-    could never hold; the same words whichever executor answered."""
+    could never hold; the same words whichever executor answered (a machine: a worker's
+    ``GRADACC_MACHINE`` under ``local``, a node under Ray)."""
     largest = capacity.largest
     if devices > largest and num_machines > 1:
         raise InvalidRequest(
-            f"no live worker has the {devices} devices a machine of this job needs "
+            f"no live machine has the {devices} devices a machine of this job needs "
             f"(num_processes / num_machines; the largest has {largest})",
             param="num_machines",
         )
     if devices > largest:
         raise InvalidRequest(
-            f"no live worker has {devices} devices (the largest has {largest})",
+            f"no live machine has {devices} devices (the largest has {largest})",
             param="num_processes",
         )
     fitting = capacity.machines_with(devices)

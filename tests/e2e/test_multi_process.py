@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from gradacc.db import session_scope
 from gradacc.settings import Settings
-from gradacc.tables import Job
+from gradacc.tables import Job, JobStatus
 from tests.conftest import TINY
 from tests.e2e.conftest import StartWorker
 from tests.support import Hold, event_kinds, wait_final, wait_until
@@ -85,9 +85,21 @@ def test_two_process_jobs_end_to_end_on_two_workers(
     api: TestClient, pg_redis_settings: Settings, two_device_worker: StartWorker
 ) -> None:
     """Two 2-process jobs at once on two workers with 2 devices each: they spread, one per
-    worker (each takes one job at a time), and each job's ranks train in one worker's set."""
-    workers = [two_device_worker("gpus2x"), two_device_worker("gpus2y")]
+    worker (each takes one job at a time), and each job's ranks train in one worker's set.
+
+    Both are held at step 1 until both run: unheld, the first worker could finish the first
+    job and take the second before the second worker was up (seen once, two suites at once)."""
+    hold = Hold(pg_redis_settings.home / "spread", 1)
+    workers = [two_device_worker(name, hold.env()) for name in ("gpus2x", "gpus2y")]
     job_ids = [post_when_accepted(api, TWO), post_when_accepted(api, {**TWO, "seed": 1})]
+    hold.held(timeout=180)
+
+    def both_running() -> bool:
+        with session_scope(pg_redis_settings) as session:
+            return all(session.get(Job, job_id).status == JobStatus.RUNNING for job_id in job_ids)  # type: ignore[union-attr]
+
+    wait_until(both_running, timeout=180, what="both jobs running")
+    hold.release()
     for job_id in job_ids:
         job = wait_final(api, job_id, timeout=240)
         assert job["status"] == "succeeded", (job, [w.log() for w in workers])

@@ -7,14 +7,15 @@ node, and runs torchrun on each, meeting at bundle 0's node; it ends equal to on
 A node whose raylet is killed mid-run is seen through Ray, and the job restarts from its
 checkpoint and ends equal to the uninterrupted run. A cancel leaves no task, placement group or
 process; 3 machines on this 2-node cluster is a 422 naming ``num_machines``. The same job under
-``local`` (a gang of two workers): ``bench/executor_start.py``, which also times both.
+``local`` (a gang of two workers, machines m1 and m2) ends with the Ray run's weights, on this
+stack and on the embedded one (SQLite and the filesystem broker, with a cluster of its own whose
+nodes have that stack's environment). ``bench/executor_start.py`` times both executors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import psutil
 import pytest
@@ -22,11 +23,18 @@ from fastapi.testclient import TestClient
 
 from api.main import create_app
 from gradacc.settings import Settings
-from tests.e2e.conftest import WorkerProcess, settings_env
+from tests.e2e.conftest import NO_PREDICT, StartWorker, WorkerProcess, settings_env
 from tests.e2e.ray_cluster import RayCluster, placement_groups
-from tests.e2e.test_gang import GANG, REFERENCE, messages
+from tests.e2e.test_gang import GANG, REFERENCE, machine, messages, registered
 from tests.support import Hold, checkpoint_at, event_kinds, wait_final, wait_until
-from tests.trainer_core.helpers import final_weights, initial_weights, max_abs_diff, run, tolerance
+from tests.trainer_core.helpers import (
+    Weights,
+    final_weights,
+    initial_weights,
+    max_abs_diff,
+    run,
+    tolerance,
+)
 from trainer_core.spec.job import JobSpec
 
 pytestmark = pytest.mark.integration
@@ -34,6 +42,7 @@ pytestmark = pytest.mark.integration
 LONG = {**GANG, "num_train_epochs": 3}  # W=2 over M=2, 4 steps an epoch, a checkpoint each
 LONG_REFERENCE = {**REFERENCE, "num_train_epochs": 3}  # one process at 2K, trained here
 HELD_AT = 6  # in epoch 2, after epoch 1's checkpoint (step 4)
+RAY_DRIVER = {"GRADACC_EXECUTOR": "ray", "GRADACC_GANG_WAIT_S": "30"}
 
 
 @dataclass
@@ -53,10 +62,9 @@ def stack(pg_redis_settings: Settings, tmp_path_factory: pytest.TempPathFactory)
     cluster = RayCluster(settings_env(pg_redis_settings) | hold.env())
     ray = {"executor": "ray", "ray_address": cluster.address, "gang_wait_s": 30.0}
     settings = pg_redis_settings.model_copy(update=ray)
-    worker = WorkerProcess(settings, "ray-driver", {
-        "GRADACC_EXECUTOR": "ray", "GRADACC_RAY_ADDRESS": cluster.address,
-        "GRADACC_GANG_WAIT_S": "30",
-    })  # fmt: skip
+    worker = WorkerProcess(
+        settings, "ray-driver", RAY_DRIVER | {"GRADACC_RAY_ADDRESS": cluster.address}
+    )
     try:
         cluster.start()
         with TestClient(create_app(settings)) as api:
@@ -67,9 +75,33 @@ def stack(pg_redis_settings: Settings, tmp_path_factory: pytest.TempPathFactory)
         assert not cluster.processes(), "a process of the Ray cluster outlived it"
 
 
-def succeeded(stack: Stack, job_id: str) -> dict[str, object]:
-    job = wait_final(stack.api, job_id, timeout=240)
-    assert job["status"] == "succeeded", (job, stack.worker.log())
+@dataclass
+class Clean:
+    """The uninterrupted W=2 over M=2 Ray run, and one process at 2K trained here."""
+
+    job_id: str
+    weights: Weights
+    reference: Weights
+    bound: float  # today's tolerance (``tolerance``) for the reference's run
+
+
+@pytest.fixture(scope="module")
+def clean(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Clean:
+    """The reference is trained by the core in this process while the cluster runs the gang
+    (rather than as a Ray job of its own)."""
+    job_id = stack.api.post("/v1/jobs", json=LONG).json()["id"]
+    reference = JobSpec.model_validate(LONG_REFERENCE)
+    folder = tmp_path_factory.mktemp("reference")
+    run(reference, folder)
+    succeeded(stack.api, job_id, stack.worker)
+    weights = final_weights(folder)
+    bound = tolerance(initial_weights(reference), weights)
+    return Clean(job_id, final_weights(stack.settings.jobs_dir / job_id), weights, bound)
+
+
+def succeeded(api: TestClient, job_id: str, *workers: WorkerProcess) -> dict[str, object]:
+    job = wait_final(api, job_id, timeout=240)
+    assert job["status"] == "succeeded", (job, [worker.log() for worker in workers])
     return job
 
 
@@ -105,26 +137,19 @@ def test_more_machines_than_the_cluster_has_is_refused_at_post(stack: Stack) -> 
 # conditions with their own bounds.
 @pytest.mark.timeout(600)
 def test_a_gang_over_two_ray_nodes_equals_one_process_at_2k_and_survives_a_lost_node(
-    stack: Stack, tmp_path: Path
+    stack: Stack, clean: Clean
 ) -> None:
-    """The uninterrupted run equals one process at 2K (trained by the core in this process while
-    the cluster runs the gang, rather than as a Ray job of its own); a second run of it, one of
+    """The uninterrupted run (``clean``) equals one process at 2K; a second run of it, one of
     whose nodes loses its raylet mid-epoch 2, restarts from epoch 1's checkpoint on a node that
     joins afterwards, and ends equal to the uninterrupted run."""
     api, settings = stack.api, stack.settings
-    clean = api.post("/v1/jobs", json=LONG).json()["id"]
-    reference = JobSpec.model_validate(LONG_REFERENCE)
-    run(reference, tmp_path / "reference")
-    succeeded(stack, clean)
-    (started,) = messages(settings, clean, "started")
+    (started,) = messages(settings, clean.job_id, "started")
     assert started.endswith("a gang of 2 machines")
-    job_dir = settings.jobs_dir / clean
+    job_dir = settings.jobs_dir / clean.job_id
     assert (job_dir / "train.log.ray-node1").stat().st_size > 0  # node 1's output, beside node 0's
-    weights = {"clean": final_weights(job_dir), "reference": final_weights(tmp_path / "reference")}
-    bound = tolerance(initial_weights(reference), weights["reference"])
-    diff = max_abs_diff(weights["clean"], weights["reference"])
-    print(f"Ray W=2 over 2 nodes vs one process at 2K: {diff:.2e} (bound {bound:.2e})")
-    assert diff <= bound
+    diff = max_abs_diff(clean.weights, clean.reference)
+    print(f"Ray W=2 over 2 nodes vs one process at 2K: {diff:.2e} (bound {clean.bound:.2e})")
+    assert diff <= clean.bound
 
     stack.hold.arm()
     lost = api.post("/v1/jobs", json=LONG).json()["id"]
@@ -141,14 +166,14 @@ def test_a_gang_over_two_ray_nodes_equals_one_process_at_2k_and_survives_a_lost_
     wait_until(lambda: "restarted" in event_kinds(api, lost), timeout=120,
                what="the restart after the lost node")  # fmt: skip
     stack.cluster.add_node("node_2")
-    job = succeeded(stack, lost)
+    job = succeeded(api, lost, stack.worker)
     (restart,) = messages(settings, lost, "restarted")
     assert restart.endswith("resumes from step 4"), restart
     assert any("resumed at step" in m for m in messages(settings, lost, "training"))
     assert job["attempts"] == 2
-    resumed = max_abs_diff(final_weights(settings.jobs_dir / lost), weights["clean"])
+    resumed = max_abs_diff(final_weights(settings.jobs_dir / lost), clean.weights)
     print(f"lost node, resumed from step 4, vs the uninterrupted run: {resumed:.2e}")
-    assert resumed <= bound
+    assert resumed <= clean.bound
 
 
 def test_a_cancel_leaves_no_task_placement_group_or_process(stack: Stack) -> None:
@@ -168,3 +193,64 @@ def test_a_cancel_leaves_no_task_placement_group_or_process(stack: Stack) -> Non
     groups = placement_groups(stack.cluster.address)
     mine = {name: state for name, state in groups.items() if job_id in name}
     assert mine and set(mine.values()) == {"REMOVED"}, groups
+
+
+def local_gang_run(api: TestClient, settings: Settings, start: StartWorker) -> Weights:
+    """The same job under the ``local`` executor: a gang of two workers (machines m1 and m2,
+    one device each) on ``settings``' stack; its final weights."""
+    m1, m2 = machine(start, "m1"), machine(start, "m2")
+    registered(settings, m1, m2)
+    job_id = api.post("/v1/jobs", json=LONG).json()["id"]
+    succeeded(api, job_id, m1, m2)
+    (started,) = messages(settings, job_id, "started")
+    assert started.endswith("a gang of 2 machines"), started
+    return final_weights(settings.jobs_dir / job_id)
+
+
+# Last in the module: it stops the Ray driver, so that the local workers take the job.
+def test_the_same_job_under_local_ends_with_the_ray_runs_weights(
+    stack: Stack, clean: Clean, start_worker: StartWorker
+) -> None:
+    stack.worker.stop()
+    local = local_gang_run(stack.api, stack.settings, start_worker)
+    diff = max_abs_diff(local, clean.weights)
+    print(f"local vs Ray, PostgreSQL + Redis: {diff:.2e} (bound {clean.bound:.2e})")
+    assert diff <= clean.bound
+
+
+@pytest.mark.timeout(600)
+def test_on_the_embedded_stack_ray_and_local_end_alike(
+    clean: Clean, embedded_settings: Settings
+) -> None:
+    """SQLite and the filesystem broker: a cluster whose nodes have that stack's environment, a
+    driver on it; the Ray run equals one process at 2K, then the same job under ``local``."""
+    settings = embedded_settings
+    cluster = RayCluster(settings_env(settings) | NO_PREDICT)
+    workers: list[WorkerProcess] = []
+
+    def start(name: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        workers.append(WorkerProcess(settings, name, NO_PREDICT | (env or {})))
+        return workers[-1]
+
+    try:
+        cluster.start()
+        ray = {"executor": "ray", "ray_address": cluster.address, "gang_wait_s": 30.0}
+        with TestClient(create_app(settings.model_copy(update=ray))) as api:
+            driver = start("ray-driver", RAY_DRIVER | {"GRADACC_RAY_ADDRESS": cluster.address})
+            job_id = api.post("/v1/jobs", json=LONG).json()["id"]
+            succeeded(api, job_id, driver)
+            (started,) = messages(settings, job_id, "started")
+            assert started.endswith("a gang of 2 machines"), started
+            on_ray = final_weights(settings.jobs_dir / job_id)
+            diff = max_abs_diff(on_ray, clean.reference)
+            print(f"Ray, embedded: vs one process at 2K {diff:.2e} (bound {clean.bound:.2e})")
+            assert diff <= clean.bound
+            driver.stop()
+            local = max_abs_diff(local_gang_run(api, settings, start), on_ray)
+            print(f"local vs Ray, embedded: {local:.2e}")
+            assert local <= clean.bound
+    finally:
+        for worker in workers:
+            worker.stop()
+        cluster.stop()
+    assert not cluster.processes(), "a process of the Ray cluster outlived it"

@@ -53,3 +53,5 @@ def test_check_fits_names_the_field_whatever_the_executor() -> None:
         with pytest.raises(InvalidRequest) as refused:
             check_fits(two_nodes, num_machines=machines, devices=devices)
         assert refused.value.param == field
+        # The words fit a Ray node as well as a worker's machine.
+        assert "machine" in str(refused.value) and "worker" not in str(refused.value)
