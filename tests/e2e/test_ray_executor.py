@@ -6,10 +6,11 @@ A job of W=2 over M=2 machines gets a ``STRICT_SPREAD`` placement group of two b
 node, and runs torchrun on each, meeting at bundle 0's node; it ends equal to one process at 2K.
 A node whose raylet is killed mid-run is seen through Ray, and the job restarts from its
 checkpoint and ends equal to the uninterrupted run. A cancel leaves no task, placement group or
-process; 3 machines on this 2-node cluster is a 422 naming ``num_machines``. The same job under
-``local`` (a gang of two workers, machines m1 and m2) ends with the Ray run's weights, on this
-stack and on the embedded one (SQLite and the filesystem broker, with a cluster of its own whose
-nodes have that stack's environment). ``bench/executor_start.py`` times both executors.
+process; a pause (the preemption path) leaves none while it waits, and the resumed job ends equal
+to the uninterrupted run; 3 machines on this 2-node cluster is a 422 naming ``num_machines``. The
+same job under ``local`` (a gang of two workers, machines m1 and m2) ends with the Ray run's
+weights, on this stack and on the embedded one (SQLite and the filesystem broker, with a cluster
+of its own whose nodes have that stack's environment). ``bench/executor_start.py`` times both.
 """
 
 from __future__ import annotations
@@ -193,6 +194,39 @@ def test_a_cancel_leaves_no_task_placement_group_or_process(stack: Stack) -> Non
     groups = placement_groups(stack.cluster.address)
     mine = {name: state for name, state in groups.items() if job_id in name}
     assert mine and set(mine.values()) == {"REMOVED"}, groups
+
+
+def test_a_pause_removes_the_group_and_the_resumed_job_ends_as_the_uninterrupted_run(
+    stack: Stack, clean: Clean
+) -> None:
+    """A pause is the preemption path (the preempt file; rank 0 checkpoints at the window's end
+    and exits): no task, group or process is left while it waits; resumed, it ends with
+    ``clean``'s weights."""
+    api, settings = stack.api, stack.settings
+    stack.hold.arm()
+    job_id = api.post("/v1/jobs", json=LONG).json()["id"]
+    stack.hold.held(timeout=180)
+    running = job_processes(stack, job_id)
+    assert len(node_tasks(stack)) == 2 and running
+    # Not released: a preemption ends the hold (the run checkpoints at step 6 and exits).
+    assert api.post(f"/v1/jobs/{job_id}/pause").status_code == 200
+    wait_until(lambda: "paused" in event_kinds(api, job_id), timeout=120, what="the pause")
+    stack.hold.release()
+    _, alive = psutil.wait_procs(running, timeout=30)
+    assert not alive, alive
+    wait_until(lambda: not node_tasks(stack) and not job_processes(stack, job_id), timeout=30,
+               what="no task or process of the paused job")  # fmt: skip
+    groups = placement_groups(stack.cluster.address)
+    assert {state for name, state in groups.items() if job_id in name} == {"REMOVED"}, groups
+    assert api.get(f"/v1/jobs/{job_id}").json()["status"] == "paused"
+
+    assert api.post(f"/v1/jobs/{job_id}/resume").status_code == 200
+    succeeded(api, job_id, stack.worker)
+    resumed = f"resumed at step {HELD_AT}"
+    assert any(resumed in m for m in messages(settings, job_id, "training")), resumed
+    diff = max_abs_diff(final_weights(settings.jobs_dir / job_id), clean.weights)
+    print(f"paused at step {HELD_AT}, resumed, vs the uninterrupted run: {diff:.2e}")
+    assert diff <= clean.bound
 
 
 def local_gang_run(api: TestClient, settings: Settings, start: StartWorker) -> Weights:
