@@ -3,8 +3,8 @@
 ``ray start --head`` (it schedules only: no CPU, so no job lands on it) and N nodes, each a raylet
 of its own with one CPU and a resource naming it (``node_0``, ``node_1``...): distinct Ray nodes
 on one host, so ``STRICT_SPREAD`` puts each bundle of a placement group on another one. The nodes
-get the gradacc environment a worker machine has (database, home: the shared jobs directory),
-as an operator's ``ray start`` would.
+need no gradacc settings: a job's node processes get their driver's (``node_environment`` in
+``worker/consumer/executors/ray_executor.py``), so drivers of two stacks can share one cluster.
 
 ``ray stop`` would end every Ray process of the machine, a concurrent test run's too: ``stop``
 ends this cluster's alone, found by its temp directory (in its daemons' command lines) and its

@@ -3,8 +3,9 @@
 
 ``node_address`` answers where bundle 0 is (its node's address and a port free there: the c10d
 rendezvous of the job's torchrun agents). ``run_node`` is one node of the job: it starts
-``python -m worker.child.placed`` (torchrun of that node's ranks) in a session of its own, its
-output in the job's log file on the shared jobs directory, and returns its exit status. A cancel
+``python -m worker.child.placed`` (torchrun of that node's ranks) in a session of its own, with
+the driver's settings in its environment, its output in the job's log file on the shared jobs
+directory, and returns its exit status. A cancel
 (``ray.cancel``) reaches it as ``KeyboardInterrupt``: it ends the session as the ``local``
 executor ends its child (SIGTERM, then SIGKILL after the grace). Should the Ray worker itself be
 killed (its group removed, its node lost), the node's processes die with it: each one, from
@@ -39,9 +40,11 @@ def node_address() -> tuple[str, int]:
 
 @ray.remote(max_retries=0)
 def run_node(
-    job_id: str, node_rank: int, num_machines: int, rendezvous: str, log_path: str, grace_s: float
-) -> int:
-    """Node ``node_rank`` of the job until it exits; its exit status."""
+    job_id: str, node_rank: int, num_machines: int, rendezvous: str, log_path: str, grace_s: float,
+    env: dict[str, str],
+) -> int:  # fmt: skip
+    """Node ``node_rank`` of the job until it exits; its exit status. ``env``: the driver's
+    settings (``ray_executor.node_environment``), over the node's own environment."""
     address = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
     command = [sys.executable, "-m", "worker.child.placed", job_id, str(node_rank),
                str(num_machines), rendezvous, address]  # fmt: skip
@@ -49,7 +52,7 @@ def run_node(
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=die_with_parent,
+            preexec_fn=die_with_parent, env={**os.environ, **env},
         )  # fmt: skip
     try:
         while True:
