@@ -33,7 +33,7 @@ COST_S: dict[str, float] = {
     "tests/e2e/test_gang_lost_node.py": 73,
     # A real Ray cluster (head + 2 nodes), 3 W=2 jobs and a raylet killed, the one-process
     # reference trained in the test process: 124 s of CPU, 87 s of wall, alone (2026-12-03).
-    "tests/e2e/test_ray_executor.py": 164,
+    "tests/e2e/test_ray_executor.py": 272,
     "tests/e2e/test_contract_fuzz.py": 43,
     "tests/e2e/test_openai_sdk.py": 41,
     # A live serve, one reinforcement job (2 steps, 5 python graders per answer, 1 s CPU limit):

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -142,16 +143,36 @@ class RayCluster:
 
 
 def placement_groups(address: str) -> dict[str, str]:
-    """Every placement group the cluster knows, by name: its state ("CREATED", "REMOVED"...),
-    asked by a short-lived driver of its own (the test process never joins the cluster)."""
+    """Every placement group the cluster knows, by name: its state ("CREATED", "REMOVED"...)."""
+    table = "table = ray.util.placement_group_table().values()\n"
+    groups: dict[str, str] = _driver(
+        address, table + "print(json.dumps({group['name']: group['state'] for group in table}))"
+    )
+    return groups
+
+
+def block_node(address: str, node: str, name: str) -> None:
+    """A detached placement group ``name`` that takes node ``node``'s CPU until ``unblock``: a
+    cluster without room for a job's bundles, as other users of a shared cluster leave it."""
+    _driver(address, "from ray.util.placement_group import placement_group\n"
+            f"group = placement_group([{{'CPU': 1, {node!r}: 1}}], name={name!r}, "
+            "lifetime='detached')\nray.get(group.ready(), timeout=60)\nprint('{}')")  # fmt: skip
+
+
+def unblock(address: str, name: str) -> None:
+    _driver(address, "from ray.util import get_placement_group, remove_placement_group\n"
+            f"remove_placement_group(get_placement_group({name!r}))\nprint('{{}}')")  # fmt: skip
+
+
+def _driver(address: str, body: str) -> Any:
+    """Run ``body`` in a short-lived driver of the cluster's (the test process never joins it):
+    the JSON its last line prints."""
     script = (
         "import json, ray\n"
-        f"ray.init(address={address!r}, logging_level='ERROR', log_to_driver=False)\n"
-        "table = ray.util.placement_group_table().values()\n"
-        "print(json.dumps({group['name']: group['state'] for group in table}))\n"
+        f"ray.init(address={address!r}, namespace='gradacc-tests', logging_level='ERROR', "
+        "log_to_driver=False)\n" + body + "\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60,
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=90,
                           env={**os.environ, **QUIET})  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()[-2000:]
-    groups: dict[str, str] = json.loads(done.stdout.decode().strip().splitlines()[-1])
-    return groups
+    return json.loads(done.stdout.decode().strip().splitlines()[-1])

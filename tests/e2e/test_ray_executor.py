@@ -10,8 +10,9 @@ process; a pause (the preemption path) leaves none while it waits, and the resum
 to the uninterrupted run; 3 machines on this 2-node cluster is a 422 naming ``num_machines``. The
 same job under ``local`` (a gang of two workers, machines m1 and m2) ends with the Ray run's
 weights, on this stack and on the embedded one (SQLite and the filesystem broker: a driver of the
-same cluster on that stack; a job's nodes get its driver's settings). ``bench/executor_start.py``
-times both.
+same cluster on that stack; a job's nodes get its driver's settings), where a job that the
+cluster has no room for is first queued again, no attempt counted, until a node is free.
+``bench/executor_start.py`` times both executors.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from gradacc.settings import Settings
 from tests.e2e.conftest import NO_PREDICT, StartWorker, WorkerProcess
-from tests.e2e.ray_cluster import RayCluster, placement_groups
+from tests.e2e.ray_cluster import RayCluster, block_node, placement_groups, unblock
 from tests.e2e.test_gang import GANG, REFERENCE, machine, messages, registered
 from tests.support import Hold, checkpoint_at, event_kinds, wait_final, wait_until
 from tests.trainer_core.helpers import (
@@ -262,7 +263,9 @@ def test_on_the_embedded_stack_ray_and_local_end_alike(
     stack: Stack, clean: Clean, embedded_settings: Settings
 ) -> None:
     """SQLite and the filesystem broker: a driver of the same cluster on that stack (its nodes
-    take the driver's settings); the Ray run equals one process at 2K, then the same job under
+    take the driver's settings). One node is taken by another user's placement group: the job's
+    group is not placed within the gang wait, and the job is queued again, no attempt counted,
+    until the node is free. Then the Ray run equals one process at 2K, and the same job under
     ``local`` equals it."""
     settings = embedded_settings
     workers: list[WorkerProcess] = []
@@ -274,9 +277,15 @@ def test_on_the_embedded_stack_ray_and_local_end_alike(
     ray = {"executor": "ray", "ray_address": stack.cluster.address, "gang_wait_s": 30.0}
     try:
         with TestClient(create_app(settings.model_copy(update=ray))) as api:
-            driver = start("ray-driver", driver_env(stack.cluster))
+            address = stack.cluster.address
+            block_node(address, "node_0", "another-user")  # one node free: the job needs two
+            driver = start("ray-driver", driver_env(stack.cluster) | {"GRADACC_GANG_WAIT_S": "3"})
             job_id = api.post("/v1/jobs", json=LONG).json()["id"]
-            succeeded(api, job_id, driver)
+            wait_until(lambda: "placement_waiting" in event_kinds(api, job_id), timeout=120,
+                       what="the job queued again, not placed")  # fmt: skip
+            unblock(address, "another-user")
+            job = succeeded(api, job_id, driver)
+            assert job["attempts"] == 1, job  # a wait for placement is not an attempt
             (started,) = messages(settings, job_id, "started")
             assert started.endswith("a gang of 2 machines"), started
             on_ray = final_weights(settings.jobs_dir / job_id)
