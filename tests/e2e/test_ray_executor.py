@@ -54,6 +54,12 @@ def driver_env(cluster: RayCluster) -> dict[str, str]:
             "GRADACC_GANG_WAIT_S": "30"}  # fmt: skip
 
 
+def asking_ray(settings: Settings, cluster: RayCluster) -> Settings:
+    """``settings`` of an API that asks the cluster at POST (``driver_env``'s, API side)."""
+    ray = {"executor": "ray", "ray_address": cluster.address, "gang_wait_s": 30.0}
+    return settings.model_copy(update=ray)
+
+
 @dataclass
 class Stack:
     """The cluster, its driver (a worker), an API that asks the cluster at POST, the hold."""
@@ -70,8 +76,7 @@ def stack(pg_redis_settings: Settings, tmp_path_factory: pytest.TempPathFactory)
     hold = Hold(tmp_path_factory.mktemp("ray") / "hold", HELD_AT, armed=False)
     # No gradacc settings on the nodes: a job's node processes get the driver's (the hold too).
     cluster = RayCluster({**os.environ, "HF_HUB_OFFLINE": "1"})
-    ray = {"executor": "ray", "ray_address": cluster.address, "gang_wait_s": 30.0}
-    settings = pg_redis_settings.model_copy(update=ray)
+    settings = asking_ray(pg_redis_settings, cluster)
     worker = WorkerProcess(settings, "ray-driver", driver_env(cluster) | hold.env())
     try:
         cluster.start()
@@ -184,16 +189,18 @@ def test_a_gang_over_two_ray_nodes_equals_one_process_at_2k_and_survives_a_lost_
     assert resumed <= clean.bound
 
 
-def test_a_cancel_leaves_no_task_placement_group_or_process(stack: Stack) -> None:
-    api = stack.api
+def held_job(stack: Stack) -> tuple[str, list[psutil.Process]]:
+    """A LONG job held at ``HELD_AT`` on both nodes: its id and its processes."""
     stack.hold.arm()
-    job_id = api.post("/v1/jobs", json=LONG).json()["id"]
+    job_id = stack.api.post("/v1/jobs", json=LONG).json()["id"]
     stack.hold.held(timeout=180)
     running = job_processes(stack, job_id)
     assert len(node_tasks(stack)) == 2 and running
-    assert api.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
-    stack.hold.release()
-    assert wait_final(api, job_id, timeout=60)["status"] == "cancelled"
+    return job_id, running
+
+
+def nothing_left(stack: Stack, job_id: str, running: list[psutil.Process]) -> None:
+    """No process, Ray task or placement group of the job is left (its group is ``REMOVED``)."""
     _, alive = psutil.wait_procs(running, timeout=30)
     assert not alive, alive
     wait_until(lambda: not node_tasks(stack) and not job_processes(stack, job_id), timeout=30,
@@ -203,6 +210,15 @@ def test_a_cancel_leaves_no_task_placement_group_or_process(stack: Stack) -> Non
     assert mine and set(mine.values()) == {"REMOVED"}, groups
 
 
+def test_a_cancel_leaves_no_task_placement_group_or_process(stack: Stack) -> None:
+    api = stack.api
+    job_id, running = held_job(stack)
+    assert api.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    stack.hold.release()
+    assert wait_final(api, job_id, timeout=60)["status"] == "cancelled"
+    nothing_left(stack, job_id, running)
+
+
 def test_a_pause_removes_the_group_and_the_resumed_job_ends_as_the_uninterrupted_run(
     stack: Stack, clean: Clean
 ) -> None:
@@ -210,21 +226,12 @@ def test_a_pause_removes_the_group_and_the_resumed_job_ends_as_the_uninterrupted
     and exits): no task, group or process is left while it waits; resumed, it ends with
     ``clean``'s weights."""
     api, settings = stack.api, stack.settings
-    stack.hold.arm()
-    job_id = api.post("/v1/jobs", json=LONG).json()["id"]
-    stack.hold.held(timeout=180)
-    running = job_processes(stack, job_id)
-    assert len(node_tasks(stack)) == 2 and running
+    job_id, running = held_job(stack)
     # Not released: a preemption ends the hold (the run checkpoints at step 6 and exits).
     assert api.post(f"/v1/jobs/{job_id}/pause").status_code == 200
     wait_until(lambda: "paused" in event_kinds(api, job_id), timeout=120, what="the pause")
     stack.hold.release()
-    _, alive = psutil.wait_procs(running, timeout=30)
-    assert not alive, alive
-    wait_until(lambda: not node_tasks(stack) and not job_processes(stack, job_id), timeout=30,
-               what="no task or process of the paused job")  # fmt: skip
-    groups = placement_groups(stack.cluster.address)
-    assert {state for name, state in groups.items() if job_id in name} == {"REMOVED"}, groups
+    nothing_left(stack, job_id, running)
     assert api.get(f"/v1/jobs/{job_id}").json()["status"] == "paused"
 
     assert api.post(f"/v1/jobs/{job_id}/resume").status_code == 200
@@ -274,9 +281,8 @@ def test_on_the_embedded_stack_ray_and_local_end_alike(
         workers.append(WorkerProcess(settings, name, NO_PREDICT | (env or {})))
         return workers[-1]
 
-    ray = {"executor": "ray", "ray_address": stack.cluster.address, "gang_wait_s": 30.0}
     try:
-        with TestClient(create_app(settings.model_copy(update=ray))) as api:
+        with TestClient(create_app(asking_ray(settings, stack.cluster))) as api:
             address = stack.cluster.address
             block_node(address, "node_0", "another-user")  # one node free: the job needs two
             driver = start("ray-driver", driver_env(stack.cluster) | {"GRADACC_GANG_WAIT_S": "3"})
