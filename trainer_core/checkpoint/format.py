@@ -10,6 +10,7 @@ folder complete. Folders are written beside their place and renamed into it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shutil
@@ -64,12 +65,58 @@ def restore_rng(path: Path) -> None:
         torch.cuda.random.set_rng_state_all(state["cuda"])
 
 
+DISCARDED = ".discarded-"  # the prefix of a folder being deleted: no reader looks at it
+
+
+def discard(folder: Path) -> None:
+    """Delete a checkpoint folder so that a crash midway never leaves part of it under a name a
+    reader looks at: it is renamed out of sight first (one atomic step), then deleted. Another
+    rank discarding or recovering the same folder at the same moment is not an error."""
+    gone = folder.with_name(DISCARDED + folder.name)
+    shutil.rmtree(gone, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        folder.rename(gone)
+    shutil.rmtree(gone, ignore_errors=True)
+
+
+def _rename_once(source: Path, target: Path) -> None:
+    """Rename, unless another process did it first (``source`` gone, ``target`` there)."""
+    try:
+        source.rename(target)
+    except OSError:
+        if source.exists() and not target.exists():
+            raise
+
+
 def recover_interrupted_swap(path: Path) -> None:
-    """Finish a swap that a crash interrupted: if only ``path.old`` survived, it is the latest."""
+    """Finish the swap of ``writer.install`` that a crash interrupted.
+
+    - Killed between its two renames: only ``path.old`` survived, and it is the latest; it is
+      put back.
+    - Killed after the new checkpoint landed, before the old one was kept or deleted: both
+      survived. The old one is kept as ``path-<step>``, as a kept or best checkpoint would be;
+      the next save prunes it if the policy does not keep it. (Left where it was, it made the
+      next save's rename fail: "Directory not empty".)
+    - Killed while deleting a folder: what is left of it is deleted.
+
+    Every rank of a job reads its checkpoint at start, so two processes may recover the same
+    folder at once: a rename the other one did first is not an error."""
+    for gone in path.parent.glob(f"{DISCARDED}{path.name}*"):
+        shutil.rmtree(gone, ignore_errors=True)
     old = path.with_name(path.name + ".old")
-    if old.is_dir() and not (path / CHECKPOINT_STATE).is_file():
-        shutil.rmtree(path, ignore_errors=True)
-        old.rename(path)
+    if not old.is_dir():
+        return
+    if not path.exists():
+        _rename_once(old, path)
+        return
+    if step_of(path) < 0:
+        return  # not a checkpoint this module wrote: left for the next save to replace
+    step = step_of(old)
+    kept = path.with_name(f"{path.name}-{step}")
+    if step >= 0 and step != step_of(path) and not kept.exists():
+        _rename_once(old, kept)
+    else:
+        discard(old)
 
 
 def read_state_json(path: Path) -> dict[str, Any] | None:

@@ -5,7 +5,8 @@ RNG states to CPU memory, so the next optimizer step cannot change what is being
 background thread writes the files in the layout of ``trainer_core.checkpoint.format`` and swaps
 them in by rename. At most one write is in flight: a save waits for the previous one first, so checkpoints
 land in order and memory holds at most two snapshots. A ``kill -9`` during a write leaves only a
-``.tmp`` folder, and the previous checkpoint is the one a resume reads.
+``.tmp`` folder, and the previous checkpoint is the one a resume reads; one during the swap is
+finished by ``format.recover_interrupted_swap``.
 
 Keep the last N (``save_total_limit``): the newest is always ``checkpoint/`` (what a resume and
 the Trainer read); older ones are renamed ``checkpoint-<global step>/`` and pruned beyond N.
@@ -35,6 +36,8 @@ from trainer_core.checkpoint.format import (
     SCHEDULER,
     TRAINER_STATE,
     WEIGHTS,
+    discard,
+    recover_interrupted_swap,
     rng_state,
 )
 from trainer_core.spec.outputs import CHECKPOINT_STATE, step_of
@@ -139,21 +142,22 @@ def install(path: Path, snap: Snapshot, keep: int, keep_step: int | None = None)
     ``keep_step``'s (the best) beyond them."""
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)  # what a killed write left behind
+    recover_interrupted_swap(path)  # and a killed swap
     tmp.mkdir(parents=True)
     write_files(tmp, snap)
     old = path.with_name(path.name + ".old")
     if path.exists():
-        path.rename(old)  # a crash from here on: recover_interrupted_swap restores ``old``
+        path.rename(old)  # a crash from here on: recover_interrupted_swap finishes the swap
     tmp.rename(path)
     if old.exists():
         if keep > 1 or (keep_step is not None and step_of(old) == keep_step):
             old.rename(path.with_name(f"{path.name}-{step_of(old)}"))
         else:
-            shutil.rmtree(old, ignore_errors=True)
+            discard(old)
     older = sorted(path.parent.glob(f"{path.name}-*"), key=step_of, reverse=True)
     for stale in older[max(keep - 1, 0) :]:
         if keep_step is None or step_of(stale) != keep_step:
-            shutil.rmtree(stale, ignore_errors=True)
+            discard(stale)
 
 
 class CheckpointWriter:
