@@ -203,6 +203,7 @@ class EpochMetric(Base):
     eval_loss: Mapped[float | None] = mapped_column(Float)
     record: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    seq: Mapped[int | None] = mapped_column(Integer)  # its place in the job's stream (JobStream)
 
     job: Mapped[Job] = relationship(back_populates="metrics")
 
@@ -218,6 +219,7 @@ class StepMetric(Base):
     step: Mapped[int] = mapped_column(Integer)
     record: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    seq: Mapped[int | None] = mapped_column(Integer)  # its place in the job's stream (JobStream)
 
 
 class JobEvent(Base):
@@ -232,8 +234,22 @@ class JobEvent(Base):
     # step, losses and token accuracies. /v1/jobs' events and the stream leave those out.
     data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    seq: Mapped[int | None] = mapped_column(Integer)  # its place in the job's stream (JobStream)
 
     job: Mapped[Job] = relationship(back_populates="events")
+
+
+class JobStream(Base):
+    """The last place handed out in a job's stream. Each write of its stream rows takes the next
+    one under the job's stream lock (``gradacc.jobs.records``), so places follow commit order
+    across the three tables, and a reader that reads this first, then the rows up to it, sees
+    whole writes only: a live stream and its replay give the same order. No foreign key: the
+    job's first row (its "queued" event) is written in the transaction that adds the job."""
+
+    __tablename__ = "job_streams"
+
+    job_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer)
 
 
 class WebhookDelivery(Base):

@@ -9,7 +9,7 @@ import shutil
 from typing import Any
 
 from celery import Celery
-from sqlalchemy import Engine, Row, bindparam, select
+from sqlalchemy import Engine, Row, bindparam, delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -47,6 +47,7 @@ from gradacc.tables import (
     Job,
     JobEvent,
     JobStatus,
+    JobStream,
     StepMetric,
     utcnow,
 )
@@ -283,6 +284,7 @@ def delete_job(session: Session, *, settings: Settings, job_id: str, tenant: str
     if held_by_worker(job, stale_after_s=settings.stale_after_s):
         raise JobBusy(job_id, job.status)
     session.delete(job)
+    session.execute(delete(JobStream).where(JobStream.job_id == job_id))  # no foreign key
     session.commit()
     shutil.rmtree(settings.jobs_dir / job_id, ignore_errors=True)
     log.info("job %s deleted with its outputs", job_id)

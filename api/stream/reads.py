@@ -14,7 +14,7 @@ from sqlalchemy import Engine, and_, or_, select
 
 from api.services.jobs import JOB_COLUMNS
 from gradacc.jobs.records import METRICS_EVENT
-from gradacc.tables import EpochMetric, Job, JobEvent, StepMetric
+from gradacc.tables import EpochMetric, Job, JobEvent, JobStream, StepMetric
 
 # Row ids are 32-bit on PostgreSQL, and a bound parameter is cast to the column's type: a larger
 # number in a client's Last-Event-ID would fail the query. No row lies past this one anyway.
@@ -59,7 +59,8 @@ class Item:
     kind: str
     row_id: int  # 0 for "job" (a snapshot, always delivered)
     data: dict[str, Any]
-    at: datetime | None = None  # when it was written: the order across tables
+    at: datetime | None = None  # when it happened: the order of rows written before places
+    seq: int | None = None  # its place in the job's stream (``JobStream``): the order across tables
 
 
 def _event(row: Any) -> dict[str, Any]:
@@ -67,37 +68,67 @@ def _event(row: Any) -> dict[str, Any]:
             "message": row.message}  # fmt: skip
 
 
-def _after(table: Any, cursors: dict[str, Cursor], field: str) -> Any:
-    """Rows of the watched jobs past each job's own cursor (ids are per table, not per job)."""
-    return or_(*(and_(table.job_id == j, table.id > getattr(c, field)) for j, c in cursors.items()))
+def _after(table: Any, cursors: dict[str, Cursor], field: str, bounds: dict[str, int]) -> Any:
+    """Rows of the watched jobs past each job's own cursor (ids are per table, not per job) and
+    not past its place read first (``bounds``): whole writes only."""
+    return or_(
+        *(
+            and_(
+                table.job_id == j,
+                table.id > getattr(c, field),
+                or_(table.seq.is_(None), table.seq <= bounds[j])
+                if j in bounds
+                else table.seq.is_(None),
+            )
+            for j, c in cursors.items()
+        )
+    )
 
 
 def _read_tables(
     engine: Engine, cursors: dict[str, Cursor], *, limit: int | None = None
 ) -> list[list[Item]]:
     """Events, epoch and step records after each job's cursor, a list per table in id order,
-    each at most ``limit`` rows."""
+    each at most ``limit`` rows.
+
+    Each job's last place (``JobStream``) is read first, then the rows up to it. The three tables
+    are three statements, and on PostgreSQL each sees what was committed when it began: a write
+    that committed between them (an epoch's record and its event) would otherwise be read half
+    in this poll and half in the next, in an order its replay does not give."""
     tables: list[list[Item]] = []
     with engine.connect() as connection:
+        places = select(JobStream.job_id, JobStream.seq).where(JobStream.job_id.in_(list(cursors)))
+        bounds = {row.job_id: row.seq for row in connection.execute(places)}
         events = select(JobEvent).where(
-            _after(JobEvent, cursors, "events"), JobEvent.kind != METRICS_EVENT
+            _after(JobEvent, cursors, "events", bounds), JobEvent.kind != METRICS_EVENT
         )
         rows = connection.execute(events.order_by(JobEvent.id).limit(limit))
-        tables.append([Item(r.job_id, "event", r.id, _event(r), r.created_at) for r in rows])
+        tables.append([Item(r.job_id, "event", r.id, _event(r), r.created_at, r.seq) for r in rows])
         for kind, table, field in (("epoch", EpochMetric, "epochs"), ("step", StepMetric, "steps")):
-            query = select(table.id, table.job_id, table.record, table.created_at).where(
-                _after(table, cursors, field)
+            query = select(table.id, table.job_id, table.record, table.created_at, table.seq)
+            rows = connection.execute(
+                query.where(_after(table, cursors, field, bounds)).order_by(table.id).limit(limit)
             )
-            rows = connection.execute(query.order_by(table.id).limit(limit))
-            tables.append([Item(r.job_id, kind, r.id, r.record, r.created_at) for r in rows])
+            tables.append([Item(r.job_id, kind, r.id, r.record, r.created_at, r.seq) for r in rows])
     return tables
 
 
+RANK = {"step": 0, "epoch": 1, "event": 2}  # within one place (one write): steps, epoch, event
+
+
+def _order(item: Item) -> tuple[Any, ...]:
+    if item.seq is None:  # written before places existed: by time, as then
+        return (0, 0, item.at or datetime.min, RANK[item.kind], item.row_id)
+    return (1, item.seq, datetime.min, RANK[item.kind], item.row_id)
+
+
 def _merged(tables: list[list[Item]]) -> Iterator[Item]:
-    # Interleaved by time, each table kept in id order (a subscriber's cursor is the last id of
-    # each). Sorting by time alone is not that: a worker stamps a report when it happens and writes
-    # it later, so a row can have a higher id and an earlier time than one written meanwhile.
-    return heapq.merge(*tables, key=lambda item: item.at or datetime.min)
+    # Interleaved by place, each table kept in id order (a subscriber's cursor is the last id of
+    # each; under the stream lock ids and places both follow commit order). Places, not times: a
+    # worker stamps a report when it happens and writes it later, so a row can have a higher id
+    # and an earlier time than one written meanwhile, and a live stream (which got that row
+    # first) and its replay (which would sort it back by time) would disagree.
+    return heapq.merge(*tables, key=_order)
 
 
 def read_new(engine: Engine, cursors: dict[str, Cursor]) -> list[Item]:

@@ -1,5 +1,6 @@
 """A job's stream rows: its events, and its epoch and step records (the fine-tuning API's
-metrics events with them). Writers take the job's stream lock so that ids follow commit order."""
+metrics events with them). Writers take the job's stream lock so that ids follow commit order,
+and a place in the job's stream that follows it across the three tables."""
 
 from __future__ import annotations
 
@@ -7,24 +8,45 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, select, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from gradacc.db import upsert
 from gradacc.openai.names import evaluation_metrics, openai_metrics
-from gradacc.tables import EpochMetric, JobEvent, StepMetric, utcnow
+from gradacc.tables import EpochMetric, JobEvent, JobStream, StepMetric, utcnow
 
 
-def lock_job_stream(session: Session, *, job_id: str) -> None:
-    """PostgreSQL: writers of one job's stream rows (events, step and epoch records) take turns
-    until commit, so that the ids of a job's rows follow their commit order. The stream's cursor
-    is the last id sent (``api.stream.reads``): a row that got a lower id but committed after a
-    higher one would otherwise never be sent. (SQLite has one writer at a time anyway.)"""
-    if session.get_bind().dialect.name == "postgresql":
-        key = text("SELECT pg_advisory_xact_lock(hashtext('gradacc-stream'), hashtext(:job))")
-        # No autoflush: the lock needs no pending row written, and a row's own error (a POST's
-        # idempotency race on the job it adds) belongs to the caller's commit, not to here.
-        with session.no_autoflush:
+def next_stream_place(session: Session, *, job_id: str) -> int:
+    """Take the job's stream lock, then the next place in its stream (``JobStream``): the
+    ``seq`` of the rows this call writes.
+
+    PostgreSQL: writers of one job's stream rows (events, step and epoch records) take turns until
+    commit, so that the ids of a job's rows follow their commit order. The stream's cursor is the
+    last id sent (``api.stream.reads``): a row that got a lower id but committed after a higher one
+    would otherwise never be sent. (SQLite has one writer at a time anyway.) The places follow the
+    same order across the three tables: the stream is merged by them, so a live stream and its
+    replay agree (by time they did not: a worker stamps an event when it happens and writes it
+    later, after rows stamped when written)."""
+    dialect = session.get_bind().dialect.name
+    # No autoflush: the lock needs no pending row written, and a row's own error (a POST's
+    # idempotency race on the job it adds) belongs to the caller's commit, not to here.
+    with session.no_autoflush:
+        if dialect == "postgresql":
+            key = text("SELECT pg_advisory_xact_lock(hashtext('gradacc-stream'), hashtext(:job))")
             session.execute(key, {"job": job_id})
+        if dialect in ("postgresql", "sqlite"):
+            module: Any = postgresql if dialect == "postgresql" else sqlite
+            bump = module.insert(JobStream).values(job_id=job_id, seq=1)
+            bump = bump.on_conflict_do_update(
+                index_elements=["job_id"], set_={"seq": JobStream.seq + 1}
+            ).returning(JobStream.seq)
+            return int(session.execute(bump).scalar_one())
+        stream = session.get(JobStream, job_id, with_for_update=True)
+        if stream is None:
+            stream = JobStream(job_id=job_id, seq=0)
+            session.add(stream)
+        stream.seq += 1
+        return stream.seq
 
 
 def add_event(
@@ -36,9 +58,11 @@ def add_event(
     at: datetime | None = None,
     data: dict[str, Any] | None = None,
 ) -> None:
-    lock_job_stream(session, job_id=job_id)
+    seq = next_stream_place(session, job_id=job_id)
     moment = at or utcnow()
-    session.add(JobEvent(job_id=job_id, kind=kind, message=message, created_at=moment, data=data))
+    session.add(
+        JobEvent(job_id=job_id, kind=kind, message=message, created_at=moment, data=data, seq=seq)
+    )
 
 
 METRICS_EVENT = "metrics"  # the fine-tuning API's metrics events; /v1/jobs leaves them out
@@ -95,8 +119,8 @@ def record_epoch_metrics(
 ) -> None:
     """Insert one epoch's record, or replace it: (job, epoch) is unique, a rewrite never doubles.
     ``metrics_events``: a fine-tuning job's; its evaluation joins them."""
-    lock_job_stream(session, job_id=job_id)
     values = {
+        "seq": next_stream_place(session, job_id=job_id),
         "job_id": job_id,
         "epoch": int(record["epoch"]),
         "train_loss": _float_or_none(record.get("train_loss")),
@@ -118,9 +142,9 @@ def record_step_metrics(
     job's, which the fine-tuning API also lists as events."""
     if not records:
         return
-    lock_job_stream(session, job_id=job_id)
-    rows = [{"job_id": job_id, "step": int(r["step"]), "record": r, "created_at": utcnow()}
-            for r in records]  # fmt: skip
+    seq = next_stream_place(session, job_id=job_id)
+    rows = [{"job_id": job_id, "step": int(r["step"]), "record": r, "created_at": utcnow(),
+             "seq": seq} for r in records]  # fmt: skip
     upsert(session, StepMetric, rows, keys=["job_id", "step"], update=["record"])
     if metrics_events:
         # Replaced like the records themselves: a resume's steps are never listed twice.

@@ -8,14 +8,15 @@ import json
 import threading
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from fastapi.testclient import TestClient
 from httpx_sse import connect_sse
-from sqlalchemy import func, select
+from sqlalchemy import Engine, event, func, select
 
-from api.stream.reads import Cursor, read_new
+from api.stream.reads import Cursor, Item, read_new, read_page
 from gradacc.db import get_read_engine, session_scope
-from gradacc.jobs.records import add_event
+from gradacc.jobs.records import add_event, record_epoch_metrics, record_step_metrics
 from gradacc.settings import Settings
 from gradacc.tables import JobEvent, utcnow
 from tests.conftest import TINY
@@ -50,7 +51,7 @@ def test_a_row_that_commits_after_a_higher_id_still_reaches_the_stream(
 ) -> None:
     """PostgreSQL hands out ids when rows are inserted, not when they commit. The stream's cursor
     is the last id sent, so a row committed after a higher id was read would never be sent; the
-    writers of one job's rows take turns until commit instead (``gradacc.jobs.states.lock_job_stream``).
+    writers of one job's rows take turns until commit instead (``gradacc.jobs.records.next_stream_place``).
     Here transaction A takes an id and holds it uncommitted while B tries to write after it."""
     settings = Settings(home=tmp_path, database_url=pg_url)
     job_id = make_job(settings)
@@ -78,3 +79,87 @@ def test_a_row_that_commits_after_a_higher_id_still_reaches_the_stream(
     assert not writer.is_alive()
     streamed += read_new(engine, {job_id: cursor})
     assert [item.data["kind"] for item in streamed] == ["first", "second"]
+
+
+def _live(engine: Engine, job_id: str, cursor: Cursor, items: list[Item]) -> Cursor:
+    """One poll of the hub: what it reads after ``cursor``, appended; the cursor after it."""
+    for item in read_new(engine, {job_id: cursor}):
+        items.append(item)
+        c = cursor
+        cursor = {
+            "event": Cursor(max(c.events, item.row_id), c.steps, c.epochs),
+            "step": Cursor(c.events, max(c.steps, item.row_id), c.epochs),
+            "epoch": Cursor(c.events, c.steps, max(c.epochs, item.row_id)),
+        }[item.kind]
+    return cursor
+
+
+def _replay(engine: Engine, job_id: str) -> list[tuple[str, int]]:
+    page, more = read_page(engine, job_id=job_id, since=Cursor())
+    assert not more
+    return [(item.kind, item.row_id) for item in page]
+
+
+def test_a_live_stream_and_its_replay_give_the_same_order(db_settings: Settings) -> None:
+    """A worker stamps an event when it happens and writes it later, after step records stamped
+    when written: by time, a replay put the event before steps that a live subscriber had been
+    sent first (``test_stream.py`` failed so, once in two copies of the suite). Here: steps; an
+    event stamped a minute earlier; an epoch's record and its event in one write, as the worker's
+    reporter writes them; a poll after each. The replay equals the live order."""
+    settings = db_settings
+    job_id = make_job(settings)
+    engine = get_read_engine(settings.resolved_database_url())
+    live: list[Item] = []
+    cursor = _live(engine, job_id, Cursor(), live)
+    earlier = utcnow() - timedelta(minutes=1)
+    with session_scope(settings) as session:
+        record_step_metrics(session, job_id=job_id, records=[{"step": 1}, {"step": 2}])
+        session.commit()
+    cursor = _live(engine, job_id, cursor, live)
+    with session_scope(settings) as session:
+        add_event(session, job_id=job_id, kind="checkpoint", message="stamped early", at=earlier)
+        session.commit()
+    cursor = _live(engine, job_id, cursor, live)
+    with session_scope(settings) as session:
+        record_epoch_metrics(session, job_id=job_id, record={"epoch": 1, "train_loss": 0.5})
+        add_event(session, job_id=job_id, kind="epoch", message="epoch 1 done", at=earlier)
+        session.commit()
+    _live(engine, job_id, cursor, live)
+    kinds = [(item.kind, item.data.get("kind")) for item in live]
+    assert kinds == [("step", None), ("step", None), ("event", "checkpoint"), ("epoch", None),
+                     ("event", "epoch")]  # fmt: skip
+    assert _replay(engine, job_id) == [(item.kind, item.row_id) for item in live]
+
+
+def test_a_poll_never_reads_half_of_a_write(pg_url: str, tmp_path: Path) -> None:
+    """PostgreSQL: each of a poll's three reads sees what was committed when it began. A write
+    (an event, then step records) that commits between the events read and the steps read was
+    read half in one poll (its steps) and half in the next (its event): live, the steps came
+    first; replayed, the event. The poll reads the job's last place first and no row past it."""
+    settings = Settings(home=tmp_path, database_url=pg_url)
+    job_id = make_job(settings)
+    engine = get_read_engine(pg_url)
+    with session_scope(settings) as session:
+        add_event(session, job_id=job_id, kind="queued", message="queued")
+        session.commit()
+    written: list[bool] = []
+
+    def write_between(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if "FROM job_events" in statement and not written:
+            written.append(True)
+            with session_scope(settings) as session:
+                add_event(session, job_id=job_id, kind="checkpoint", message="first in the write")
+                record_step_metrics(session, job_id=job_id, records=[{"step": 1}])
+                session.commit()
+
+    cursor = _live(engine, job_id, Cursor(), live := [])
+    event.listen(engine.engine, "after_cursor_execute", write_between)
+    try:
+        cursor = _live(engine, job_id, cursor, live)
+    finally:
+        event.remove(engine.engine, "after_cursor_execute", write_between)
+    assert written and [item.kind for item in live] == ["event"]  # "queued" alone: not the step
+    _live(engine, job_id, cursor, live)
+    assert [(item.kind, item.data.get("kind")) for item in live] == [
+        ("event", "queued"), ("event", "checkpoint"), ("step", None)]  # fmt: skip
+    assert _replay(engine, job_id) == [(item.kind, item.row_id) for item in live]

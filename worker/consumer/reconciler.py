@@ -48,7 +48,7 @@ def reconcile_jobs(
         orphaned = (Job.status == JobStatus.RUNNING) & (Job.heartbeat_at < stale)
         query = select(Job.id, Job.status, failed_attempts(), Job.enqueued_at,
                        Job.gang_releases, Job.released_at)  # fmt: skip
-        # In id order: each job's events lock its stream (gradacc.jobs.states.lock_job_stream), and two
+        # In id order: each job's events lock its stream (gradacc.jobs.records.next_stream_place), and two
         # reconcilers taking those locks in one order cannot deadlock.
         for job_id, status, failures, enqueued_at, releases, released_at in session.execute(
             query.where(lost_queued | orphaned).order_by(Job.id)
