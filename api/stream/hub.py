@@ -45,15 +45,12 @@ class Subscriber:
 
     def wants(self, item: Item) -> bool:
         """Not already sent (history and live may overlap); advances the cursor."""
-        c = self.cursor
-        if item.kind == "event" and item.row_id > c.events:
-            self.cursor = Cursor(item.row_id, c.steps, c.epochs)
-        elif item.kind == "step" and item.row_id > c.steps:
-            self.cursor = Cursor(c.events, item.row_id, c.epochs)
-        elif item.kind == "epoch" and item.row_id > c.epochs:
-            self.cursor = Cursor(c.events, c.steps, item.row_id)
-        elif item.kind != "job":
+        if item.kind == "job":
+            return True
+        moved = self.cursor.past(item.kind, item.row_id)
+        if moved == self.cursor:
             return False
+        self.cursor = moved
         return True
 
 
@@ -143,15 +140,8 @@ class StreamHub:
 
     def _advance(self, item: Item) -> None:
         c = self.cursors.get(item.job_id)
-        if c is None:
-            return
-        if item.kind == "event":
-            c = Cursor(max(c.events, item.row_id), c.steps, c.epochs)
-        elif item.kind == "step":
-            c = Cursor(c.events, max(c.steps, item.row_id), c.epochs)
-        else:
-            c = Cursor(c.events, c.steps, max(c.epochs, item.row_id))
-        self.cursors[item.job_id] = c
+        if c is not None:
+            self.cursors[item.job_id] = c.past(item.kind, item.row_id)
 
     def _publish(self, item: Item) -> None:
         for subscriber in list(self.subscribers.get(item.job_id, ())):

@@ -43,6 +43,15 @@ class Cursor:
             raise ValueError(text)
         return cls(events, steps, epochs)
 
+    def past(self, kind: str, row_id: int) -> Cursor:
+        """This cursor moved past row ``row_id`` of ``kind``'s table ("event", "step" or
+        "epoch"), never back."""
+        if kind == "event":
+            return Cursor(max(self.events, row_id), self.steps, self.epochs)
+        if kind == "step":
+            return Cursor(self.events, max(self.steps, row_id), self.epochs)
+        return Cursor(self.events, self.steps, max(self.epochs, row_id))
+
     def low(self, other: Cursor) -> Cursor:
         return Cursor(
             min(self.events, other.events),

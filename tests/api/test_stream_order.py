@@ -73,7 +73,7 @@ def test_a_row_that_commits_after_a_higher_id_still_reaches_the_stream(
         writer.join(timeout=1.0)  # without the turn-taking it commits here, ahead of "first"
         streamed = read_new(engine, {job_id: cursor})
         for item in streamed:  # the hub advances its cursor over what it read
-            cursor = Cursor(events=max(cursor.events, item.row_id))
+            cursor = cursor.past(item.kind, item.row_id)
         first.commit()
     writer.join(timeout=30)
     assert not writer.is_alive()
@@ -85,12 +85,7 @@ def _live(engine: Engine, job_id: str, cursor: Cursor, items: list[Item]) -> Cur
     """One poll of the hub: what it reads after ``cursor``, appended; the cursor after it."""
     for item in read_new(engine, {job_id: cursor}):
         items.append(item)
-        c = cursor
-        cursor = {
-            "event": Cursor(max(c.events, item.row_id), c.steps, c.epochs),
-            "step": Cursor(c.events, max(c.steps, item.row_id), c.epochs),
-            "epoch": Cursor(c.events, c.steps, max(c.epochs, item.row_id)),
-        }[item.kind]
+        cursor = cursor.past(item.kind, item.row_id)
     return cursor
 
 
