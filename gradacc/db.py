@@ -76,6 +76,14 @@ def session_scope(settings: Settings) -> Iterator[Session]:
         yield session
 
 
+def conflict_insert(session: Session) -> Any | None:
+    """The ``insert`` of the session's dialect that has ``ON CONFLICT`` (PostgreSQL's and
+    SQLite's), or None for another dialect."""
+    return {"postgresql": postgresql.insert, "sqlite": sqlite.insert}.get(
+        session.get_bind().dialect.name
+    )
+
+
 def upsert(
     session: Session,
     table: Any,
@@ -86,11 +94,10 @@ def upsert(
 ) -> None:
     """Insert ``rows``, or update their ``update`` columns where a row with the same ``keys``
     exists (PostgreSQL and SQLite: ``ON CONFLICT DO UPDATE``; another dialect: a plain insert)."""
-    dialect = session.get_bind().dialect.name
-    if dialect not in ("postgresql", "sqlite"):
+    insert_on_conflict = conflict_insert(session)
+    if insert_on_conflict is None:
         session.execute(insert(table), rows if isinstance(rows, list) else [rows])
         return
-    module: Any = postgresql if dialect == "postgresql" else sqlite
-    stmt = module.insert(table).values(rows)
+    stmt = insert_on_conflict(table).values(rows)
     set_ = {column: stmt.excluded[column] for column in update}
     session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=set_))

@@ -79,15 +79,14 @@ def _event(row: Any) -> dict[str, Any]:
 
 def _after(table: Any, cursors: dict[str, Cursor], field: str, bounds: dict[str, int]) -> Any:
     """Rows of the watched jobs past each job's own cursor (ids are per table, not per job) and
-    not past its place read first (``bounds``): whole writes only."""
+    not past its place read first (``bounds``; places start at 1, so a job without one has only
+    rows written before places existed): whole writes only."""
     return or_(
         *(
             and_(
                 table.job_id == j,
                 table.id > getattr(c, field),
-                or_(table.seq.is_(None), table.seq <= bounds[j])
-                if j in bounds
-                else table.seq.is_(None),
+                or_(table.seq.is_(None), table.seq <= bounds.get(j, 0)),
             )
             for j, c in cursors.items()
         )

@@ -8,10 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, select, text
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from gradacc.db import upsert
+from gradacc.db import conflict_insert, upsert
 from gradacc.openai.names import evaluation_metrics, openai_metrics
 from gradacc.tables import EpochMetric, JobEvent, JobStream, StepMetric, utcnow
 
@@ -27,16 +26,15 @@ def next_stream_place(session: Session, *, job_id: str) -> int:
     same order across the three tables: the stream is merged by them, so a live stream and its
     replay agree (by time they did not: a worker stamps an event when it happens and writes it
     later, after rows stamped when written)."""
-    dialect = session.get_bind().dialect.name
     # No autoflush: the lock needs no pending row written, and a row's own error (a POST's
     # idempotency race on the job it adds) belongs to the caller's commit, not to here.
     with session.no_autoflush:
-        if dialect == "postgresql":
+        if session.get_bind().dialect.name == "postgresql":
             key = text("SELECT pg_advisory_xact_lock(hashtext('gradacc-stream'), hashtext(:job))")
             session.execute(key, {"job": job_id})
-        if dialect in ("postgresql", "sqlite"):
-            module: Any = postgresql if dialect == "postgresql" else sqlite
-            bump = module.insert(JobStream).values(job_id=job_id, seq=1)
+        insert_on_conflict = conflict_insert(session)
+        if insert_on_conflict is not None:
+            bump = insert_on_conflict(JobStream).values(job_id=job_id, seq=1)
             bump = bump.on_conflict_do_update(
                 index_elements=["job_id"], set_={"seq": JobStream.seq + 1}
             ).returning(JobStream.seq)

@@ -71,13 +71,12 @@ def test_a_row_that_commits_after_a_higher_id_still_reaches_the_stream(
         writer = threading.Thread(target=write_second)
         writer.start()
         writer.join(timeout=1.0)  # without the turn-taking it commits here, ahead of "first"
-        streamed = read_new(engine, {job_id: cursor})
-        for item in streamed:  # the hub advances its cursor over what it read
-            cursor = cursor.past(item.kind, item.row_id)
+        streamed: list[Item] = []
+        cursor = _live(engine, job_id, cursor, streamed)
         first.commit()
     writer.join(timeout=30)
     assert not writer.is_alive()
-    streamed += read_new(engine, {job_id: cursor})
+    _live(engine, job_id, cursor, streamed)
     assert [item.data["kind"] for item in streamed] == ["first", "second"]
 
 
@@ -147,7 +146,8 @@ def test_a_poll_never_reads_half_of_a_write(pg_url: str, tmp_path: Path) -> None
                 record_step_metrics(session, job_id=job_id, records=[{"step": 1}])
                 session.commit()
 
-    cursor = _live(engine, job_id, Cursor(), live := [])
+    live: list[Item] = []
+    cursor = _live(engine, job_id, Cursor(), live)
     event.listen(engine.engine, "after_cursor_execute", write_between)
     try:
         cursor = _live(engine, job_id, cursor, live)

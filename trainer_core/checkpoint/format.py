@@ -79,6 +79,12 @@ def discard(folder: Path) -> None:
     shutil.rmtree(gone, ignore_errors=True)
 
 
+def kept_at(latest: Path, step: int) -> Path:
+    """Where the checkpoint of ``step`` is kept once a newer one is ``latest``:
+    ``checkpoint-<step>/`` beside ``checkpoint/``."""
+    return latest.with_name(f"{latest.name}-{step}")
+
+
 def _rename_once(source: Path, target: Path) -> None:
     """Rename, unless another process did it first (``source`` gone, ``target`` there)."""
     try:
@@ -112,7 +118,7 @@ def recover_interrupted_swap(path: Path) -> None:
     if step_of(path) < 0:
         return  # not a checkpoint this module wrote: left for the next save to replace
     step = step_of(old)
-    kept = path.with_name(f"{path.name}-{step}")
+    kept = kept_at(path, step)
     if step >= 0 and step != step_of(path) and not kept.exists():
         _rename_once(old, kept)
     else:
@@ -131,7 +137,7 @@ def read_state_json(path: Path) -> dict[str, Any] | None:
 
 def best_checkpoint(latest: Path, step: int) -> Path:
     """The kept checkpoint of ``step``: ``latest`` (``checkpoint/``) or ``checkpoint-<step>/``."""
-    folder = latest if step_of(latest) == step else latest.with_name(f"{latest.name}-{step}")
+    folder = latest if step_of(latest) == step else kept_at(latest, step)
     if step_of(folder) != step:
         raise FileNotFoundError(f"the checkpoint of step {step} is not kept in {latest.parent}")
     return folder

@@ -37,6 +37,7 @@ from trainer_core.checkpoint.format import (
     TRAINER_STATE,
     WEIGHTS,
     discard,
+    kept_at,
     recover_interrupted_swap,
     rng_state,
 )
@@ -151,7 +152,7 @@ def install(path: Path, snap: Snapshot, keep: int, keep_step: int | None = None)
     tmp.rename(path)
     if old.exists():
         if keep > 1 or (keep_step is not None and step_of(old) == keep_step):
-            old.rename(path.with_name(f"{path.name}-{step_of(old)}"))
+            old.rename(kept_at(path, step_of(old)))
         else:
             discard(old)
     older = sorted(path.parent.glob(f"{path.name}-*"), key=step_of, reverse=True)
