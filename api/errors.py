@@ -33,12 +33,12 @@ from gradacc.errors import (
     NotReady,
     NotTrained,
     NoWorkers,
+    OverShare,
     PredictionFailed,
     PredictionTimeout,
     StorageQuotaExceeded,
     TooManyJobs,
     TooManyPredictions,
-    TooManyPreviews,
     TooManyStreams,
     Unauthorized,
 )
@@ -69,7 +69,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     PredictionFailed: 500,
     PredictionTimeout: 504,
     TooManyPredictions: 429,
-    TooManyPreviews: 429,
+    OverShare: 429,
 }
 _LOCATIONS = {"body", "query", "path", "header"}
 _HTTP_CODES = {

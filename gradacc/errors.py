@@ -200,11 +200,11 @@ class TooManyPredictions(DomainError):
         )
 
 
-class TooManyPreviews(DomainError):
-    """More dataset previews running at once than the API runs (each is a child process)."""
+class OverShare(DomainError):
+    """Over a tenant's share (or the API process's) of something that runs now: grader runs,
+    chat requests and their tokens, previews. ``param`` names the setting; ``code`` says what."""
 
-    code = "too_many_previews"
-    param = "GRADACC_MAX_PREVIEWS"
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"{limit} previews are running (limit {limit}, {self.param}); retry soon")
+    def __init__(self, message: str, *, code: str, setting: str) -> None:
+        super().__init__(f"{message} ({setting}); retry when one ends")
+        self.code = code
+        self.param = setting

@@ -167,6 +167,7 @@ class Settings(BaseSettings):
     max_predicts_per_tenant: int = Field(default=16, ge=1)
     # Dataset previews run at once in the API (POST /v1/files/{id}/preview: a child process each).
     max_previews: int = Field(default=2, ge=1)
+    max_previews_per_tenant: int = Field(default=1, ge=1)
     # Each preview child's address space (RLIMIT_AS, imports included: a normal preview of the
     # built-in chat model peaked at ~2.2 GiB, most of it mapped, not resident) and wall clock;
     # past either, that preview is a 422 naming rows and the API carries on.
@@ -184,6 +185,11 @@ class Settings(BaseSettings):
     serve_token: str | None = Field(default=None, min_length=16)
     serve_max_completion_tokens: int = Field(default=1024, ge=1)
     serve_timeout_s: float = Field(default=120.0, gt=0)
+    # A tenant's share of chat and completion requests in flight through one API process, and of
+    # the tokens they may generate (n x max tokens each, the default max when none is asked):
+    # past either, a 429 naming it while other tenants are served.
+    max_chats_per_tenant: int = Field(default=8, ge=1)
+    max_chat_tokens_per_tenant: int = Field(default=16384, ge=1)
     # Models answered by external OpenAI-compatible servers (vLLM, SGLang): a JSON object from a
     # model pattern (a name, "prefix*", "*") to {base_url, api_key | api_key_env, model}
     # (gradacc.upstreams; docs/serving.md). Checked at start: a bad entry stops the process.
@@ -194,6 +200,18 @@ class Settings(BaseSettings):
     grader_cpu_s: int = Field(default=120, ge=1, le=3600)
     grader_wall_s: float = Field(default=120.0, gt=0, le=3600)
     grader_memory_bytes: int = Field(default=2 << 30, ge=64 << 20)
+    # One grading's budget over all its processes (gradacc.graders.budget, docs/security.md):
+    # processes and threads at once, CPUs' worth of time, the uid the grader runs as when the
+    # server is root, and where its cgroup is made ("auto", "off", or a delegated v2 directory).
+    grader_pids: int = Field(default=8, ge=1, le=4096)
+    grader_cpus: float = Field(default=1.0, gt=0, le=1024)
+    grader_uid: int = Field(default=65534, ge=1)
+    grader_cgroup: str = "auto"
+    # POST /v1/fine_tuning/alpha/graders/run, per API process: gradings at once (in threads of
+    # their own, not the API's pool), per tenant, and the whole of one request's grading.
+    max_grader_runs: int = Field(default=4, ge=1, le=256)
+    max_grader_runs_per_tenant: int = Field(default=2, ge=1)
+    grader_run_deadline_s: float = Field(default=300.0, gt=0, le=3600)
     # The job stream's one reader per API process polls the database this often: the delay of
     # a stream message is at most about this plus the training process's own write interval.
     stream_poll_interval_s: float = Field(default=0.25, gt=0)

@@ -28,8 +28,15 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 SETTING = "GRADACC_SERVE_UPSTREAMS"
 ANY = "*"
 # The names this server gives its own models: a name in them is checked for the tenant here
-# (another tenant's ``ft:`` model is a 404) even when a pattern sends it elsewhere.
+# (another tenant's ``ft:`` model is a 404) even when a pattern sends it elsewhere, and so is the
+# name a rewrite sends (``"vllm/*": {"model": "*"}`` makes ``vllm/ft:…`` an ``ft:`` name).
 OWN_PREFIXES = ("builtin:", "ft:")
+
+
+def is_own_name(name: str) -> bool:
+    """Whether ``name`` reads as one of this server's own, whatever its case or outer spaces
+    (an upstream may be lenient where this server is not)."""
+    return name.strip().lower().startswith(OWN_PREFIXES)
 
 
 class UpstreamServer(BaseModel):
@@ -55,6 +62,11 @@ class UpstreamRoute:
         if self.pattern.endswith(ANY) and rewrite.endswith(ANY):
             return rewrite[:-1] + name[len(self.pattern) - 1 :]
         return rewrite
+
+    def own_names(self, name: str) -> list[str]:
+        """Of the client's name and the one sent upstream, those that read as this server's
+        own: each must be the tenant's before anything is sent."""
+        return [n for n in dict.fromkeys((name, self.upstream_model(name))) if is_own_name(n)]
 
     def headers(self) -> dict[str, str]:
         """The server's own key: the client's never leaves this API."""
@@ -82,7 +94,7 @@ class Upstreams:
         """Exact names for /v1/models: not the globs (no list of what they reach), and not
         names of this server's own (a tenant's ``ft:`` name is not everyone's to see)."""
         exact = (r.pattern for r in self.routes if not r.pattern.endswith(ANY))
-        return sorted(name for name in exact if not name.startswith(OWN_PREFIXES))
+        return sorted(name for name in exact if not is_own_name(name))
 
 
 def parse_upstreams(raw: str | None, *, environ: Mapping[str, str]) -> Upstreams:

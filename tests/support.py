@@ -8,12 +8,15 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import uvicorn
 from sqlalchemy import select
 
 from gradacc.db import session_scope
@@ -192,3 +195,19 @@ def serves(sdk: Any, model: str) -> bool:
         assert exc.status_code == 503, exc
         return False
     return True
+
+
+@contextmanager
+def served_in_thread(app: Any) -> Iterator[str]:
+    """``app`` on a real HTTP server (uvicorn in a thread of this process): its URL. For what the
+    in-process test client cannot show: a client that goes away, connections held open."""
+    port = free_port()
+    served = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+    thread = threading.Thread(target=served.run, daemon=True)
+    thread.start()
+    wait_until(lambda: served.started, timeout=60, what="uvicorn")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        served.should_exit = True
+        thread.join(timeout=30)

@@ -23,6 +23,11 @@ router = APIRouter(
         401: {"model": ErrorResponse},
         413: {"model": ErrorResponse},
         415: {"model": ErrorResponse},
+        429: {
+            "model": ErrorResponse,
+            "description": "Over the tenant's or the server's share of "
+            "grader runs; param names the setting",
+        },
     },
 )
 
@@ -34,7 +39,7 @@ async def run_grader(
     body: GraderRunRequest, request: Request, settings: SettingsDep, tenant: TenantDep
 ) -> GraderRunResponse:
     return await grader_services.run(request.app.state.sessionmaker, settings, body=body,
-                                     tenant=tenant)  # fmt: skip
+                                     tenant=tenant, gone=request.is_disconnected)  # fmt: skip
 
 
 @router.post("/validate", response_model=GraderValidateResponse, summary="Validate a grader",

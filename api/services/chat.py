@@ -7,18 +7,21 @@ one is."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
 from fastapi import Response
+from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from api.schemas.chat import ChatCompletionRequest, ChatMessage, CompletionRequest
+from api.services.shares import CHAT_TOKENS, CHATS, Cap
 from api.services.upstream import Upstream, forward
 from gradacc.errors import InvalidRequest, NoWorkers
 from gradacc.serving import TENANT_HEADER, pick_server, resolve_model
 from gradacc.settings import Settings
-from gradacc.upstreams import OWN_PREFIXES, UpstreamRoute
+from gradacc.upstreams import UpstreamRoute
 from trainer_core.spec.tools import answer_problems, tool_call_problems, tools_problems
 
 # OpenAI's fields that would change the answer in ways this server cannot: named when given.
@@ -126,7 +129,63 @@ async def complete(
     body: ChatCompletionRequest | CompletionRequest,
     tenant: str,
 ) -> Response:
-    """``path`` is relative to a server's ``/v1`` (``/chat/completions``)."""
+    """``path`` is relative to a server's ``/v1`` (``/chat/completions``). Held against the
+    tenant's share of requests and tokens in flight until the answer, or its stream, ends."""
+    give_back = _take_share(body, settings, tenant)
+    try:
+        answer = await _complete(sessions, settings, path=path, body=body, tenant=tenant)
+    except BaseException:
+        give_back()
+        raise
+    if isinstance(answer, StreamingResponse):
+        answer.body_iterator = _then(answer.body_iterator, give_back)
+    else:
+        give_back()
+    return answer
+
+
+def _take_share(
+    body: ChatCompletionRequest | CompletionRequest, settings: Settings, tenant: str
+) -> Callable[[], None]:
+    asked = (
+        getattr(body, "max_completion_tokens", None)
+        or body.max_tokens
+        or settings.serve_max_completion_tokens
+    )
+    tokens = (body.n or 1) * asked
+    release_request = CHATS.take(
+        tenant, Cap(settings.max_chats_per_tenant, "GRADACC_MAX_CHATS_PER_TENANT")
+    )
+    try:
+        release_tokens = CHAT_TOKENS.take(tenant, Cap(settings.max_chat_tokens_per_tenant,
+                                          "GRADACC_MAX_CHAT_TOKENS_PER_TENANT"), amount=tokens)  # fmt: skip
+    except BaseException:
+        release_request()
+        raise
+
+    def give_back() -> None:
+        release_tokens()
+        release_request()
+
+    return give_back
+
+
+async def _then(pieces: AsyncIterable[Any], done: Callable[[], None]) -> AsyncIterator[Any]:
+    try:
+        async for piece in pieces:
+            yield piece
+    finally:  # the stream ended, or the client went away
+        done()
+
+
+async def _complete(
+    sessions: sessionmaker[Session],
+    settings: Settings,
+    *,
+    path: str,
+    body: ChatCompletionRequest | CompletionRequest,
+    tenant: str,
+) -> Response:
     route = settings.serve_upstreams.match(body.model)
     if route is not None:
         return await _complete_upstream(sessions, settings, route, path=path, body=body,
@@ -159,12 +218,14 @@ async def _complete_upstream(
 ) -> Response:
     """Forwarded whole: what the upstream serves (tools, images, response_format) and its limits
     are its own, and its errors pass through. A name of this server's own (a built-in, an ``ft:``
-    model) is checked for the tenant first, so a ``*`` route never opens another tenant's model."""
-    if body.model.startswith(OWN_PREFIXES):
+    model) is checked for the tenant first, and so is the name a rewrite sends, so a route never
+    opens another tenant's model."""
+    if own := route.own_names(body.model):
 
         def check() -> None:
             with sessions() as session:
-                resolve_model(session, settings, model=body.model, tenant=tenant)
+                for name in own:
+                    resolve_model(session, settings, model=name, tenant=tenant)
 
         await run_in_threadpool(check)
     sent = body.model_dump(exclude_none=True) | {"model": route.upstream_model(body.model)}

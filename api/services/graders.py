@@ -1,17 +1,26 @@
 """Try a grader before training with it (OpenAI's alpha graders API): ``validate`` parses it as a
 reinforcement job would, ``run`` scores one sample. Model graders ask this server's own chat
-completions path (``api.services.chat.complete``), for the caller's tenant."""
+completions path (``api.services.chat.complete``), for the caller's tenant.
+
+A run grades in a thread of its own, never one of the API's pool (whose tokens every sync route
+needs), within the tenant's share and the process's (``GRADACC_MAX_GRADER_RUNS[_PER_TENANT]``),
+under one deadline for the whole request (``GRADACC_GRADER_RUN_DEADLINE_S``), and stops when
+the client goes away: its sandbox is killed and no further sub-grader starts."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+import anyio
 import anyio.from_thread
+import anyio.to_thread
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
-from starlette.concurrency import run_in_threadpool
 
 from api.schemas.chat import ChatCompletionRequest
 from api.schemas.graders import (
@@ -23,6 +32,7 @@ from api.schemas.graders import (
     GraderValidateResponse,
 )
 from api.services import chat as chat_services
+from api.services.shares import GRADER_RUNS, Cap
 from gradacc.errors import InvalidRequest
 from gradacc.graders import ChatFn, ChatReply, GraderResult, Grading, run_grader
 from gradacc.graders.limits import sandbox_limits
@@ -48,13 +58,49 @@ def validate(*, body: GraderValidateRequest) -> GraderValidateResponse:
     return GraderValidateResponse(grader=grader.model_dump(mode="json", exclude_none=True))
 
 
+WATCH_S = 0.25  # how often a running grading asks whether its client is still there
+
+
 async def run(
-    sessions: sessionmaker[Session], settings: Settings, *, body: GraderRunRequest, tenant: str
+    sessions: sessionmaker[Session],
+    settings: Settings,
+    *,
+    body: GraderRunRequest,
+    tenant: str,
+    gone: Callable[[], Awaitable[bool]],
 ) -> GraderRunResponse:
+    """``gone``: whether the client went away (``Request.is_disconnected``)."""
     grader = parse(body.grader)
-    grading = Grading(chat=_chat(sessions, settings, tenant), limits=sandbox_limits(settings))
-    result = await run_in_threadpool(run_grader, grader, body.model_sample, body.item, grading)
+    mine = Cap(settings.max_grader_runs_per_tenant, "GRADACC_MAX_GRADER_RUNS_PER_TENANT")
+    every = Cap(settings.max_grader_runs, "GRADACC_MAX_GRADER_RUNS")
+    with GRADER_RUNS.hold(tenant, mine, total=every):
+        cancel = threading.Event()
+        grading = Grading(chat=_chat(sessions, settings, tenant), limits=sandbox_limits(settings),
+                          deadline=time.monotonic() + settings.grader_run_deadline_s,
+                          cancel=cancel)  # fmt: skip
+        work = partial(run_grader, grader, body.model_sample, body.item, grading)
+        result = await _while_connected(work, gone, cancel)
     return response(result)
+
+
+async def _while_connected(
+    work: Callable[[], GraderResult], gone: Callable[[], Awaitable[bool]], cancel: threading.Event
+) -> GraderResult:
+    """``work`` in a thread of its own limiter (no token of the API's pool); ``cancel`` set as
+    soon as the client is gone."""
+
+    async def watch() -> None:
+        while not await gone():
+            await anyio.sleep(WATCH_S)
+        cancel.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch)
+        try:
+            result = await anyio.to_thread.run_sync(work, limiter=anyio.CapacityLimiter(1))
+        finally:
+            group.cancel_scope.cancel()
+    return result
 
 
 def response(result: GraderResult) -> GraderRunResponse:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,7 +18,8 @@ from sqlalchemy.orm import Session
 
 from api.schemas.preview import PreviewRead, PreviewRequest
 from api.services.files import get_file
-from gradacc.errors import InvalidRequest, TooManyPreviews
+from api.services.shares import PREVIEWS, Cap
+from gradacc.errors import InvalidRequest, ModelNotFound
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.sources.files import check_file_refs, file_refs, local_source
@@ -29,8 +29,6 @@ from trainer_core.spec.job import JobSpec
 from trainer_core.spec.sources import classify_source
 
 BAD_PREVIEW = 2  # trainer_core.preview's exit status for a problem with the request
-_running: dict[int, threading.BoundedSemaphore] = {}  # the cap, per configured limit
-_lock = threading.Lock()
 # The child: its address space capped, then ``python -m trainer_core.preview``. A bootstrap, not
 # a ``preexec_fn`` (unsafe in a server with threads), so the cap covers the imports too.
 _CHILD = (
@@ -45,11 +43,6 @@ _OUT_OF_MEMORY = ("MemoryError", "Cannot allocate memory", "failed to map segmen
                   "can't allocate memory", "memory allocation of", "bad_alloc")  # fmt: skip
 
 
-def _slots(limit: int) -> threading.BoundedSemaphore:
-    with _lock:
-        return _running.setdefault(limit, threading.BoundedSemaphore(limit))
-
-
 def preview_file(
     session: Session, settings: Settings, *, file_id: str, tenant: str, body: PreviewRequest
 ) -> PreviewRead:
@@ -61,13 +54,10 @@ def preview_file(
     check_spec_allowed(spec, settings)
     check_file_refs(session, spec=spec, tenant=tenant)
     resolved = _resolved(session, settings, spec, tenant)
-    slots = _slots(settings.max_previews)
-    if not slots.acquire(blocking=False):  # each preview is a process that imports transformers
-        raise TooManyPreviews(settings.max_previews)
-    try:
+    # Each preview is a process that imports transformers: a few at once, fewer per tenant.
+    mine = Cap(settings.max_previews_per_tenant, "GRADACC_MAX_PREVIEWS_PER_TENANT")
+    with PREVIEWS.hold(tenant, mine, total=Cap(settings.max_previews, "GRADACC_MAX_PREVIEWS")):
         return PreviewRead.model_validate(_run(resolved, body.rows, settings))
-    finally:
-        slots.release()
 
 
 def _spec(body: PreviewRequest, file_id: str) -> JobSpec:
@@ -91,7 +81,10 @@ def _resolved(session: Session, settings: Settings, spec: JobSpec, tenant: str) 
     for field, file_id in file_refs(spec).items():
         update[field] = str(local_source(settings, session.get_one(File, file_id)).resolve())
     if classify_source(spec.model) == "fine_tuned":
-        folder = fine_tuned.local_model(session, settings, value=spec.model, tenant=tenant)
+        try:  # another tenant's model, or none: the same 404
+            folder = fine_tuned.local_model(session, settings, value=spec.model, tenant=tenant)
+        except fine_tuned.ModelUnavailable:
+            raise ModelNotFound(spec.model) from None
         update["model"] = str(folder.resolve())
     return spec.model_dump(mode="json") | update
 

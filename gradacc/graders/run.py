@@ -4,6 +4,7 @@ what a training step needs, and what OpenAI does."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,10 +63,22 @@ class GraderResult:
 
 @dataclass(frozen=True)
 class Grading:
-    """What a grader may call on: the chat model for model graders and the sandbox's limits."""
+    """What a grader may call on: the chat model for model graders and the sandbox's limits;
+    for one request, a total ``deadline`` (``time.monotonic()``: a sub-grader not started by
+    then is ``unresponsive_reward_error``) and a ``cancel`` that ends the grading (the asker
+    went away: the running sandbox is killed and nothing more starts)."""
 
     chat: ChatFn | None = None
     limits: SandboxLimits = field(default_factory=SandboxLimits)
+    deadline: float | None = None
+    cancel: threading.Event | None = None
+
+    def stop_reason(self) -> str | None:
+        if self.cancel is not None and self.cancel.is_set():
+            return "cancelled: the request went away"
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return "the grading's deadline passed (GRADACC_GRADER_RUN_DEADLINE_S)"
+        return None
 
 
 def run_grader(
@@ -112,6 +125,8 @@ def _scored(
 def _score(
     grader: SubGrader, namespaces: dict[str, Any], grading: Grading, result: GraderResult
 ) -> float:
+    if reason := grading.stop_reason():
+        raise GraderFailed("unresponsive_reward_error", reason)
     if isinstance(grader, StringCheckGrader):
         value, reference = render(grader.input, namespaces), render(grader.reference, namespaces)
         return string_check(grader.operation, value, reference)
@@ -119,7 +134,14 @@ def _score(
         value, reference = render(grader.input, namespaces), render(grader.reference, namespaces)
         return text_similarity(grader.evaluation_metric, value, reference)
     if isinstance(grader, PythonGrader):
-        return run_python(grader.source, namespaces["sample"], namespaces["item"], grading.limits)
+        return run_python(
+            grader.source,
+            namespaces["sample"],
+            namespaces["item"],
+            grading.limits,
+            deadline=grading.deadline,
+            cancel=grading.cancel,
+        )
     if grading.chat is None:
         raise GraderFailed("model_grader_server_error", "no chat model is available here")
     if isinstance(grader, ScoreModelGrader):

@@ -23,6 +23,8 @@ def upstream_chat(upstreams: Upstreams, *, timeout_s: float = 120.0) -> ChatFn:
         route = upstreams.match(model)
         if route is None:
             raise LookupError(f"no upstream serves {model!r} (GRADACC_SERVE_UPSTREAMS)")
+        if route.own_names(model):  # no tenant to check them against here: never sent
+            raise LookupError(f"{model!r} names this server's own model, not an upstream's")
         sent = {k: v for k, v in sampling.items() if v is not None}
         body = {**sent, "model": route.upstream_model(model), "messages": messages}
         url = route.server.base_url.rstrip("/") + "/chat/completions"

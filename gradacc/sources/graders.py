@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from gradacc.errors import InvalidRequest
 from gradacc.settings import Settings
 from gradacc.sources.files import is_file_id
-from gradacc.upstreams import OWN_PREFIXES
 from trainer_core.spec.graders import Grader, LabelModelGrader, MultiGrader, ScoreModelGrader
 from trainer_core.spec.job import JobSpec
 
@@ -42,7 +41,7 @@ def check_job_grader(spec: JobSpec, settings: Settings) -> None:
         )
     for where, grader in model_graders(spec.grpo.grader):
         route = settings.serve_upstreams.match(grader.model)
-        if route is None or grader.model.startswith(OWN_PREFIXES):
+        if route is None or route.own_names(grader.model):
             raise InvalidRequest(
                 f"{grader.model!r}: a training job's model grader calls an upstream server "
                 "(GRADACC_SERVE_UPSTREAMS) and none serves this name; this server's own models "

@@ -11,7 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.main import create_app
+from api.services.shares import PREVIEWS, Cap
 from gradacc.settings import Settings
+from gradacc.tables import DEFAULT_TENANT
 from tests.api.test_chat_data import GOOD, jsonl, upload
 from trainer_core.preview import FALLBACK, preview
 from trainer_core.spec.chat import CHATML_TEMPLATE
@@ -66,16 +68,36 @@ def test_a_model_path_outside_the_data_roots_is_refused(client: TestClient, tmp_
     assert str(tmp_path) not in answer.text
 
 
-def test_previews_beyond_the_cap_are_a_429(client: TestClient, embedded_settings: Settings) -> None:
-    from api.services.preview import _slots
-
+@pytest.mark.parametrize(
+    ("held", "setting"),
+    [({"other": 1, "another": 1}, "GRADACC_MAX_PREVIEWS"),
+     ({DEFAULT_TENANT: 1}, "GRADACC_MAX_PREVIEWS_PER_TENANT")],
+    ids=["server", "tenant"],
+)  # fmt: skip
+def test_previews_beyond_a_share_are_a_429(
+    client: TestClient, embedded_settings: Settings, held: dict[str, int], setting: str
+) -> None:
+    """Two previews run at once in all (another tenant's two fill them), one per tenant."""
     file = upload(client, "chat.jsonl", jsonl(GOOD)).json()
-    slots = _slots(embedded_settings.max_previews)
-    for _ in range(embedded_settings.max_previews):  # as if that many previews were running
-        assert slots.acquire(blocking=False)
+    total = Cap(embedded_settings.max_previews, "GRADACC_MAX_PREVIEWS")
+    mine = Cap(embedded_settings.max_previews_per_tenant, "GRADACC_MAX_PREVIEWS_PER_TENANT")
+    releases = [PREVIEWS.take(tenant, mine, total=total)  # as if these previews were running
+                for tenant, count in held.items() for _ in range(count)]  # fmt: skip
     try:
         busy = client.post(f"/v1/files/{file['id']}/preview", json={"model": "builtin:tiny-chat"})
     finally:
-        for _ in range(embedded_settings.max_previews):
-            slots.release()
-    assert busy.status_code == 429 and busy.json()["error"]["param"] == "GRADACC_MAX_PREVIEWS"
+        for release in releases:
+            release()
+    assert busy.status_code == 429 and busy.json()["error"]["param"] == setting, busy.text
+    assert busy.json()["error"]["code"] == "too_many_previews"
+
+
+def test_a_preview_with_a_model_not_the_tenants_is_a_404(client: TestClient) -> None:
+    """Another tenant's ``ft:`` name (or one that does not exist: the lookup is the tenant's, so
+    the two cannot be told apart) is a 404 naming the model, not a 500 with a traceback."""
+    file = upload(client, "chat.jsonl", jsonl(GOOD)).json()
+    name = "ft:builtin:tiny-chat:bob:bobm:job_01a2410b1dce4be619bd"
+    answer = client.post(f"/v1/files/{file['id']}/preview", json={"model": name})
+    assert answer.status_code == 404, answer.text
+    assert answer.json()["error"]["code"] == "model_not_found"
+    assert "Traceback" not in answer.text

@@ -6,7 +6,6 @@ streams are held by a real HTTP client against a real server (uvicorn in a threa
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import timedelta
@@ -14,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from httpx_sse import connect_sse
@@ -29,7 +27,7 @@ from gradacc.jobs.records import add_event
 from gradacc.settings import Settings
 from gradacc.tables import EpochMetric, StepMetric, utcnow
 from tests.conftest import TINY
-from tests.support import free_port, wait_until
+from tests.support import served_in_thread, wait_until
 
 STEPS = 1_200
 PAGE = 100
@@ -39,15 +37,8 @@ PAGE = 100
 def server(db_settings: Settings) -> Iterator[tuple[str, FastAPI, Settings]]:
     settings = db_settings.model_copy(update={"require_auth": True, "max_streams_per_tenant": 2})
     app = create_app(settings)
-    port = free_port()
-    served = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-    thread = threading.Thread(target=served.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: served.started, timeout=60, what="uvicorn")
-    yield url, app, settings
-    served.should_exit = True
-    thread.join(timeout=30)
+    with served_in_thread(app) as url:
+        yield url, app, settings
 
 
 def headers(settings: Settings, tenant: str) -> dict[str, str]:

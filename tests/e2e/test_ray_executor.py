@@ -18,6 +18,7 @@ cluster has no room for is first queued again, no attempt counted, until a node 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ from tests.trainer_core.helpers import (
     tolerance,
 )
 from trainer_core.spec.job import JobSpec
+from worker.consumer.executors.ray_node import SECRETS_FILE
 
 # A hang guard of 600 s, not the suite's 300: each test runs one or two Ray jobs of two nodes (the
 # gang test two and a node's loss, the pause and the embedded tests two each). As two suites at
@@ -50,6 +52,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 LONG = {**GANG, "num_train_epochs": 3}  # W=2 over M=2, 4 steps an epoch, a checkpoint each
 LONG_REFERENCE = {**REFERENCE, "num_train_epochs": 3}  # one process at 2K, trained here
 HELD_AT = 6  # in epoch 2, after epoch 1's checkpoint (step 4)
+
+
+# Secrets the driver holds that no node needs: they must reach no node process.
+UNNEEDED = {"GRADACC_SERVE_TOKEN": "serve-token-not-for-nodes",
+            "GRADACC_METRICS_TOKEN": "metrics-token-not-for-nodes"}  # fmt: skip
 
 
 def driver_env(cluster: RayCluster) -> dict[str, str]:
@@ -81,7 +88,7 @@ def stack(pg_redis_settings: Settings, tmp_path_factory: pytest.TempPathFactory)
     # No gradacc settings on the nodes: a job's node processes get the driver's (the hold too).
     cluster = RayCluster({**os.environ, "HF_HUB_OFFLINE": "1"})
     settings = asking_ray(pg_redis_settings, cluster)
-    worker = WorkerProcess(settings, "ray-driver", driver_env(cluster) | hold.env())
+    worker = WorkerProcess(settings, "ray-driver", driver_env(cluster) | hold.env() | UNNEEDED)
     try:
         cluster.start()
         with TestClient(create_app(settings)) as api:
@@ -211,12 +218,22 @@ def nothing_left(stack: Stack, job_id: str, running: list[psutil.Process]) -> No
 
 
 def test_a_cancel_leaves_no_task_placement_group_or_process(stack: Stack) -> None:
+    """Also what a node's processes were given (N7): the database from the job's 0600 secrets
+    file (the task's arguments hold no secret), none of the driver's serving or metrics tokens;
+    the file goes with the job."""
     api = stack.api
     job_id, running = held_job(stack)
+    secrets = stack.settings.jobs_dir / job_id / SECRETS_FILE
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
+    for process in running:
+        environ = process.environ()
+        assert environ["GRADACC_DATABASE_URL"] == stack.settings.resolved_database_url()
+        assert not set(UNNEEDED) & set(environ), process.cmdline()
     assert api.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
     stack.hold.release()
     assert wait_final(api, job_id, timeout=60)["status"] == "cancelled"
     nothing_left(stack, job_id, running)
+    wait_until(lambda: not secrets.exists() or None, timeout=30, what="the secrets file gone")
 
 
 def test_a_pause_removes_the_group_and_the_resumed_job_ends_as_the_uninterrupted_run(

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -10,6 +15,7 @@ import pytest
 from gradacc.executors import UnknownExecutor
 from gradacc.scheduling.queue import create_celery_app
 from gradacc.settings import Settings
+from gradacc.upstreams import parse_upstreams
 from worker.consumer.executors import LocalExecutor, executor_for
 
 
@@ -29,22 +35,69 @@ def test_an_unknown_executor_is_refused_before_anything_runs(tmp_path: Path) -> 
         executor_for(settings, create_celery_app(Settings(home=tmp_path)))
 
 
-def test_a_ray_jobs_nodes_get_the_drivers_settings_not_its_machine(
+SECRETS = {"GRADACC_DATABASE_URL": "postgresql://gradacc:db-secret@db/gradacc",
+           "GRADACC_SERVE_TOKEN": "serve-secret-0123456789", "HF_TOKEN": "hf_secret",
+           "GRADACC_METRICS_TOKEN": "metrics-secret-0123456789", "UPSTREAM_KEY": "sk-up-secret",
+           "GRADACC_SERVE_UPSTREAMS": json.dumps({"judge": {"base_url": "http://j:8000/v1",
+                                                            "api_key_env": "UPSTREAM_KEY"}})}  # fmt: skip
+
+
+def test_a_ray_jobs_nodes_get_what_they_need_and_no_secret_as_an_argument(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``node_environment``: the driver's GRADACC_* and HF_* variables, its home absolute (a Ray
-    worker's directory is not the driver's), and nothing that names the driver's own machine."""
-    ray_executor = pytest.importorskip("worker.consumer.executors.ray_executor")
-    for name, value in {"GRADACC_DATABASE_URL": "postgresql://db/gradacc", "HF_HUB_OFFLINE": "1",
-                        "GRADACC_MACHINE": "driver-host", "GRADACC_DEVICES": "8",
-                        "GRADACC_ADVERTISE_HOST": "10.0.0.1", "GRADACC_WORKER_PID": "123",
-                        "UNRELATED": "x"}.items():  # fmt: skip
+    """N7: a task's arguments sit in Ray's GCS, readable by anyone with cluster access. They
+    hold the allowlisted settings (the home absolute: a Ray worker's directory is not the
+    driver's), nothing that names the driver's machine, and no secret; the secrets the nodes
+    need (the database, the upstreams with their keys, the hub token) go into a 0600 file in
+    the job's folder; the serving and metrics tokens go nowhere."""
+    node_env = pytest.importorskip("worker.consumer.executors.node_env")
+    given = {
+        **SECRETS,
+        "HF_HUB_OFFLINE": "1",
+        "GRADACC_GRADER_PIDS": "4",
+        "GRADACC_MACHINE": "driver-host",
+        "GRADACC_DEVICES": "8",
+        "GRADACC_ADVERTISE_HOST": "10.0.0.1",
+        "GRADACC_WORKER_PID": "123",
+        "UNRELATED": "x",
+    }
+    for name, value in given.items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)
-    env = ray_executor.node_environment(Settings(home=Path("var")))
-    assert env["GRADACC_DATABASE_URL"] == "postgresql://db/gradacc"
-    assert env["HF_HUB_OFFLINE"] == "1"
-    assert env["GRADACC_HOME"] == str(tmp_path / "var")
-    passed = {"GRADACC_MACHINE", "GRADACC_DEVICES", "GRADACC_ADVERTISE_HOST", "GRADACC_WORKER_PID",
-              "UNRELATED"} & set(env)  # fmt: skip
-    assert not passed, passed
+    settings = Settings(home=Path("var"))
+    env = node_env.node_environment(settings, dict(os.environ))
+    assert env.plain == {"HF_HUB_OFFLINE": "1", "GRADACC_GRADER_PIDS": "4",
+                         "GRADACC_HOME": str(tmp_path / "var")}  # fmt: skip
+    secret_values = {"db-secret", "serve-secret", "hf_secret", "metrics-secret", "sk-up-secret"}
+    assert not [v for v in secret_values if v in json.dumps(env.plain)]
+    path = node_env.write_secrets(settings.jobs_dir / "job_1", env.secrets)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    written = json.loads(path.read_text())
+    assert written["GRADACC_DATABASE_URL"] == SECRETS["GRADACC_DATABASE_URL"]
+    assert written["HF_TOKEN"] == "hf_secret"
+    upstreams = parse_upstreams(written["GRADACC_SERVE_UPSTREAMS"], environ={})  # no variable
+    assert upstreams.routes[0].headers() == {"Authorization": "Bearer sk-up-secret"}
+    assert not [v for v in written.values() if "serve-secret" in v or "metrics-secret" in v]
+    node_env.remove_secrets(settings.jobs_dir / "job_1")
+    assert not path.exists()
+
+
+def test_the_node_allowlist_holds_every_setting_the_training_processes_read() -> None:
+    """A setting a training process reads but no node is given would silently take its default
+    on a Ray node: every ``settings.<field>`` in the modules a node's processes import is in the
+    allowlist, is a secret of the file, or names the driver's own machine."""
+    node_env = pytest.importorskip("worker.consumer.executors.node_env")
+    code = (
+        "import sys, re, pathlib, json\n"
+        "import worker.child.placed, worker.child.entry, worker.child.grpo\n"
+        "found = set()\n"
+        "for name, module in list(sys.modules.items()):\n"
+        "    if name.split('.')[0] in ('gradacc', 'worker') and getattr(module, '__file__', None):\n"
+        "        text = pathlib.Path(module.__file__).read_text()\n"
+        "        found |= set(re.findall(r'settings\\.(\\w+)', text))\n"
+        "print(json.dumps(sorted(found)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    read = set(json.loads(done.stdout)) & set(Settings.model_fields)
+    elsewhere = {"home", "database_url", "serve_upstreams", "machine"}  # HOME, the file, local
+    assert read - elsewhere - node_env.NODE_SETTINGS == set()

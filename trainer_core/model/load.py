@@ -6,6 +6,7 @@ classification head) are initialised from the job's seed, so every backend start
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, cast
 
@@ -52,7 +53,9 @@ def load_tokenizer(spec: JobSpec) -> PreTrainedTokenizerBase:
         tokenizer = builtin_tokenizer(spec.model)
     else:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(_source(spec.model), trust_remote_code=False)
+            source, revision = _source(spec.model)
+            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision,
+                                                      trust_remote_code=False)  # fmt: skip
         except ModelError:
             raise
         except Exception as exc:
@@ -66,10 +69,12 @@ def load_tokenizer(spec: JobSpec) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def _source(model: str) -> str:
-    """What ``from_pretrained`` gets: a local directory, or a hub id, each checked for what it
-    would make transformers read besides itself (an adapter's base)."""
+def _source(model: str) -> tuple[str, str | None]:
+    """What ``from_pretrained`` gets: a local directory, or a hub id and the commit it is read
+    at, each checked for what it would make transformers read besides itself (an adapter's
+    base), at that same commit."""
     kind = classify_source(model)
+    revision = None
     if kind == "file":  # the service resolves upload ids to paths; reaching here is a bug there
         raise ModelError(f"model: uploaded file {model!r} was not resolved", param="model")
     if kind == "hub":
@@ -79,24 +84,40 @@ def _source(model: str) -> str:
                 f"./{model} for a local directory",
                 param="model",
             )
-        source = model
+        source, revision = model, hub_revision(model)
     else:
         path = local_path(model)
         if not path.is_dir():
             raise ModelError(f"model: directory {model!r} does not exist", param="model")
         if is_adapter(path):  # loaded by the trained-model rule, which checks its base
             check_trained(path)
-            return str(path)
+            return str(path), None
         source = str(path)
-    _check_adapter(source)
-    return source
+    _check_adapter(source, revision)
+    return source, revision
 
 
-def _check_adapter(source: str) -> None:
+@lru_cache(maxsize=16)
+def hub_revision(model: str) -> str | None:
+    """The commit a hub model is read at, looked up once per process: the adapter check, the
+    tokenizer and the weights all read that commit, so a push between them changes nothing
+    that was checked. None offline: the cache holds the one snapshot it reads."""
+    from huggingface_hub import HfApi, constants
+
+    if constants.is_offline_mode():
+        return None
+    try:
+        return HfApi().model_info(model, timeout=30).sha
+    except Exception as exc:  # unknown, gated, or the hub unreachable: nothing is loaded
+        raise unavailable("a model from", model, exc) from exc
+
+
+def _check_adapter(source: str, revision: str | None) -> None:
     """A model that is an adapter makes ``from_pretrained`` load the base its config names
-    first (transformers' auto_factory, with the same lookup as here): that base must be a hub
-    id of a whole model (no path here, no second adapter), or a name would reach the disk."""
-    found = find_adapter_config_file(source)
+    first (transformers' auto_factory, with the same lookup as here, at the same revision):
+    that base must be a hub id of a whole model (no path here, no second adapter), or a name
+    would reach the disk."""
+    found = find_adapter_config_file(source, revision=revision)
     if found is not None:
         hub_base(Path(found))
 
@@ -110,9 +131,9 @@ def _label_kwargs(label_names: list[str]) -> dict[str, object]:
 
 
 def _pretrained(spec: JobSpec, auto: Any, kwargs: dict[str, object]) -> Any:
-    source = _source(spec.model)
+    source, revision = _source(spec.model)
     if classify_source(spec.model) != "local":
-        return auto.from_pretrained(source, trust_remote_code=False, **kwargs)
+        return auto.from_pretrained(source, revision=revision, trust_remote_code=False, **kwargs)
     # A fine-tuned model's adapters are merged into their base: a job trained from it starts
     # from its weights. A built-in base is made from its own job's seed: the new weights of
     # this job (adapters, a head) follow this job's seed again.

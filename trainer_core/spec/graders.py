@@ -181,6 +181,11 @@ SubGrader = Annotated[
 ]
 
 
+# Sub-graders a multi grader may hold: each may be a python grader of up to two minutes, run one
+# after another. OpenAI's examples combine two to four; 16 leaves room and bounds the work.
+MAX_SUB_GRADERS = 16
+
+
 class MultiGrader(_Grader):
     """Named graders combined by ``calculate_output``, a formula over their names."""
 
@@ -197,6 +202,9 @@ class MultiGrader(_Grader):
         under its own name."""
         if isinstance(value, dict) and isinstance(value.get("type"), str):
             return {str(value.get("name", "grader")): value}
+        if isinstance(value, dict) and len(value) > MAX_SUB_GRADERS:  # before parsing each one
+            raise ValueError(f"{len(value)} graders; a multi grader holds at most "
+                             f"{MAX_SUB_GRADERS}")  # fmt: skip
         return value
 
     @model_validator(mode="after")

@@ -25,7 +25,12 @@ from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import WORKER_JOURNAL
 from trainer_core.spec.replan import RanksReplan
 from worker import exit_codes
-from worker.child.reporting import DatabaseCallback, describe_error, jsonable
+from worker.child.reporting import (
+    DatabaseCallback,
+    describe_error,
+    jsonable,
+    without_server_paths,
+)
 from worker.child.stop import DatabaseStopCheck
 from worker.child.training import run_training
 
@@ -90,6 +95,7 @@ def _retrying(write: Callable[[], T]) -> T:
 def _record_failure(
     settings: Settings, job_id: str, code: str, message: str, *, param: str | None = None
 ) -> None:
+    message = without_server_paths(message, settings)  # the error and its "failed" event
     with session_scope(settings) as session:
         if fail_job(session, job_id=job_id, code=code, message=message) and param is not None:
             job = session.get(Job, job_id)

@@ -64,6 +64,16 @@ def describe_error(exc: BaseException, *, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def without_server_paths(text: str, settings: Settings) -> str:
+    """``text`` with the server's home written as ``GRADACC_HOME``: a job's error may name the
+    tenant's own file (``GRADACC_HOME/files/file-…``), never where the server keeps it. The
+    core names sources by the paths it was given, which the worker resolved under the home."""
+    homes = {str(settings.home.resolve()), str(settings.home.absolute())}
+    for home in sorted(homes, key=len, reverse=True):
+        text = text.replace(home, "GRADACC_HOME")
+    return text
+
+
 class DatabaseCallback(TrainingCallback):
     """Writes progress, epoch metrics and events as they come.
 

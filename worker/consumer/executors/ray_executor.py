@@ -8,8 +8,9 @@ claims, records and serves, as for ``local`` (docs/distributed.md, Ray).
   ``GRADACC_GANG_WAIT_S``: the group is removed and the job queued again (no attempt counted).
   A small task in bundle 0 answers its node's address and a free port: the rendezvous.
 - ``start``: one task per bundle (``ray_node.run_node``) runs that node's torchrun, node rank =
-  bundle index, meeting at bundle 0's node, with this worker's settings (``node_environment``):
-  the nodes need none of their own, and one cluster can serve several deployments.
+  bundle index, meeting at bundle 0's node, with this worker's settings (``node_env``: what the
+  training processes read, as arguments; the secrets in a 0600 file on the shared jobs
+  directory): the nodes need none of their own, and one cluster can serve several deployments.
 - the ``Execution`` waits on the tasks through Ray: a node whose raylet dies fails its task with
   ``NodeDiedError`` within seconds; the group is removed (the other nodes end with it) and the
   job restarts from its checkpoint (``gradacc.jobs.restarts``, ``max_restarts``), unless node 0
@@ -52,16 +53,12 @@ from gradacc.settings import Settings
 from gradacc.tables import Job, JobEvent, JobStatus, utcnow
 from trainer_core.spec.outputs import PREEMPT_FILE, TRAIN_LOG
 from worker import exit_codes
-from worker.child.stop import WORKER_PID_ENV
+from worker.consumer.executors.node_env import node_environment, remove_secrets, write_secrets
 from worker.consumer.executors.ray_node import node_address, run_node
 
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0  # how often a waiting admission looks at its job (a cancel) and beats
-PASSED_PREFIXES = ("GRADACC_", "HF_")  # the driver's variables a job's node processes get
-# The driver's own machine and process: a node has its own (or none).
-LOCAL_ONLY = frozenset({"GRADACC_MACHINE", "GRADACC_DEVICES", "GRADACC_ADVERTISE_HOST",
-                        WORKER_PID_ENV})  # fmt: skip
 NODES_AFTER_NODE0_S = 10.0  # node 0 ended: the other nodes' ranks end with it, or are stopped
 
 
@@ -165,29 +162,21 @@ class RayExecutor:
         asks = {"num_gpus": per_node, "num_cpus": 0} if gpus else {"num_cpus": per_node}
         logs = [log_path, *(log_path.with_name(f"{TRAIN_LOG}.ray-node{n}")
                             for n in range(1, placement.num_machines))]  # fmt: skip
-        env = node_environment(self.settings)
+        env = node_environment(self.settings, dict(os.environ))
+        secrets = write_secrets(self.settings.jobs_dir / placement.job_id, env.secrets)
         refs = [
             run_node.options(scheduling_strategy=_bundle(group, node), **asks).remote(
                 placement.job_id, node, placement.num_machines, placement.rendezvous or "-",
-                str(logs[node]), self.settings.kill_grace_s, env)
+                str(logs[node]), self.settings.kill_grace_s, env.plain, str(secrets))
             for node in range(placement.num_machines)
         ]  # fmt: skip
         return RayExecution(self.settings, placement.job_id, group, refs, logs)
 
     def release(self, placement: Placement, *, worker: str) -> None:
+        remove_secrets(self.settings.jobs_dir / placement.job_id)
         group = self._groups.pop(placement.job_id, None)
         if group is not None:
             remove_placement_group(group)
-
-
-def node_environment(settings: Settings) -> dict[str, str]:
-    """What a job's node processes get from this worker (the driver), over the node's own
-    environment: its ``GRADACC_*`` and ``HF_*`` variables (database, broker, queue, limits, the hub
-    cache and offline mode), and its home as an absolute path (the shared jobs directory: the
-    same path on every node). Not what names this worker's own machine (``LOCAL_ONLY``)."""
-    passed = {name: value for name, value in os.environ.items()
-              if name.startswith(PASSED_PREFIXES) and name not in LOCAL_ONLY}  # fmt: skip
-    return passed | {"GRADACC_HOME": str(settings.home.resolve())}
 
 
 def _bundle(group: PlacementGroup, index: int) -> PlacementGroupSchedulingStrategy:

@@ -4,7 +4,8 @@
 ``node_address`` answers where bundle 0 is (its node's address and a port free there: the c10d
 rendezvous of the job's torchrun agents). ``run_node`` is one node of the job: it starts
 ``python -m worker.child.placed`` (torchrun of that node's ranks) in a session of its own, with
-the driver's settings in its environment, its output in the job's log file on the shared jobs
+the driver's settings in its environment (the plain ones as arguments, the secrets read from
+the job's 0600 file: ``node_env``), its output in the job's log file on the shared jobs
 directory, and returns its exit status. A cancel
 (``ray.cancel``) reaches it as ``KeyboardInterrupt``: it ends the session as the ``local``
 executor ends its child (SIGTERM, then SIGKILL after the grace). Should the Ray worker itself be
@@ -16,6 +17,7 @@ Kept light: a Ray worker imports this module (and nothing of Celery or the datab
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -28,6 +30,7 @@ from worker.child.ranks.fork_popen import die_with_parent
 from worker.child.ranks.ports import store_port
 
 POLL_S = 0.5  # a cancel's KeyboardInterrupt lands between two waits
+SECRETS_FILE = "node-secrets.json"  # in the job's folder, 0600: never a task argument
 
 
 @ray.remote(max_retries=0)
@@ -41,10 +44,12 @@ def node_address() -> tuple[str, int]:
 @ray.remote(max_retries=0)
 def run_node(
     job_id: str, node_rank: int, num_machines: int, rendezvous: str, log_path: str, grace_s: float,
-    env: dict[str, str],
+    env: dict[str, str], secrets_path: str,
 ) -> int:  # fmt: skip
     """Node ``node_rank`` of the job until it exits; its exit status. ``env``: the driver's
-    settings (``ray_executor.node_environment``), over the node's own environment."""
+    settings (``node_env.node_environment``), with the secrets of ``secrets_path``, over the
+    node's own environment."""
+    env = {**env, **json.loads(Path(secrets_path).read_text())}
     address = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
     command = [sys.executable, "-m", "worker.child.placed", job_id, str(node_rank),
                str(num_machines), rendezvous, address]  # fmt: skip
