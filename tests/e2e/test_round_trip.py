@@ -253,3 +253,26 @@ def test_oversized_upload_is_413_and_leaves_nothing(served: Served) -> None:
     assert cut.status_code == 413, cut.text
     assert _stored(served.settings) == before
     assert served.alice.get("/v1/files").json()["data"] == listed
+
+
+def test_a_job_on_broken_weights_names_no_server_path(
+    served: Served, trained: dict[str, Any], tmp_path: Path
+) -> None:
+    """The security review's N10: a model uploaded with its weights cut in half trains nothing,
+    and the job's error (and its events) say why without the server's absolute home."""
+    alice = served.alice
+    download = alice.get(f"/v1/jobs/{trained['job']['id']}/artifacts/model")
+    with tarfile.open(fileobj=io.BytesIO(download.content), mode="r:gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    (folder,) = tmp_path.iterdir()
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    model_file = upload(alice, "broken.tar.gz", tar_gz_of(folder), purpose="model")
+    assert model_file.status_code == 201, model_file.text
+    spec = {**SPEC, "model": model_file.json()["id"], "dataset": trained["file"]["id"]}
+    job = wait_final(alice, alice.post("/v1/jobs", json=spec).json()["id"], timeout=120)
+    assert job["status"] == "failed" and "cannot load" in job["error"]["message"], job
+    events = alice.get(f"/v1/jobs/{job['id']}/events").text
+    home = str(served.settings.home.resolve())
+    assert home not in job["error"]["message"] and home not in events, job["error"]
+    assert "GRADACC_HOME/files/" in job["error"]["message"]
