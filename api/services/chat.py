@@ -131,9 +131,16 @@ async def complete(
 ) -> Response:
     """``path`` is relative to a server's ``/v1`` (``/chat/completions``). Held against the
     tenant's share of requests and tokens in flight until the answer, or its stream, ends."""
+    route = settings.serve_upstreams.match(body.model)
+    if route is None:  # a 400 naming the field comes before any share is taken
+        _check_served(body, settings)
     give_back = _take_share(body, settings, tenant)
     try:
-        answer = await _complete(sessions, settings, path=path, body=body, tenant=tenant)
+        if route is not None:
+            answer = await _complete_upstream(sessions, settings, route, path=path, body=body,
+                                              tenant=tenant)  # fmt: skip
+        else:
+            answer = await _complete_here(sessions, settings, path=path, body=body, tenant=tenant)
     except BaseException:
         give_back()
         raise
@@ -178,7 +185,7 @@ async def _then(pieces: AsyncIterable[Any], done: Callable[[], None]) -> AsyncIt
         done()
 
 
-async def _complete(
+async def _complete_here(
     sessions: sessionmaker[Session],
     settings: Settings,
     *,
@@ -186,11 +193,7 @@ async def _complete(
     body: ChatCompletionRequest | CompletionRequest,
     tenant: str,
 ) -> Response:
-    route = settings.serve_upstreams.match(body.model)
-    if route is not None:
-        return await _complete_upstream(sessions, settings, route, path=path, body=body,
-                                        tenant=tenant)  # fmt: skip
-    _check_served(body, settings)
+    """On a worker's predict server (the request checked already)."""
     sent = forwarded_body(body)
 
     def locate() -> Upstream:

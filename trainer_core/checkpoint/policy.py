@@ -24,12 +24,14 @@ class SavePolicy:
             and time.monotonic() - self._last >= self.interval
         )
 
-    def after_step(self, global_step: int) -> bool:
+    def due(self, global_step: int, *, ends_epoch: bool, ends_run: bool) -> bool:
+        """Whether a save is due after the window that made optimizer step ``global_step``: the
+        end of the run always; then every ``save_steps`` steps, every epoch's last window, or
+        the first window past the time interval, as the strategy says, wherever the window
+        falls in its epoch."""
         steps_due = self.strategy == "steps" and global_step % self.steps == 0
-        return steps_due or self._time_due()
-
-    def at_epoch_end(self, last_epoch: bool) -> bool:
-        return last_epoch or self.strategy == "epoch" or self._time_due()
+        epoch_due = self.strategy == "epoch" and ends_epoch
+        return ends_run or steps_due or epoch_due or self._time_due()
 
     def saved(self) -> None:
         self._last = time.monotonic()

@@ -181,13 +181,27 @@ class TrainingRun:
             self.checkpoints.report(block=True)  # on disk before the process says "preempted"
             raise TrainingPreempted
         self.checkpoints.report(block=False)
-        # A mid-epoch save; the window that ends the epoch is saved by end_epoch instead, and so
-        # is the end of an early-stopped run. Selecting the best, every evaluation saves.
-        mid_epoch = self.micro_step < self.ctx.micro_batches_per_epoch()
-        picks = self.selection.load_best and evaluate_now
-        due = picks or self.checkpoints.due_after_step(self.global_step)
-        if mid_epoch and due and not self.selection.should_stop:
+        # A window that ends its epoch or the run is asked by end_epoch, after the epoch's
+        # evaluation and record (which the checkpoint holds); any other, here.
+        if not self._window_ends_epoch_or_run() and self._save_due(evaluated=evaluate_now):
             self.save(epoch=self.epoch, micro_step=self.micro_step)
+
+    def _window_ends_epoch_or_run(self) -> bool:
+        ctx = self.ctx
+        ends_epoch = self.micro_step >= ctx.micro_batches_per_epoch()
+        return ends_epoch or self.global_step >= ctx.total_steps or self.selection.should_stop
+
+    def _save_due(self, *, evaluated: bool) -> bool:
+        """Whether a save is due after the window just closed: the one place that decides,
+        asked once per window (a mid-epoch window by ``after_optimizer_step``, an epoch's or the
+        run's last by ``end_epoch``). Selecting the best, every evaluation saves."""
+        ctx = self.ctx
+        ends_epoch = self.micro_step >= ctx.micro_batches_per_epoch()
+        last = ends_epoch and ctx.is_last_epoch(self.epoch)
+        ends_run = last or self.global_step >= ctx.total_steps or self.selection.should_stop
+        picks = self.selection.load_best and evaluated
+        due = self.checkpoints.due(self.global_step, ends_epoch=ends_epoch, ends_run=ends_run)
+        return picks or due
 
     def _keep_holding(self, gate_exists: bool) -> bool:
         """While a test's failpoint holds the run: the caller's stop requests still count (a
@@ -327,8 +341,7 @@ class TrainingRun:
         if self.world.is_main:
             log.info("epoch %d/%d: %s", record["epoch"], ctx.num_epochs, _brief(record))
         self.callback.on_epoch_end(record)
-        ends = self.selection.should_stop  # an early stop ends the run: the end always saves
-        if ends or self.selection.load_best or self.checkpoints.due_at_epoch_end(self.epoch):
+        if self._save_due(evaluated=True):  # the epoch's (or the run's) last window
             self.save(epoch=self.epoch + 1, micro_step=0)
         return record
 

@@ -20,17 +20,13 @@ class RunCheckpoints:
         self.writer = CheckpointWriter(ctx.checkpoint_dir, keep=ctx.spec.save_total_limit)
         self.policy = SavePolicy(ctx.spec)
 
-    def due_after_step(self, global_step: int) -> bool:
-        """Ranks save together (a save has collectives): a time-based policy, whose clock each
-        rank reads alone, is agreed once per window."""
-        wanted = self.policy.after_step(global_step)
+    def due(self, global_step: int, *, ends_epoch: bool, ends_run: bool) -> bool:
+        """The policy's answer for the window just closed. Ranks save together (a save has
+        collectives): a time-based policy, whose clock each rank reads alone, is agreed."""
+        wanted = self.policy.due(global_step, ends_epoch=ends_epoch, ends_run=ends_run)
         if not self.ctx.world.distributed:
             return wanted
         return sum_over_ranks([float(wanted)], self.ctx.world)[0] > 0
-
-    def due_at_epoch_end(self, epoch: int) -> bool:
-        """The end of the run always saves; other epochs' ends as the policy says."""
-        return self.policy.at_epoch_end(last_epoch=self.ctx.is_last_epoch(epoch))
 
     def save(self, state: RunState, *, keep_step: int | None = None) -> None:
         """A checkpoint at a window boundary, at ``state``'s position; ``keep_step``'s
