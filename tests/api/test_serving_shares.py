@@ -6,10 +6,8 @@ until told; the API is a real server (uvicorn in a thread, the embedded stack, A
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,49 +17,25 @@ import pytest
 from api.services.shares import CHAT_TOKENS, CHATS
 from tests.api.sandboxes import Server, grader_server
 from tests.support import wait_until
+from tests.upstream_stub import StubUpstream, stub_upstream
 
-SEEN: list[str] = []  # the model names the upstream was sent
-RELEASE = threading.Event()  # the upstream answers "slow" once set
 BOBS = "ft:builtin:tiny-chat:bob:bobm:job_01a2410b1dce4be619bd"  # another tenant's model
 MESSAGES = [{"role": "user", "content": "2 + 2?"}]
 
 
-class _Upstream(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        SEEN.append(body["model"])
-        if body["model"] == "slow":
-            RELEASE.wait(timeout=60)
-        message = {"role": "assistant", "content": "4"}
-        answer = {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                  "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                  "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}  # fmt: skip
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[str]:
-    stub = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
-    threading.Thread(target=stub.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{stub.server_address[1]}/v1"
-    RELEASE.set()
-    stub.shutdown()
+def upstream() -> Iterator[StubUpstream]:
+    """It holds the requests for "slow" until released."""
+    with stub_upstream(StubUpstream(held=frozenset({"slow"}))) as stub:
+        yield stub
 
 
 @pytest.fixture(scope="module")
 def server(
-    upstream: str, tmp_path_factory: pytest.TempPathFactory, migrated_sqlite: Path
+    upstream: StubUpstream, tmp_path_factory: pytest.TempPathFactory, migrated_sqlite: Path
 ) -> Iterator[Server]:
     """The review's documented route: ``"up/*"`` rewritten to ``*`` (the prefix stripped)."""
-    routes = json.dumps({"up/*": {"base_url": upstream, "api_key": "sk-up", "model": "*"}})
+    routes = json.dumps({"up/*": {"base_url": upstream.url, "api_key": "sk-up", "model": "*"}})
     home = tmp_path_factory.mktemp("shares") / "home"
     with grader_server(home, migrated_sqlite, serve_upstreams=routes, max_chats_per_tenant=2,
                        max_chat_tokens_per_tenant=4096) as served:  # fmt: skip
@@ -74,11 +48,13 @@ def chat(server: Server, tenant: str, model: str, **extra: Any) -> httpx.Respons
                       headers=server.headers(tenant), timeout=60)  # fmt: skip
 
 
-def test_a_rewrite_to_another_tenant_s_model_is_a_404_and_never_sent(server: Server) -> None:
+def test_a_rewrite_to_another_tenant_s_model_is_a_404_and_never_sent(
+    server: Server, upstream: StubUpstream
+) -> None:
     """N4: the own-name check used to test the client's name only: ``up/ft:…:bob:…`` passed it
     and reached the upstream as bob's ``ft:`` name, with the server's key. Now the name sent is
     checked too, in any case or spacing, by chat, completions, graders/run and a job's POST."""
-    SEEN.clear()
+    upstream.seen.clear()
     for name in (f"up/{BOBS}", f"up/{BOBS.upper()}", f"up/ {BOBS}"):
         answer = chat(server, "alice", name)
         assert answer.status_code == 404, (name, answer.text)
@@ -98,16 +74,17 @@ def test_a_rewrite_to_another_tenant_s_model_is_a_404_and_never_sent(server: Ser
     posted = httpx.post(f"{server.url}/v1/jobs", json=job, headers=server.headers("alice"))
     assert posted.status_code in (400, 422), posted.text
     assert posted.json()["error"]["param"] == "grpo.grader.model"
-    assert SEEN == []  # nothing of bob's reached the upstream
+    assert upstream.seen == []  # nothing of bob's reached the upstream
     assert chat(server, "alice", "up/gpt-4o-mini").status_code == 200  # the route itself works
-    assert SEEN == ["gpt-4o-mini"]
+    assert [sent["model"] for sent in upstream.seen] == ["gpt-4o-mini"]
 
 
-def test_a_tenant_over_its_chat_share_is_a_429_while_another_is_served(server: Server) -> None:
+def test_a_tenant_over_its_chat_share_is_a_429_while_another_is_served(
+    server: Server, upstream: StubUpstream
+) -> None:
     """N5: two requests in flight per tenant, 4,096 tokens of them (n x max tokens): alice's
     third and carol's n=8 x 1,024 are refused naming the setting, bob is answered meanwhile,
     and once alice's are answered her share is hers again."""
-    RELEASE.clear()
     with ThreadPoolExecutor(2) as pool:
         held = [pool.submit(chat, server, "alice", "up/slow", max_tokens=16) for _ in range(2)]
         wait_until(lambda: CHATS._held.get("alice") == 2 or None, timeout=30, what="alice's two")
@@ -120,7 +97,7 @@ def test_a_tenant_over_its_chat_share_is_a_429_while_another_is_served(server: S
         assert wide.status_code == 429, wide.text
         assert wide.json()["error"]["param"] == "GRADACC_MAX_CHAT_TOKENS_PER_TENANT"
         assert not any(future.done() for future in held)  # alice's still held meanwhile
-        RELEASE.set()
+        upstream.release()
         assert [future.result().status_code for future in held] == [200, 200]
     assert chat(server, "alice", "up/fast", max_tokens=16).status_code == 200
     assert CHATS._total == 0 and CHAT_TOKENS._total == 0
