@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import trainer_core.__main__ as cli
-from tests.support import Hold, with_env
+from tests.support import Hold, checkpoint_at, with_env
 from tests.trainer_core.helpers import (
     CLASSIFICATION,
     final_weights,
@@ -106,6 +106,7 @@ def test_a_kill_after_step_7_resumes_from_step_5(tmp_path: Path, backend: str) -
     victim = subprocess.Popen(command, env=with_env(hold.env()), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)  # fmt: skip
     hold.held(process=victim)
+    checkpoint_at(tmp_path / "killed", 5)  # written in the background: on disk before the kill
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=30) == -signal.SIGKILL
     hold.release()

@@ -16,6 +16,7 @@ depend on who builds the batch.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,22 @@ from trainer_core.data.tokenized import IntColumn, row_lengths
 from trainer_core.distributed import SINGLE, World
 
 PlanKey = tuple[int, int]  # (epoch, micro-batch index in the epoch's full plan)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What every epoch plan is cut by, whatever its unit: b and K in force, the seed, the
+    padding, the ranks, and whether each window's rows are ordered by length."""
+
+    batch_size: int
+    accumulation: int
+    seed: int
+    pad_id: int
+    world: World = SINGLE
+    group_by_length: bool = False
+
+    def kwargs(self) -> dict[str, Any]:
+        return {field.name: getattr(self, field.name) for field in fields(self)}
 
 
 class EpochPlan(Dataset[dict[str, Any]]):
@@ -58,6 +75,7 @@ class EpochPlan(Dataset[dict[str, Any]]):
         items = split.items.array if isinstance(split.items, IntColumn) else split.items
         self._items = np.asarray(items, dtype=np.int64)
         self._full: tuple[int, EpochIndex] | None = None  # the last epoch planned here
+        self._counts: tuple[EpochIndex, dict[str, np.ndarray]] | None = None  # its window sums
         self.epoch, self.skip = -1, 0
         self._resume: tuple[int, int] | None = None
         self.set_epoch(0)
@@ -93,33 +111,51 @@ class EpochPlan(Dataset[dict[str, Any]]):
         return len(self.full_plan(self.epoch)) - self.skip
 
     def __getitem__(self, key: int | PlanKey) -> dict[str, Any]:
+        """Micro-batch ``key``: this rank's share of its rows, with its window's counts. The one
+        place a rank's share and the counts' ÷W are made, for every method's plan."""
         epoch, index = key if isinstance(key, tuple) else (self.epoch, self.skip + key)
-        micro = self.full_plan(epoch)[index]
-        if not self.world.distributed:
-            return self._collate(micro)
-        return self._rank_share(micro, self.full_plan(epoch).share(index, self.world))
+        plan = self.full_plan(epoch)
+        micro = plan[index]
+        rows = plan.share(index, self.world) if self.world.distributed else micro.rows
+        # A rank with no rows in a ragged last micro-batch still joins the window's all-reduce:
+        # it runs a stand-in row of weight 0 with every label ignored (a backward adding zero).
+        batch = self.collate_rows(rows or micro.rows[:1], micro)
+        if not rows:
+            self.stand_in(batch)
+        counts = {"n_window_items": micro.n_window_items}
+        counts |= {key: int(sums[micro.window]) for key, sums in self._window_counts(plan).items()}
+        # Σ own / (N / W) on each rank: DDP averages over the W ranks, giving Σ all / N.
+        batch |= {key: count / self.world.size for key, count in counts.items()}
+        batch["last_in_window"] = micro.last_in_window
+        return batch
 
-    def _collate(self, micro: MicroBatch) -> dict[str, Any]:
+    def collate_rows(self, rows: list[int], micro: MicroBatch) -> dict[str, Any]:
+        """The micro-batch of ``rows`` (a method's plan collates its own columns)."""
         split = self.split
-        batch = collate(split.input_ids, split.labels, micro, self.pad_id, split.loss_mask)
+        own = MicroBatch(rows, micro.window, micro.n_window_items, micro.last_in_window)
+        batch = collate(split.input_ids, split.labels, own, self.pad_id, split.loss_mask)
         if self.packing is None:
             return batch
         assert self._full is not None  # planned by __getitem__: the micro-batch's own epoch
         widths = self._full[1].window_width  # its window's longest row
         return pack(batch, self.packing, None if widths is None else int(widths[micro.window]))
 
-    def _rank_share(self, micro: MicroBatch, rows: list[int]) -> dict[str, Any]:
-        # A rank with no rows in a ragged last micro-batch still joins the window's all-reduce:
-        # it runs one row with every label ignored, a backward that adds exactly zero.
-        own = MicroBatch(rows or micro.rows[:1], micro.window, micro.n_window_items,
-                         micro.last_in_window)  # fmt: skip
-        batch = self._collate(own)
-        if not rows:
-            batch["labels"] = torch.full_like(batch["labels"], IGNORE_INDEX)
-            batch["n_items"], batch["n_rows"] = 0, 0
-        # Σ own item losses / (N_W / W): DDP averages over the W ranks, giving Σ all / N_W.
-        batch["n_window_items"] = micro.n_window_items / self.world.size
-        return batch
+    def stand_in(self, batch: dict[str, Any]) -> None:
+        """A rank's stand-in row trains nothing: every label ignored, no item counted (a
+        method's plan zeroes its own weights too)."""
+        batch["labels"] = torch.full_like(batch["labels"], IGNORE_INDEX)
+        batch["n_items"], batch["n_rows"] = 0, 0
+
+    def window_columns(self) -> dict[str, np.ndarray]:
+        """Per-row counts whose window sums a micro-batch carries besides N_W, by batch key: a
+        method's second normaliser (none for SFT)."""
+        return {}
+
+    def _window_counts(self, plan: EpochIndex) -> dict[str, np.ndarray]:
+        if self._counts is None or self._counts[0] is not plan:  # once per planned epoch
+            columns = self.window_columns().items()
+            self._counts = (plan, {key: plan.window_sums(per_row) for key, per_row in columns})
+        return self._counts[1]
 
 
 class PlanKeys(Sampler[PlanKey]):

@@ -18,12 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate
+from trainer_core.accumulation import MicroBatch, collate
 from trainer_core.data.load import PreferenceSplit
 from trainer_core.data.loader import EpochPlan
-from trainer_core.data.plan import EpochIndex
 from trainer_core.data.tokenized import IntColumn, row_lengths
-from trainer_core.distributed import shard
 
 
 def collate_pairs(
@@ -54,7 +52,8 @@ def collate_pairs(
 
 
 class PreferencePlan(EpochPlan):
-    """``EpochPlan`` over pairs: the same windows, batches of pairs (``collate_pairs``)."""
+    """``EpochPlan`` over pairs: the same windows, batches of pairs (``collate_pairs``), and
+    besides N_W (the window's pairs) T_W, its chosen trained tokens (the RPO term's count)."""
 
     split: PreferenceSplit
 
@@ -65,37 +64,19 @@ class PreferencePlan(EpochPlan):
         tokens = split.chosen_items
         self._tokens = np.asarray(tokens.array if isinstance(tokens, IntColumn) else tokens,
                                   dtype=np.int64)  # fmt: skip
-        self._window_tokens: tuple[int, np.ndarray] | None = None
         super().__init__(split, **plan)
         if self._lengths is not None:  # group a window's pairs by their longer completion
             self._lengths = np.maximum(self._lengths, row_lengths(split.rejected_ids))
             self._full, self.epoch = None, -1
             self.set_epoch(0)
 
-    def window_tokens(self, epoch: int, window: int) -> int:
-        """T_W: the chosen completions' trained tokens of the window, over every rank."""
-        if self._window_tokens is None or self._window_tokens[0] != epoch:
-            index: EpochIndex = self.full_plan(epoch)
-            starts = np.arange(0, len(index.order), self.batch_size * self.accumulation)
-            ordered = self._tokens[index.order]
-            sums = np.add.reduceat(ordered, starts) if len(ordered) else ordered
-            self._window_tokens = (epoch, sums)
-        return int(self._window_tokens[1][window])
+    def window_columns(self) -> dict[str, np.ndarray]:
+        return {"n_window_tokens": self._tokens}
 
-    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
-        epoch, index = key if isinstance(key, tuple) else (self.epoch, self.skip + key)
-        micro = self.full_plan(epoch)[index]
-        rows = shard(micro.rows, self.world) if self.world.distributed else micro.rows
-        # A rank with no pairs in a ragged last micro-batch still joins the window's all-reduce:
-        # it runs a stand-in pair of weight 0, every label ignored (a backward that adds zero).
-        batch = collate_pairs(self.split, rows or micro.rows[:1], self.pad_id, self.reference)
-        if not rows:
-            batch["labels"] = torch.full_like(batch["labels"], IGNORE_INDEX)
-            batch["pair_weight"] = torch.zeros_like(batch["pair_weight"])
-            batch["n_items"], batch["n_rows"], batch["n_train_tokens"] = 0, 0, 0
-        # DDP averages over the W ranks: Σ own / (N_W / W) averages to Σ all / N_W.
-        size = self.world.size
-        batch["n_window_items"] = micro.n_window_items / size
-        batch["n_window_tokens"] = self.window_tokens(epoch, micro.window) / size
-        batch["last_in_window"] = micro.last_in_window
-        return batch
+    def collate_rows(self, rows: list[int], micro: MicroBatch) -> dict[str, Any]:
+        return collate_pairs(self.split, rows, self.pad_id, self.reference)
+
+    def stand_in(self, batch: dict[str, Any]) -> None:
+        super().stand_in(batch)
+        batch["pair_weight"] = torch.zeros_like(batch["pair_weight"])
+        batch["n_train_tokens"] = 0

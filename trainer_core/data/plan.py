@@ -71,13 +71,18 @@ class EpochIndex(Sequence[MicroBatch]):
             order = group_windows_by_length(order, lengths, window_rows)
         self.order, self.batch_size, self.accumulation = order, batch_size, accumulation
         self.n_micro = micro_batches_per_epoch(len(order), batch_size)
-        starts = np.arange(0, len(order), window_rows)
-        ordered = items[order].astype(np.int64)
-        self.window_items = np.add.reduceat(ordered, starts) if len(order) else ordered
+        self._starts = np.arange(0, len(order), window_rows)  # each window's first row
+        self.window_items = self.window_sums(items)
         self.window_width = (  # each window's longest row: the width its rows are packed to
-            np.maximum.reduceat(lengths[order], starts) if packed and lengths is not None
+            np.maximum.reduceat(lengths[order], self._starts) if packed and lengths is not None
             and len(order) else None
         )  # fmt: skip
+
+    def window_sums(self, per_row: np.ndarray) -> np.ndarray:
+        """Each window's sum of a per-row count (indexed by row), over every rank: the one
+        place a window's counts are made (its items N_W, and a method's second normaliser)."""
+        ordered = per_row[self.order].astype(np.int64)
+        return np.add.reduceat(ordered, self._starts) if len(ordered) else ordered
 
     def __len__(self) -> int:
         return self.n_micro

@@ -26,11 +26,10 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate
+from trainer_core.accumulation import MicroBatch, collate
 from trainer_core.data.load import TokenizedSplit
 from trainer_core.data.loader import EpochPlan
 from trainer_core.data.plan import EpochIndex, micro_batches_per_epoch
-from trainer_core.distributed import shard
 from trainer_core.spec.reinforcement import PolicyLoss
 
 
@@ -140,16 +139,22 @@ class WindowSource(Protocol):
 class RolloutStream:
     """A run whose epoch e trains window e of ``source``. ``shape``: rows as many as a window's
     completions, each as long as the longest a window can hold (the run's counts, and the
-    micro-batch probe of ``per_device_train_batch_size: auto``); never trained."""
+    micro-batch probe of ``per_device_train_batch_size: auto``); never trained. Without a
+    source, ``shape`` is the fixed rollouts every epoch trains."""
 
     shape: RolloutSplit
-    source: WindowSource
+    source: WindowSource | None = None
+
+    @classmethod
+    def of(cls, rollouts: RolloutSplit | RolloutStream) -> RolloutStream:
+        """Rollouts as ``train`` takes them: a stream, or one fixed window."""
+        return rollouts if isinstance(rollouts, RolloutStream) else cls(rollouts)
 
 
 class RolloutPlan(EpochPlan):
-    """``EpochPlan`` over completions: the same windows, each micro-batch carrying its window's
-    normaliser N_W (Σ items) and, for the metrics, its trained tokens and completions. With
-    ``windows`` (a stream), epoch e holds window e's rollouts, asked for when that epoch's first
+    """``EpochPlan`` over completions: the same windows, each micro-batch carrying besides N_W
+    (Σ items) its window's trained tokens and completions, for the metrics. With ``windows``
+    (a stream), epoch e holds window e's rollouts, asked for when that epoch's first
     micro-batch is built: never ahead, so the policy they come from is the one after the
     previous window's step (``set_epoch`` plans nothing, ``__len__`` needs only the count)."""
 
@@ -158,8 +163,6 @@ class RolloutPlan(EpochPlan):
     def __init__(self, split: RolloutSplit, *,
                  windows: Callable[[int], RolloutSplit] | None = None, **plan: Any) -> None:  # fmt: skip
         self._windows, self._window = windows, -1  # the epoch whose rollouts ``split`` holds
-        self._trained = np.asarray(split.trained, dtype=np.int64)
-        self._counts: tuple[int, np.ndarray, np.ndarray] | None = None
         super().__init__(split, **plan)
 
     def set_epoch(self, epoch: int) -> None:
@@ -186,36 +189,17 @@ class RolloutPlan(EpochPlan):
                              f"{len(self.split)}")  # fmt: skip
         self.split, self._window = split, epoch
         self._items = np.asarray(split.items, dtype=np.int64)
-        self._trained = np.asarray(split.trained, dtype=np.int64)
         self._full = self._counts = None
 
-    def window_counts(self, epoch: int, window: int) -> tuple[int, int]:
-        """(trained tokens, completions) of the window, over every rank."""
-        if self._counts is None or self._counts[0] != epoch:
-            index: EpochIndex = self.full_plan(epoch)
-            starts = np.arange(0, len(index.order), self.batch_size * self.accumulation)
-            tokens = np.add.reduceat(self._trained[index.order], starts)
-            completions = np.add.reduceat(np.ones(len(index.order), dtype=np.int64), starts)
-            self._counts = (epoch, tokens, completions)
-        return int(self._counts[1][window]), int(self._counts[2][window])
+    def window_columns(self) -> dict[str, np.ndarray]:
+        trained = np.asarray(self.split.trained, dtype=np.int64)
+        return {"n_window_tokens": trained, "n_window_completions": np.ones_like(trained)}
 
-    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
-        epoch, index = key if isinstance(key, tuple) else (self.epoch, self.skip + key)
-        micro = self.full_plan(epoch)[index]
-        rows = shard(micro.rows, self.world) if self.world.distributed else micro.rows
-        # A rank with no completions in a ragged last micro-batch still joins the window's
-        # all-reduce: it runs a stand-in row of weight 0, every label ignored (adds zero).
-        batch = collate_rollouts(self.split, rows or micro.rows[:1], self.pad_id)
-        if not rows:
-            batch["labels"] = torch.full_like(batch["labels"], IGNORE_INDEX)
-            batch["row_weight"] = torch.zeros_like(batch["row_weight"])
-            batch["completion_lengths"] = torch.zeros_like(batch["completion_lengths"])
-            batch["n_items"], batch["n_rows"], batch["n_train_tokens"] = 0, 0, 0
-        tokens, completions = self.window_counts(epoch, micro.window)
-        # DDP averages over the W ranks: Σ own / (N_W / W) averages to Σ all / N_W.
-        size = self.world.size
-        batch["n_window_items"] = micro.n_window_items / size
-        batch["n_window_tokens"] = tokens / size
-        batch["n_window_completions"] = completions / size
-        batch["last_in_window"] = micro.last_in_window
-        return batch
+    def collate_rows(self, rows: list[int], micro: MicroBatch) -> dict[str, Any]:
+        return collate_rollouts(self.split, rows, self.pad_id)
+
+    def stand_in(self, batch: dict[str, Any]) -> None:
+        super().stand_in(batch)
+        batch["row_weight"] = torch.zeros_like(batch["row_weight"])
+        batch["completion_lengths"] = torch.zeros_like(batch["completion_lengths"])
+        batch["n_train_tokens"] = 0

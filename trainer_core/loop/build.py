@@ -4,25 +4,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from trainer_core.accumulation import rollout_micro_step
 from trainer_core.checkpoint.resume import RunState, read_run_state, restore
 from trainer_core.data.cache import DataCache
-from trainer_core.data.load import JobData, PreferenceSplit, TokenizedSplit, load_job_data
-from trainer_core.data.loader import EpochLoader, EpochPlan
+from trainer_core.data.load import JobData, TokenizedSplit, load_job_data
+from trainer_core.data.loader import EpochLoader, Planned
 from trainer_core.data.plan import optimizer_steps_per_epoch
-from trainer_core.data.rollouts import RolloutPlan, RolloutSplit, RolloutStream, WindowSource
+from trainer_core.data.rollouts import RolloutSplit, RolloutStream, WindowSource
 from trainer_core.distributed import World, join, launched_world, min_over_ranks
-from trainer_core.loop import dpo, replan
+from trainer_core.loop import replan
 from trainer_core.loop.autobatch import choose_micro_batch
 from trainer_core.loop.context import RunContext
-from trainer_core.loop.packing_check import check_rows_isolated, packing_layout
+from trainer_core.loop.objectives import objective_for
 from trainer_core.model.load import load_model, load_tokenizer
 from trainer_core.model.optim import build_optimizer, build_scheduler
 from trainer_core.model.precision import check_precision
@@ -30,6 +28,7 @@ from trainer_core.spec.batching import accumulation_for
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import CHECKPOINT_DIR
+from trainer_core.spec.preference import Method
 
 
 @dataclass(frozen=True)
@@ -39,6 +38,7 @@ class Inputs:
     data: JobData
     world: World  # this process's rank among the job's data-parallel processes
     loader_workers: int  # processes that build batches off the training thread (0: on it)
+    method: Method  # what the rows train: the spec's, or grpo for rollouts handed in
     windows: WindowSource | None = None  # a GRPO run's: each epoch's rollouts (data.rollouts)
 
     @property
@@ -84,21 +84,21 @@ def load_inputs(
     world, device = _join_world(spec, resolve_device(spec))
     check_precision(spec.mixed_precision, device)
     tokenizer = load_tokenizer(spec)
-    stream = rollouts if isinstance(rollouts, RolloutStream) else None
-    fixed = rollouts.shape if isinstance(rollouts, RolloutStream) else rollouts
-    if stream is not None and loader_workers:  # sampled from the live model: on this thread
+    stream = None if rollouts is None else RolloutStream.of(rollouts)
+    if stream is not None and stream.source is not None and loader_workers:
         raise ValueError("loader_workers: a GRPO run samples on the training thread (0)")
-    if fixed is None:
+    if stream is None:
         data = load_job_data(spec, tokenizer, data_cache)
     else:  # rollouts train instead of the spec's dataset (``data.rollouts``)
-        data = JobData(fixed, TokenizedSplit([], None, []), None, format="rollouts")
+        data = JobData(stream.shape, TokenizedSplit([], None, []), None, format="rollouts")
     if loader_workers is None:
         # Inline by default. A batch of pre-tokenized rows is cheap to build, and on a GPU the
         # device computes asynchronously while the host builds the next one anyway; a worker
         # adds a process hop per batch. Measured (docs/benchmarks.md): on an H200 a worker made
         # tiny models 4-7 % slower, on this 2-core CPU 20 %. Heavy custom collation may want 1.
         loader_workers = 0
-    return Inputs(device, tokenizer, data, world, loader_workers,
+    method: Method = spec.method if rollouts is None else "grpo"
+    return Inputs(device, tokenizer, data, world, loader_workers, method,
                   None if stream is None else stream.source)  # fmt: skip
 
 
@@ -144,27 +144,11 @@ def build_context(
     choice = _micro_batch(spec, state, model, inputs, halved)
     b, k = choice.size, choice.accumulation
     world = inputs.world
-    planned: dict[str, Any] = {"batch_size": b, "accumulation": k, "seed": spec.seed,
-                               "pad_id": inputs.pad_id, "world": world,
-                               "group_by_length": spec.groups_by_length}  # fmt: skip
-    objective = None
-    if isinstance(data.train, PreferenceSplit):  # method dpo: the row is a pair (loop.dpo)
-        plan: EpochPlan = dpo.preference_plan(spec, model, data.train, data.eval, inputs.device,
-                                              **planned)  # fmt: skip
-        objective = dpo.objective(spec, model)  # before restore(): the starting weights
-    elif isinstance(data.train, RolloutSplit):  # completions; the loss type sets the item
-        if spec.packing:
-            raise JobError("packing: rollouts are not packed; train them without packing",
-                           param="packing")  # fmt: skip
-        # A stream's epoch e is window e, sampled from this model when that epoch starts.
-        windows = None if inputs.windows is None else partial(inputs.windows.window, model=model)
-        plan = RolloutPlan(data.train, windows=windows, **planned)
-        objective = partial(rollout_micro_step, loss=data.train.loss)
-    else:
-        layout = packing_layout(model) if spec.packing else None
-        if layout is not None:  # before any step: a model that lets packed rows mix is refused
-            check_rows_isolated(model, inputs.device, spec.model, layout)
-        plan = EpochPlan(data.train, packing=layout, **planned)
+    # The method's part of the run, chosen once (before restore(): DPO's reference is the
+    # starting weights); it plans the epoch in its unit.
+    objective = objective_for(inputs.method, spec, data, model, inputs.device,
+                              pad_id=inputs.pad_id, windows=inputs.windows)  # fmt: skip
+    plan = objective.plan(Planned(b, k, spec.seed, inputs.pad_id, world, spec.groups_by_length))
     cuda = inputs.device.type == "cuda"
     loader = EpochLoader(plan, num_workers=inputs.loader_workers, pin_memory=cuda)
     steps_per_epoch = optimizer_steps_per_epoch(len(data.train), b * world.size, k)

@@ -5,15 +5,14 @@ the last), and its micro-batches per epoch."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import PreTrainedModel
 
-from trainer_core.accumulation import MicroStep, micro_step_loss
+from trainer_core.accumulation import MicroStep
 from trainer_core.checkpoint.resume import RunState, spec_fingerprint
 from trainer_core.data.load import JobData
 from trainer_core.data.loader import EpochLoader
@@ -21,6 +20,9 @@ from trainer_core.data.plan import micro_batches_per_epoch
 from trainer_core.distributed import SINGLE, World
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import CHECKPOINT_DIR
+
+if TYPE_CHECKING:  # the objectives build on the plan and the math, never on the run's context
+    from trainer_core.loop.objectives import Objective
 
 
 @dataclass
@@ -43,14 +45,13 @@ class RunContext:
     resumed: RunState | None = None  # the checkpoint this run starts from, at a window boundary
     tokenizer: Any = None  # saved with the final model
     world: World = SINGLE  # this process's rank among the job's data-parallel processes
-    # A micro-step of another objective than the data's own loss (DPO's pairs: ``loop.dpo``).
-    objective: Callable[[torch.nn.Module, dict[str, Any]], MicroStep] | None = None
+    objective: Objective | None = None  # the method's part (``loop.objectives``): build's
 
     def micro_step(self, model: torch.nn.Module, batch: dict[str, Any]) -> MicroStep:
-        """What every backend calls for a micro-batch: its share of the window's loss."""
-        if self.objective is not None:
-            return self.objective(model, batch)
-        return micro_step_loss(model, batch, self.causal)
+        """What every backend calls for a micro-batch: its share of the window's loss, as the
+        run's objective computes it."""
+        assert self.objective is not None  # build_context always sets it
+        return self.objective.micro_step(model, batch)
 
     @property
     def fingerprint(self) -> str:

@@ -20,11 +20,8 @@ from tqdm import tqdm
 
 from trainer_core.accumulation import COUNT_HITS, MicroStep
 from trainer_core.checkpoint.resume import RunState
-from trainer_core.data.load import PreferenceSplit
 from trainer_core.distributed import agree_on_stop, sum_over_ranks
 from trainer_core.loop.context import RunContext
-from trainer_core.loop.dpo_eval import evaluate_pairs
-from trainer_core.loop.evaluation import evaluate
 from trainer_core.loop.meters import LossMeter, StepMeter, Window, means, peak_memory_bytes
 from trainer_core.loop.metrics_file import MetricsFile
 from trainer_core.loop.reports import SampleBudget, evaluation_report
@@ -267,19 +264,8 @@ class TrainingRun:
             return {}
         self.evaluating = True
         predicted: list[int] = []
-        if isinstance(ctx.data.eval, PreferenceSplit):  # pairs: DPO's loss and metrics
-            scores = evaluate_pairs(ctx, self.world)
-        else:
-            scores = evaluate(
-                ctx.model,
-                ctx.data.eval,
-                batch_size=ctx.spec.per_device_eval_batch_size,
-                pad_id=ctx.pad_id,
-                device=ctx.device,
-                num_classes=len(ctx.data.label_names) if ctx.data.label_names else None,
-                world=self.world,
-                predicted_out=predicted,
-            )
+        assert ctx.objective is not None
+        scores = ctx.objective.evaluate(ctx.model, self.world, predicted)
         self._last_eval = (self.global_step, scores)
         if self.selection.active:
             self.selection.observe(self.global_step, scores)
@@ -321,8 +307,8 @@ class TrainingRun:
         )
         record: dict[str, Any] = {"epoch": self.epoch + 1, "train_loss": loss_sum / max(items, 1)}
         record |= means(names, totals, items)
-        if isinstance(ctx.data.train, PreferenceSplit):  # items are pairs: tokens counted apart
-            record["train_tokens"] = int(train_tokens)
+        assert ctx.objective is not None
+        record |= ctx.objective.epoch_record(train_tokens)
         if ctx.spec.packing:  # trained tokens over tokens computed (one more collective)
             trained, computed = sum_over_ranks([meter.run_items, meter.run_slots], self.world)
             record["packing_efficiency"] = round(trained / computed, 4) if computed else None
