@@ -44,7 +44,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from trainer_core.builtin.preference_corpus import preference_arithmetic
-from trainer_core.data.load import PreferenceSplit, load_job_data
+from trainer_core.data.load import load_job_data
+from trainer_core.data.splits import PreferenceSplit
 from trainer_core.loop.objectives.dpo import cached_reference
 from trainer_core.model.load import load_model, load_tokenizer
 from trainer_core.spec.callbacks import TrainingCallback

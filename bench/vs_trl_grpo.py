@@ -27,8 +27,8 @@ from typing import Any, cast
 import torch
 
 from trainer_core.builtin.chat_corpus import chat_arithmetic
-from trainer_core.data.prompts import prompt_rows
 from trainer_core.grpo import train_grpo
+from trainer_core.grpo.prompts import prompt_rows
 from trainer_core.spec.callbacks import TrainingCallback
 from trainer_core.spec.grpo import GrpoSettings
 from trainer_core.spec.job import JobSpec

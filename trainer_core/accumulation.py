@@ -25,7 +25,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from trainer_core.spec.reinforcement import PolicyLoss
+from trainer_core.spec.grpo import PolicyLoss
 from trainer_core.testing.failpoints import check_out_of_memory
 
 IGNORE_INDEX = -100
@@ -239,7 +239,7 @@ def pair_micro_step(
 
 
 # --- Rollouts -------------------------------------------------------------------------------
-# GRPO-family training on a window's fixed rollouts (``data.rollouts``). With l_it the clipped
+# GRPO-family training on a window's fixed rollouts (``data.grpo``). With l_it the clipped
 # policy loss of token t of completion i (``policy_token_losses``) and T_i its loss-carrying
 # tokens (after any truncation masking), every loss type is Σ_i w_i Σ_{t∈T_i} l_it / N_W over the
 # window, with the weight and the count fixed by the window, never by a micro-batch:
@@ -250,7 +250,7 @@ def pair_micro_step(
 # averages), and after the window's last backward the gradient is that of one forward over the
 # window, whatever b, K, the ranks or a re-plan. A completion whose tokens are all masked counts
 # in no normaliser: as if it had not been sampled. ``bnpo`` (a micro-batch's own token mean) is
-# refused by the spec (``spec.reinforcement``).
+# refused by the spec (``spec.grpo``).
 
 
 def policy_token_losses(

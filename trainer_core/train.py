@@ -37,7 +37,7 @@ from transformers.utils import logging as hf_logging
 from trainer_core.backends import get_backend
 from trainer_core.checkpoint.format import best_checkpoint, load_weights
 from trainer_core.data.cache import DataCache
-from trainer_core.data.rollouts import RolloutSplit, RolloutStream
+from trainer_core.data.grpo import RolloutSplit, RolloutStream
 from trainer_core.distributed import barrier
 from trainer_core.loop import replan
 from trainer_core.loop.build import Inputs, MicroBatchChoice, build_context, load_inputs
@@ -250,7 +250,7 @@ def train(
     """Train one job; see the module docstring. ``data_cache`` keeps the tokenized data between
     jobs and resumes (without one it lives in a temporary folder); ``loader_workers`` processes
     build the batches off the training thread (0, the default: on it). ``rollouts``: fixed
-    GRPO-family rollouts (``data.rollouts``) train instead of the spec's dataset, or a
+    GRPO-family rollouts (``data.grpo``) train instead of the spec's dataset, or a
     ``RolloutStream`` whose epoch e trains window e, sampled from the live model (``grpo``).
 
     Example:

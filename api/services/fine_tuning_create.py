@@ -28,8 +28,8 @@ from gradacc.openai.names import OPENAI_FIELDS, openai_param
 from gradacc.settings import Settings
 from gradacc.tables import FilePurpose, Job
 from trainer_core.spec.batching import micro_batch_for
+from trainer_core.spec.dpo import PreferenceFields
 from trainer_core.spec.job import JobSpec
-from trainer_core.spec.preference import PreferenceFields
 
 DEFAULTS: dict[str, Any] = {  # a fine-tuning job's defaults where the spec's differ
     "task": "causal-lm",

@@ -31,7 +31,7 @@ from trainer_core.spec.chat import (
     resolve_format,
     row_problems,
 )
-from trainer_core.spec.preference import OPENAI_COLUMNS, check_preference_row
+from trainer_core.spec.dpo import OPENAI_COLUMNS, check_preference_row
 from trainer_core.spec.prompts import prompt_problems
 
 BATCH_ROWS = 10_000

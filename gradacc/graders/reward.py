@@ -20,7 +20,7 @@ from typing import Any
 
 from gradacc.graders.run import Grading, run_grader
 from trainer_core.spec.graders import Grader
-from trainer_core.spec.rewards import Graded
+from trainer_core.spec.grpo import Graded
 
 
 def grader_reward(

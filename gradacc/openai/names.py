@@ -63,7 +63,7 @@ EVALUATION_NAMES = {
 }
 
 
-# A reinforcement job's step metrics (``trainer_core.loop.grpo_metrics``, and the loss's own)
+# A reinforcement job's step metrics (``trainer_core.grpo.metrics``, and the loss's own)
 REINFORCEMENT_METRICS = ("reward_mean", "reward_std", "completion_length", "truncated_fraction",
                          "clip_ratio", "kl", "grader_errors")  # fmt: skip
 

@@ -202,7 +202,7 @@ def test_the_spec_fields_a_reinforcement_body_sets_are_named_by_it() -> None:
     }
 
 
-# Two GRPO step records as the core writes them (trainer_core.loop.grpo_metrics), the second
+# Two GRPO step records as the core writes them (trainer_core.grpo.metrics), the second
 # with an evaluation.
 STEPS = [
     {"step": 1, "train_loss": -0.01, "reward_mean": 0.25, "reward_std": 0.4,

@@ -29,7 +29,8 @@ from tests.e2e.conftest import serve_with_keys
 from tests.support import wait_until
 from trainer_core.builtin.chat_corpus import chat_arithmetic
 from trainer_core.builtin.preference_corpus import preference_arithmetic
-from trainer_core.data.load import PreferenceSplit, load_job_data
+from trainer_core.data.load import load_job_data
+from trainer_core.data.splits import PreferenceSplit
 from trainer_core.model.load import load_tokenizer
 from trainer_core.spec.job import JobSpec
 from trainer_core.testing.failpoints import HOLD_AT, held_marker

@@ -11,8 +11,8 @@ from typing import Any
 
 from gradacc.graders import ERROR_KINDS, Grading, SandboxLimits
 from gradacc.graders.reward import grader_reward
-from trainer_core.data.prompts import prompt_rows
 from trainer_core.grpo import train_grpo
+from trainer_core.grpo.prompts import prompt_rows
 from trainer_core.spec.graders import parse_grader
 from trainer_core.spec.grpo import GrpoSettings
 from trainer_core.spec.job import JobSpec

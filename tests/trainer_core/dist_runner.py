@@ -13,10 +13,10 @@ import json
 import sys
 from pathlib import Path
 
-from trainer_core.data.rollouts import Rollouts, rollout_split
+from trainer_core.data.grpo import Rollouts, rollout_split
 from trainer_core.distributed import launched_world, leave, observe_ddp
+from trainer_core.spec.grpo import PolicyLoss
 from trainer_core.spec.job import JobSpec
-from trainer_core.spec.reinforcement import PolicyLoss
 from trainer_core.testing.comm_counter import CommCounter
 from trainer_core.testing.recorder import Recorder
 from trainer_core.train import train
@@ -31,7 +31,7 @@ def main(jobs_file: str) -> int:
         steps = Recorder()
         spec = JobSpec.model_validate(job["spec"])
         rollouts = None
-        if "rollouts" in job:  # a window of fixed GRPO rollouts and its loss (data.rollouts)
+        if "rollouts" in job:  # a window of fixed GRPO rollouts and its loss (data.grpo)
             rollouts = rollout_split(Rollouts(**job["rollouts"]), PolicyLoss(**job["loss"]))
         result = train(spec, Path(job["out"]), resume=True, callback=steps, rollouts=rollouts)
         if world.is_main:

@@ -10,8 +10,9 @@ from typing import Any
 import torch
 
 from trainer_core.accumulation import PairLoss, pair_losses, token_nll
-from trainer_core.data.load import PreferenceSplit, load_job_data
-from trainer_core.data.pairs import collate_pairs
+from trainer_core.data.dpo import collate_pairs
+from trainer_core.data.load import load_job_data
+from trainer_core.data.splits import PreferenceSplit
 from trainer_core.loop.objectives.dpo import cached_reference
 from trainer_core.model.load import load_model, load_tokenizer
 from trainer_core.spec.job import JobSpec

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 from tests.trainer_core.test_grpo_run import EVALUATING, ROWS, VALIDATION, length_reward
-from trainer_core.data.prompts import prompt_rows
 from trainer_core.distributed import launched_world, leave
 from trainer_core.grpo import train_grpo
+from trainer_core.grpo.prompts import prompt_rows
 from trainer_core.spec.job import JobSpec
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer_core.data.rollouts import Rollouts, group_advantages
+from trainer_core.data.grpo import Rollouts, group_advantages
 from trainer_core.model.load import load_model, load_tokenizer
+from trainer_core.spec.grpo import PolicyLoss
 from trainer_core.spec.job import JobSpec
-from trainer_core.spec.reinforcement import PolicyLoss
 
 Grads = dict[str, torch.Tensor]
 L_MAX = 40  # max_completion_length: a completion of 40 tokens without EOS was truncated

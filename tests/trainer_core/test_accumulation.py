@@ -11,8 +11,8 @@ import torch
 from tests.trainer_core.helpers import reference_plan
 from trainer_core.accumulation import MicroBatch, collate, micro_step_loss, summed_loss
 from trainer_core.builtin.models import builtin_config, builtin_tokenizer
-from trainer_core.data.load import TokenizedSplit
 from trainer_core.data.plan import EpochIndex, epoch_permutation
+from trainer_core.data.splits import TokenizedSplit
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> list[int]:

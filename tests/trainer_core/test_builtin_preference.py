@@ -67,7 +67,7 @@ def test_it_is_a_registered_preference_builtin() -> None:
 
 
 def test_every_row_passes_the_upload_check() -> None:
-    from trainer_core.spec.preference import check_preference_row
+    from trainer_core.spec.dpo import check_preference_row
 
     rows = preference_arithmetic("validation")
     for line, values in enumerate(zip(*rows.values(), strict=True), start=1):

@@ -14,7 +14,8 @@ import pytest
 
 from tests.trainer_core.helpers import CHAT, make_spec, prompt_completion_file
 from trainer_core.builtin.chat_corpus import chat_arithmetic
-from trainer_core.data.load import TokenizedSplit, load_job_data
+from trainer_core.data.load import load_job_data
+from trainer_core.data.splits import TokenizedSplit
 from trainer_core.model.load import load_tokenizer
 from trainer_core.spec.chat import CHATML_TEMPLATE
 from trainer_core.spec.errors import DatasetError

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from trainer_core.data.load import PreferenceSplit, load_job_data
+from trainer_core.data.load import load_job_data
+from trainer_core.data.splits import PreferenceSplit
 from trainer_core.model.load import load_tokenizer
 from trainer_core.spec.errors import DatasetError
 from trainer_core.spec.job import JobSpec

@@ -30,7 +30,7 @@ from tests.trainer_core.dpo_pairs import (
 from tests.trainer_core.helpers import final_weights, initial_weights, run
 from trainer_core import accumulation
 from trainer_core.accumulation import PairLoss, PairSplit, pair_micro_step
-from trainer_core.data.pairs import collate_pairs
+from trainer_core.data.dpo import collate_pairs
 from trainer_core.spec.job import JobSpec
 
 LR = 10.0

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from trainer_core.spec.job import JobSpec
-from trainer_core.spec.preference import (
+from trainer_core.spec.dpo import (
     PreferencePair,
     check_preference_row,
     normalise_preference_row,
 )
+from trainer_core.spec.job import JobSpec
 
 DPO = {"model": "builtin:tiny-chat", "dataset": "pairs.jsonl", "task": "causal-lm",
        "method": "dpo"}  # fmt: skip

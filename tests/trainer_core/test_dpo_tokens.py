@@ -13,7 +13,8 @@ import pytest
 
 from tests.trainer_core.dpo_pairs import pairs_file
 from tests.trainer_core.helpers import run
-from trainer_core.data.load import PreferenceSplit, load_job_data
+from trainer_core.data.load import load_job_data
+from trainer_core.data.splits import PreferenceSplit
 from trainer_core.model.load import load_tokenizer
 from trainer_core.spec.callbacks import StopRequest
 from trainer_core.spec.job import JobSpec

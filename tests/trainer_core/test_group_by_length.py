@@ -11,9 +11,9 @@ import numpy as np
 from tests.trainer_core.helpers import CHAT, make_spec
 from tests.trainer_core.test_step_metrics import steps_of
 from trainer_core.accumulation import collate
-from trainer_core.data.load import TokenizedSplit
 from trainer_core.data.loader import EpochPlan
 from trainer_core.data.plan import EpochIndex, epoch_permutation, group_windows_by_length
+from trainer_core.data.splits import TokenizedSplit
 from trainer_core.data.tokenized import ArrowRows, row_lengths
 
 

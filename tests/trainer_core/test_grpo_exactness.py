@@ -34,9 +34,9 @@ from tests.trainer_core.grpo_rollouts import (
 from tests.trainer_core.helpers import final_weights
 from trainer_core import accumulation
 from trainer_core.accumulation import rollout_micro_step
-from trainer_core.data.rollouts import Rollouts, collate_rollouts, group_advantages, rollout_split
+from trainer_core.data.grpo import Rollouts, collate_rollouts, group_advantages, rollout_split
+from trainer_core.spec.grpo import PolicyLoss
 from trainer_core.spec.job import JobSpec
-from trainer_core.spec.reinforcement import PolicyLoss
 from trainer_core.train import train
 
 LR = 10.0

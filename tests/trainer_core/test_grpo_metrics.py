@@ -18,14 +18,13 @@ from typing import Any
 
 import pytest
 
-from trainer_core.data.prompts import prompt_rows
 from trainer_core.grpo import GrpoRun, train_grpo
-from trainer_core.loop.grpo_eval import GrpoEvaluation, evaluate_policy
-from trainer_core.loop.grpo_metrics import reward_metrics, window_metrics
+from trainer_core.grpo.evaluation import GrpoEvaluation, evaluate_policy
+from trainer_core.grpo.metrics import reward_metrics, window_metrics
+from trainer_core.grpo.prompts import prompt_rows
 from trainer_core.model.load import load_model, load_tokenizer
-from trainer_core.spec.grpo import GrpoSettings
+from trainer_core.spec.grpo import Graded, GrpoSettings, as_graded
 from trainer_core.spec.job import JobSpec
-from trainer_core.spec.rewards import Graded, as_graded
 
 ROWS = [{"messages": [{"role": "user", "content": f"what is {i} plus {i + 2}"}],
          "answer": str(2 * i + 2)} for i in range(4)]  # fmt: skip

@@ -30,11 +30,11 @@ from transformers import get_linear_schedule_with_warmup
 from tests.trainer_core.grpo_rollouts import starting_model
 from tests.trainer_core.test_distributed import _env, torchrun
 from trainer_core.accumulation import rollout_micro_step
+from trainer_core.data.grpo import Rollouts, collate_rollouts, group_advantages, rollout_split
 from trainer_core.data.plan import epoch_permutation
-from trainer_core.data.prompts import encode_prompt, prompt_rows
-from trainer_core.data.rollouts import Rollouts, collate_rollouts, group_advantages, rollout_split
 from trainer_core.grpo import GrpoRun, train_grpo
-from trainer_core.loop.sampling import Sampled, group_seed, sample_chunks, sample_window
+from trainer_core.grpo.prompts import encode_prompt, prompt_rows
+from trainer_core.grpo.sampling import Sampled, group_seed, sample_chunks, sample_window
 from trainer_core.model.load import load_tokenizer
 from trainer_core.spec.callbacks import StopRequest, TrainingCallback
 from trainer_core.spec.errors import JobError

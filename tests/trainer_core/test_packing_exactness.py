@@ -19,9 +19,9 @@ import torch
 
 from tests.trainer_core.helpers import CHAT, make_spec
 from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate, micro_step_loss
-from trainer_core.data.load import TokenizedSplit
 from trainer_core.data.loader import EpochPlan
 from trainer_core.data.packing import Layout, pack, place
+from trainer_core.data.splits import TokenizedSplit
 from trainer_core.distributed import World, shard
 from trainer_core.loop.packing_check import check_rows_isolated
 from trainer_core.model.load import load_model, load_tokenizer

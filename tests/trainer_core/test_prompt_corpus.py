@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from trainer_core.builtin.chat_corpus import chat_arithmetic
 from trainer_core.builtin.prompt_corpus import arithmetic_prompts
-from trainer_core.data.prompt_source import load_prompts
+from trainer_core.grpo.prompts import load_prompts
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.prompts import prompt_problems
 

@@ -13,7 +13,7 @@ from transformers import PreTrainedTokenizerBase
 
 from trainer_core.data.cache_key import backend_json
 from trainer_core.data.chat import encode_messages, encode_prompt_completion
-from trainer_core.data.preference import encode_preference
+from trainer_core.data.dpo import encode_preference
 from trainer_core.data.tokenized import encode_batch
 from trainer_core.spec.chat import ResolvedFormat, no_template, template_text
 from trainer_core.spec.errors import DatasetError, ModelError
@@ -97,7 +97,7 @@ def encoding_for(
 def _preference_encoding(
     spec: JobSpec, tokenizer: PreTrainedTokenizerBase, common: dict[str, Any]
 ) -> Encoding:
-    """Pairs (``data.preference``): a prompt of messages renders with the chat template, which is
+    """Pairs (``data.dpo``): a prompt of messages renders with the chat template, which is
     looked up when a row needs it (a file of prompt strings trains on a model without one)."""
     template = spec.chat_template or getattr(tokenizer, "chat_template", None)
     kwargs = common | {

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,9 +22,10 @@ from transformers import PreTrainedTokenizerBase
 from trainer_core.data.cache import DataCache
 from trainer_core.data.cache_key import cache_key, data_identity
 from trainer_core.data.chat import TOO_LONG
+from trainer_core.data.dpo import ROW_ERROR
 from trainer_core.data.encoding import check_columns, encoding_for
-from trainer_core.data.preference import ROW_ERROR
 from trainer_core.data.sources import load_source
+from trainer_core.data.splits import PreferenceSplit, TokenizedSplit
 from trainer_core.data.tokenized import (
     CUT_COLUMNS,
     ArrowRows,
@@ -42,33 +42,6 @@ from trainer_core.spec.job import JobSpec
 
 if TYPE_CHECKING:  # datasets costs ~0.4 s to import; a cached job never needs it
     import datasets
-
-
-@dataclass(frozen=True)
-class TokenizedSplit:
-    """Lists in tests; ``ArrowRows``/``IntColumn`` views of memory-mapped Arrow in a job."""
-
-    input_ids: Sequence[Any]  # rows of token ids: lists, or numpy views of the Arrow table
-    labels: Sequence[int] | None  # classification only
-    items: Sequence[int]  # supervised items per row
-    loss_mask: Sequence[Any] | None = None  # chat and prompt-completion: 1 where trained
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
-
-
-@dataclass(frozen=True)
-class PreferenceSplit(TokenizedSplit):
-    """Pairs (``data.preference``): ``input_ids``/``loss_mask`` are the chosen sequences and
-    ``items`` 1 each (the pair is the unit), beside the rejected ones and the chosen trained
-    tokens (the RPO term's count)."""
-
-    rejected_ids: Sequence[Any] = ()
-    rejected_mask: Sequence[Any] = ()
-    chosen_items: Sequence[int] = ()
-    # The reference's summed log-probs, (pairs, 2) float32, by the model they came from: computed
-    # once and kept with the tokenized rows for as long as they are (a re-plan reuses them).
-    reference: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from trainer_core.accumulation import IGNORE_INDEX, MicroBatch, collate
-from trainer_core.data.load import TokenizedSplit
 from trainer_core.data.packing import Layout, pack
 from trainer_core.data.plan import EpochIndex, epoch_permutation
+from trainer_core.data.splits import TokenizedSplit
 from trainer_core.data.tokenized import IntColumn, row_lengths
 from trainer_core.distributed import SINGLE, World
 

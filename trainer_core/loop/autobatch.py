@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from trainer_core.accumulation import micro_step_loss
-from trainer_core.data.load import TokenizedSplit
+from trainer_core.data.splits import TokenizedSplit
 from trainer_core.model.precision import autocast
 from trainer_core.spec.batching import divisors
 from trainer_core.spec.errors import OutOfMemory

@@ -12,10 +12,11 @@ from transformers import PreTrainedTokenizerBase
 
 from trainer_core.checkpoint.resume import RunState, read_run_state, restore
 from trainer_core.data.cache import DataCache
-from trainer_core.data.load import JobData, TokenizedSplit, load_job_data
+from trainer_core.data.grpo import RolloutSplit, RolloutStream, WindowSource
+from trainer_core.data.load import JobData, load_job_data
 from trainer_core.data.loader import EpochLoader, Planned
 from trainer_core.data.plan import optimizer_steps_per_epoch
-from trainer_core.data.rollouts import RolloutSplit, RolloutStream, WindowSource
+from trainer_core.data.splits import TokenizedSplit
 from trainer_core.distributed import World, join, launched_world, min_over_ranks
 from trainer_core.loop import replan
 from trainer_core.loop.autobatch import choose_micro_batch
@@ -25,10 +26,10 @@ from trainer_core.model.load import load_model, load_tokenizer
 from trainer_core.model.optim import build_optimizer, build_scheduler
 from trainer_core.model.precision import check_precision
 from trainer_core.spec.batching import accumulation_for
+from trainer_core.spec.dpo import Method
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import CHECKPOINT_DIR
-from trainer_core.spec.preference import Method
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Inputs:
     world: World  # this process's rank among the job's data-parallel processes
     loader_workers: int  # processes that build batches off the training thread (0: on it)
     method: Method  # what the rows train: the spec's, or grpo for rollouts handed in
-    windows: WindowSource | None = None  # a GRPO run's: each epoch's rollouts (data.rollouts)
+    windows: WindowSource | None = None  # a GRPO run's: each epoch's rollouts (data.grpo)
 
     @property
     def pad_id(self) -> int:
@@ -89,7 +90,7 @@ def load_inputs(
         raise ValueError("loader_workers: a GRPO run samples on the training thread (0)")
     if stream is None:
         data = load_job_data(spec, tokenizer, data_cache)
-    else:  # rollouts train instead of the spec's dataset (``data.rollouts``)
+    else:  # rollouts train instead of the spec's dataset (``data.grpo``)
         data = JobData(stream.shape, TokenizedSplit([], None, []), None, format="rollouts")
     if loader_workers is None:
         # Inline by default. A batch of pre-tokenized rows is cheap to build, and on a GPU the

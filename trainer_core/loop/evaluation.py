@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from trainer_core.accumulation import MicroBatch, collate, summed_loss, token_hits
-from trainer_core.data.load import TokenizedSplit
+from trainer_core.data.splits import TokenizedSplit
 from trainer_core.distributed import SINGLE, World, gather_lists, shard, sum_over_ranks
 
 

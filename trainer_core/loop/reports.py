@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from trainer_core.data.load import TokenizedSplit
+from trainer_core.data.splits import TokenizedSplit
 
 SAMPLE_SEED = 0
 

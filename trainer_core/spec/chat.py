@@ -26,7 +26,7 @@ from trainer_core.spec.tools import (
 
 DatasetFormat = Literal["auto", "text", "messages", "prompt-completion", "preference"]
 ResolvedFormat = Literal["text", "messages", "prompt-completion", "preference"]
-# OpenAI's preference rows (``trainer_core.spec.preference``); TRL's are prompt/chosen/rejected.
+# OpenAI's preference rows (``trainer_core.spec.dpo``); TRL's are prompt/chosen/rejected.
 OPENAI_PREFERENCE_COLUMNS = ("input", "preferred_output", "non_preferred_output")
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_PROBLEMS = 20  # an upload's report lists at most this many

@@ -12,14 +12,14 @@ from pydantic import model_validator
 
 from trainer_core.spec.batch_fields import BatchFields
 from trainer_core.spec.batching import accumulation_for
+from trainer_core.spec.dpo import PreferenceFields
 from trainer_core.spec.fields import (
     BUILTIN_DATASETS,
     BUILTIN_MODELS,
     COLUMN_PATTERN,
     HUB_ID_PATTERN,
 )
-from trainer_core.spec.grpo_fields import GrpoFields
-from trainer_core.spec.preference import PreferenceFields
+from trainer_core.spec.grpo import GrpoFields
 from trainer_core.spec.run_fields import RunFields
 from trainer_core.spec.training_fields import TrainingFields
 

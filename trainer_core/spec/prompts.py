@@ -2,7 +2,7 @@
 answers to. A row is chat ``messages`` ending with a user turn (the turn the model answers);
 earlier turns may hold assistant messages, and every other field of the row is the row's
 ``item``, which graders read as ``item.*``. The API checks uploads with ``prompt_problems``; the
-core reads the rows with ``trainer_core.data.prompts``.
+core reads the rows with ``trainer_core.grpo.prompts``.
 
 Example:
 

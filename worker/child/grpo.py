@@ -31,8 +31,8 @@ def run_grpo(
     should_stop: StopCheck,
 ) -> TrainResult:
     """Train ``job_id`` with GRPO in its folder (``resume``: a job handed over continues)."""
-    from trainer_core.data.prompt_source import load_prompts
     from trainer_core.grpo import train_grpo
+    from trainer_core.grpo.prompts import load_prompts
 
     assert spec.grpo is not None  # method grpo: the spec requires it
     prompts = load_prompts(spec)

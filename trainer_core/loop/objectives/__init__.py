@@ -17,13 +17,14 @@ from typing import Any, Protocol, cast
 import torch
 
 from trainer_core.accumulation import MicroStep
-from trainer_core.data.load import JobData, PreferenceSplit
+from trainer_core.data.grpo import RolloutSplit, WindowSource
+from trainer_core.data.load import JobData
 from trainer_core.data.loader import EpochPlan, Planned
-from trainer_core.data.rollouts import RolloutSplit, WindowSource
+from trainer_core.data.splits import PreferenceSplit
 from trainer_core.distributed import World
 from trainer_core.loop.objectives import dpo, grpo, sft
+from trainer_core.spec.dpo import Method
 from trainer_core.spec.job import JobSpec
-from trainer_core.spec.preference import Method
 
 
 class Objective(Protocol):

@@ -1,7 +1,7 @@
 """DPO: the pair (prompt, chosen, rejected) is the item. A micro-step back-propagates
 Σ_pairs loss_j / N_W (+ the RPO term's Σ chosen NLL / T_W), with N_W the window's pairs and T_W
 its chosen trained tokens over every micro-batch and rank (the loss and its normaliser:
-``accumulation``, "Pairs"; the counts: ``data.pairs.PreferencePlan``). Evaluation: the loss and
+``accumulation``, "Pairs"; the counts: ``data.dpo.PreferencePlan``). Evaluation: the loss and
 DPO's metrics, means over every validation pair.
 
 The reference is the starting weights. With LoRA it is the model itself with its adapters off
@@ -34,9 +34,9 @@ from trainer_core.accumulation import (
     pair_micro_step,
     token_nll,
 )
-from trainer_core.data.load import PreferenceSplit, TokenizedSplit
+from trainer_core.data.dpo import PreferencePlan, collate_pairs
 from trainer_core.data.loader import Planned
-from trainer_core.data.pairs import PreferencePlan, collate_pairs
+from trainer_core.data.splits import PreferenceSplit, TokenizedSplit
 from trainer_core.distributed import World, shard, sum_over_ranks
 from trainer_core.spec.job import JobSpec
 

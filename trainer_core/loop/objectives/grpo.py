@@ -1,7 +1,7 @@
 """GRPO's training objective: a window's fixed rollouts, each completion weighted and counted as
 its loss type says (dapo, grpo, dr_grpo: ``accumulation``, "Rollouts"), with the clipped policy
 loss (``accumulation.rollout_micro_step``). A stream's epoch e is window e, sampled from the live
-model when that epoch starts (``data.rollouts.RolloutPlan``). A GRPO run has no eval split of its
+model when that epoch starts (``data.grpo.RolloutPlan``). A GRPO run has no eval split of its
 own: its evaluation samples and grades (``trainer_core.grpo``, above the loop)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from trainer_core.accumulation import MicroStep, rollout_micro_step
+from trainer_core.data.grpo import RolloutPlan, RolloutSplit, WindowSource
 from trainer_core.data.loader import Planned
-from trainer_core.data.rollouts import RolloutPlan, RolloutSplit, WindowSource
 from trainer_core.distributed import World
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.job import JobSpec

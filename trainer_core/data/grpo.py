@@ -27,10 +27,10 @@ import numpy as np
 import torch
 
 from trainer_core.accumulation import MicroBatch, collate
-from trainer_core.data.load import TokenizedSplit
 from trainer_core.data.loader import EpochPlan
 from trainer_core.data.plan import EpochIndex, micro_batches_per_epoch
-from trainer_core.spec.reinforcement import PolicyLoss
+from trainer_core.data.splits import TokenizedSplit
+from trainer_core.spec.grpo import PolicyLoss
 
 
 def group_advantages(rewards: Sequence[float], group_size: int, scale: bool) -> np.ndarray:

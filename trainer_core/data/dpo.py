@@ -1,4 +1,6 @@
-"""Preference rows tokenized as pairs: one Arrow row per pair, its two completions side by side.
+"""DPO's data: preference rows tokenized as pairs, and the epoch plan whose row is the pair.
+
+**Tokenized**: one Arrow row per pair, its two completions side by side.
 
 A pair's prompt of messages is rendered with the chat template and its generation prompt; each
 completion is the prompt's conversation followed by one assistant message, and what it trains is
@@ -11,6 +13,15 @@ its length, reports and samples), ``rejected_ids``/``rejected_mask``, ``n_items`
 the unit the loss averages over), ``chosen_items`` (the chosen completion's trained tokens after
 the shift: the RPO term's count), and what truncation cut (``CUT_COLUMNS``). A pair either of
 whose completions has nothing left to train after truncation is dropped.
+
+**Planned**: the plan is the one every job uses (``data.plan``: a seeded permutation cut into
+micro-batches of b rows and windows of K), with the pair as its row: b, K and the effective batch
+count pairs, a rank's share of a micro-batch is whole pairs, and an out-of-memory re-plan halves b
+in pairs. No plan can put a pair's two completions in different micro-batches, and
+``accumulation.check_pairs_whole`` refuses a batch that holds them apart. A micro-batch of B pairs
+is one forward of 2B sequences: the chosen ones, then the rejected ones in the same order. It
+carries N_W (the window's pairs) and T_W (the window's chosen trained tokens, for the RPO term),
+each divided by W under DDP (``accumulation``, "Pairs").
 """
 
 from __future__ import annotations
@@ -20,10 +31,21 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 
+from trainer_core.accumulation import MicroBatch, collate
 from trainer_core.data.chat import TOO_LONG, conversation_spans, token_mask
-from trainer_core.data.tokenized import CUT_COLUMNS, _lists, rows_table, tokenizer_for
-from trainer_core.spec.preference import PreferencePair, normalise_preference_row
+from trainer_core.data.loader import EpochPlan
+from trainer_core.data.splits import PreferenceSplit
+from trainer_core.data.tokenized import (
+    CUT_COLUMNS,
+    IntColumn,
+    _lists,
+    row_lengths,
+    rows_table,
+    tokenizer_for,
+)
+from trainer_core.spec.dpo import PreferencePair, normalise_preference_row
 
 ROW_ERROR = "preference row"  # ``load`` names the split's field for an encoder error with it
 Span = tuple[int, int]
@@ -114,3 +136,61 @@ def encode_preference(
     table = table.append_column("rejected_mask", _lists(rejected_mask, np.uint8))
     table = table.append_column("chosen_items", pa.array(chosen_items))
     return table.filter(pa.array(keep))
+
+
+def collate_pairs(
+    split: PreferenceSplit,
+    rows: list[int],
+    pad_id: int,
+    reference: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """The 2B sequences of the pairs ``rows``, right-padded, with what each trains."""
+    sequences = [split.input_ids[r] for r in rows] + [split.rejected_ids[r] for r in rows]
+    assert split.loss_mask is not None
+    masks = [split.loss_mask[r] for r in rows] + [split.rejected_mask[r] for r in rows]
+    everything = MicroBatch(list(range(len(sequences))), 0, 0, True)
+    batch = collate(sequences, None, everything, pad_id, masks)
+    batch |= {
+        "pair_ids": torch.tensor(rows + rows, dtype=torch.long),
+        "pair_weight": torch.ones(len(rows)),
+        "n_items": len(rows),  # the meters count pairs
+        "n_rows": len(rows),
+        # Trained tokens of both completions after the shift (``collate``'s item count): what
+        # an epoch record reports as ``train_tokens``, the same count as SFT's trained tokens.
+        "n_train_tokens": batch["n_items"],
+    }
+    if reference is not None:  # cached: (pairs, 2) float32, chosen then rejected
+        both = np.concatenate([reference[rows, 0], reference[rows, 1]])
+        batch["ref_logps"] = torch.from_numpy(both.astype(np.float32))
+    return batch
+
+
+class PreferencePlan(EpochPlan):
+    """``EpochPlan`` over pairs: the same windows, batches of pairs (``collate_pairs``), and
+    besides N_W (the window's pairs) T_W, its chosen trained tokens (the RPO term's count)."""
+
+    split: PreferenceSplit
+
+    def __init__(
+        self, split: PreferenceSplit, *, reference: np.ndarray | None = None, **plan: Any
+    ) -> None:
+        self.reference = reference  # None: the reference runs online, at each micro-step
+        tokens = split.chosen_items
+        self._tokens = np.asarray(tokens.array if isinstance(tokens, IntColumn) else tokens,
+                                  dtype=np.int64)  # fmt: skip
+        super().__init__(split, **plan)
+        if self._lengths is not None:  # group a window's pairs by their longer completion
+            self._lengths = np.maximum(self._lengths, row_lengths(split.rejected_ids))
+            self._full, self.epoch = None, -1
+            self.set_epoch(0)
+
+    def window_columns(self) -> dict[str, np.ndarray]:
+        return {"n_window_tokens": self._tokens}
+
+    def collate_rows(self, rows: list[int], micro: MicroBatch) -> dict[str, Any]:
+        return collate_pairs(self.split, rows, self.pad_id, self.reference)
+
+    def stand_in(self, batch: dict[str, Any]) -> None:
+        super().stand_in(batch)
+        batch["pair_weight"] = torch.zeros_like(batch["pair_weight"])
+        batch["n_train_tokens"] = 0

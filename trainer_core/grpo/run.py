@@ -2,7 +2,7 @@
 
 The run is one ``train`` call (``RolloutStream``): its epoch w is window w, whose rollouts are
 sampled from the live policy when the window's first micro-batch is built, that is after window
-w - 1's optimizer step (``loop.grpo_windows``: each rank samples its share of the window's
+w - 1's optimizer step (``grpo.windows``: each rank samples its share of the window's
 groups, seeded per group, and the ranks all-gather the window before its first backward). So the
 model, the optimizer's state (Adam's moments), the learning-rate schedule over all the windows
 (``max_steps`` = the windows; warm-up as for any job) and the random state carry from one window
@@ -34,14 +34,14 @@ from typing import Any
 
 import torch
 
-from trainer_core.data.prompts import PromptRow
-from trainer_core.data.rollouts import RolloutStream
+from trainer_core.data.grpo import RolloutStream
 from trainer_core.distributed import launched_world
+from trainer_core.grpo.evaluation import Evaluated, GrpoEvaluation
+from trainer_core.grpo.metrics import window_metrics
+from trainer_core.grpo.prompts import PromptRow
+from trainer_core.grpo.sampling import Sampled
+from trainer_core.grpo.windows import PolicyWindows, Reward, WindowSamples, window_shape
 from trainer_core.loop.build import resolve_device
-from trainer_core.loop.grpo_eval import Evaluated, GrpoEvaluation
-from trainer_core.loop.grpo_metrics import window_metrics
-from trainer_core.loop.grpo_windows import PolicyWindows, Reward, WindowSamples, window_shape
-from trainer_core.loop.sampling import Sampled
 from trainer_core.model.load import load_model, load_tokenizer
 from trainer_core.spec.callbacks import (
     NULL_CALLBACK,
@@ -51,10 +51,9 @@ from trainer_core.spec.callbacks import (
     never_stop,
 )
 from trainer_core.spec.errors import JobError
-from trainer_core.spec.grpo import GrpoSettings
+from trainer_core.spec.grpo import GrpoSettings, as_graded
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import MODEL_DIR
-from trainer_core.spec.rewards import as_graded
 from trainer_core.train import train
 
 # What each window's epoch record carries over into the GRPO step record (the loss emits them).

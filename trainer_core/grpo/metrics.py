@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer_core.spec.rewards import Graded
+from trainer_core.spec.grpo import Graded
 
 EVAL_PREFIX = "eval_"
 

@@ -35,14 +35,13 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from trainer_core.data.prompts import PromptRow, encode_prompt
 from trainer_core.distributed import SINGLE, World, gather_lists, shard
-from trainer_core.loop.grpo_metrics import prefixed, window_metrics
-from trainer_core.loop.sampling import Sampled, sample_window, window_seed
+from trainer_core.grpo.metrics import prefixed, window_metrics
+from trainer_core.grpo.prompts import PromptRow, encode_prompt
+from trainer_core.grpo.sampling import Sampled, sample_window, window_seed
 from trainer_core.loop.step_lines import StepLines
-from trainer_core.spec.grpo import GrpoSettings
+from trainer_core.spec.grpo import Graded, GrpoSettings, Reward, as_graded
 from trainer_core.spec.outputs import EVALUATIONS_FILE
-from trainer_core.spec.rewards import Graded, Reward, as_graded
 
 EVAL_STREAM = 500_000  # window indices from here on are the evaluation's (a window is < this)
 EVAL_CHUNK = 16  # prompts per generate call (and per rank's share); fixed: it moves no sample

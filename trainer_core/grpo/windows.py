@@ -1,5 +1,5 @@
 """A GRPO run's windows, sampled from the live policy: the ``WindowSource`` its one training run
-asks for window w's rollouts when window w's first micro-batch is built (``data.rollouts``).
+asks for window w's rollouts when window w's first micro-batch is built (``data.grpo``).
 
 Window w takes the next ``effective_batch_size / group_size`` prompts (cycling through the data,
 a whole window at a time). Its groups are cut into fixed chunks of ``groups_per_call()`` groups;
@@ -21,10 +21,10 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from trainer_core.data.prompts import PromptRow, encode_prompt
-from trainer_core.data.rollouts import Rollouts, RolloutSplit, group_advantages, rollout_split
+from trainer_core.data.grpo import Rollouts, RolloutSplit, group_advantages, rollout_split
 from trainer_core.distributed import World, gather_lists, shard
-from trainer_core.loop.sampling import Sampled, group_seed, joined, old_logps, sample_chunks
+from trainer_core.grpo.prompts import PromptRow, encode_prompt
+from trainer_core.grpo.sampling import Sampled, group_seed, joined, old_logps, sample_chunks
 from trainer_core.spec.grpo import GrpoSettings
 
 # reward(item, text): a float, or an object whose ``reward`` is one (a grader's ``Graded``).
