@@ -194,13 +194,13 @@ class Settings(BaseSettings):
     # model pattern (a name, "prefix*", "*") to {base_url, api_key | api_key_env, model}
     # (gradacc.upstreams; docs/serving.md). Checked at start: a bad entry stops the process.
     serve_upstreams: Annotated[Upstreams, NoDecode] = Field(default_factory=Upstreams)
-    # Each python grader call's sandbox (gradacc.graders.sandbox, docs/reinforcement.md): CPU
+    # Each python grader call's sandbox (trainer_core.graders.sandbox, docs/reinforcement.md): CPU
     # seconds, wall-clock seconds and address space; OpenAI's limits by default. A training
     # run's graders and /v1/fine_tuning/alpha/graders/run both take them.
     grader_cpu_s: int = Field(default=120, ge=1, le=3600)
     grader_wall_s: float = Field(default=120.0, gt=0, le=3600)
     grader_memory_bytes: int = Field(default=2 << 30, ge=64 << 20)
-    # One grading's budget over all its processes (gradacc.graders.budget, docs/security.md):
+    # One grading's budget over all its processes (trainer_core.graders.budget, docs/security.md):
     # processes and threads at once, CPUs' worth of time, the uid the grader runs as when the
     # server is root, and where its cgroup is made ("auto", "off", or a delegated v2 directory).
     grader_pids: int = Field(default=8, ge=1, le=4096)

@@ -103,8 +103,9 @@ def run_command(args: argparse.Namespace) -> int:
 
     from trainer_core.data.cache import DataCache
     from trainer_core.distributed import launched_world, leave
+    from trainer_core.entry import run_job
+    from trainer_core.graders import Grading
     from trainer_core.spec.errors import JobError
-    from trainer_core.train import train
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -114,8 +115,10 @@ def run_command(args: argparse.Namespace) -> int:
         steps = args.output_dir / STEPS_FILE
         callback = PrintEpochs(progress_lines=not terminal, steps_file=steps)
         cache = None if args.no_cache else DataCache(args.cache_dir or default_cache_dir())
-        result = train(spec, args.output_dir, callback=callback, resume=not args.no_resume,
-                       progress_bar=terminal, data_cache=cache)  # fmt: skip
+        # A GRPO job's python graders run in the sandbox at its default limits; a model grader
+        # has no server to ask here and scores 0 (model_grader_server_error, counted).
+        result = run_job(spec, args.output_dir, callback=callback, resume=not args.no_resume,
+                         progress_bar=terminal, data_cache=cache, grading=Grading())  # fmt: skip
     except JobError as exc:
         print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
         return EXIT_JOB_ERROR

@@ -34,9 +34,9 @@ from api.schemas.graders import (
 from api.services import chat as chat_services
 from api.services.shares import GRADER_RUNS, Cap
 from gradacc.errors import InvalidRequest
-from gradacc.graders import ChatFn, ChatReply, GraderResult, Grading, run_grader
-from gradacc.graders.limits import sandbox_limits
+from gradacc.grading import sandbox_limits
 from gradacc.settings import Settings
+from trainer_core.graders import ChatFn, ChatReply, GraderResult, Grading, run_grader
 from trainer_core.spec.graders import Grader, error_param, parse_grader
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gradacc.graders import Grading, SandboxLimits, run_grader
-from gradacc.graders.budget import find_hierarchy
 from tests.api.sandboxes import PeakMemory
+from trainer_core.graders import Grading, SandboxLimits, run_grader
+from trainer_core.graders.budget import find_hierarchy
 from trainer_core.spec.graders import parse_grader
 
 MiB = 1 << 20

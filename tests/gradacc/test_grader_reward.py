@@ -1,4 +1,4 @@
-"""A grader as a GRPO run's reward (``gradacc.graders.reward``): a multi grader of a
+"""A grader as a GRPO run's reward (``trainer_core.graders.reward``): a multi grader of a
 ``string_check`` and a ``python`` grader whose code raises on some rows and spins past its CPU
 limit on another. Each completion gets its sub-rewards by name and OpenAI's error kinds as 0 or 1;
 in a run on ``builtin:tiny-chat`` (one window and one evaluation), the failures are counted in
@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gradacc.graders import ERROR_KINDS, Grading, SandboxLimits
-from gradacc.graders.reward import grader_reward
+from trainer_core.graders import ERROR_KINDS, Grading, SandboxLimits
+from trainer_core.graders.reward import grader_reward
 from trainer_core.grpo import train_grpo
 from trainer_core.grpo.prompts import prompt_rows
 from trainer_core.spec.graders import parse_grader

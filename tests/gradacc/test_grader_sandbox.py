@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gradacc.graders import Grading, SandboxLimits, run_grader
+from trainer_core.graders import Grading, SandboxLimits, run_grader
 from trainer_core.spec.graders import parse_grader
 
 REPO_FILE = Path(__file__).resolve().parents[2] / "pyproject.toml"

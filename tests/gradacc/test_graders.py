@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gradacc.graders import ChatReply, GraderFailed, Grading, run_grader
-from gradacc.graders.formula import evaluate
-from gradacc.graders.templates import render, sample_namespace
-from gradacc.graders.text import string_check, text_similarity
+from trainer_core.graders import ChatReply, GraderFailed, Grading, run_grader
+from trainer_core.graders.formula import evaluate
+from trainer_core.graders.templates import render, sample_namespace
+from trainer_core.graders.text import string_check, text_similarity
 from trainer_core.spec.graders import error_param, parse_grader
 
 SAMPLE = "the cat sat on the mat"

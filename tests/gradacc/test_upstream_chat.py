@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from gradacc.graders import Grading, run_grader
-from gradacc.graders.upstream_chat import upstream_chat
+from gradacc.grading import upstream_chat
 from gradacc.upstreams import parse_upstreams
 from tests.upstream_stub import StubUpstream, stub_upstream
+from trainer_core.graders import Grading, run_grader
 from trainer_core.spec.graders import parse_grader
 
 

@@ -148,3 +148,41 @@ def test_a_resumed_run_replaces_its_step_lines(tmp_path: Path) -> None:
     assert [(r["step"], r["train_loss"]) for r in lines] == [
         (1, 1.0), (2, 2.0), (3, 13.0), (4, 14.0), (5, 15.0),
     ]  # fmt: skip
+
+
+PROMPTS = [{"messages": [{"role": "user", "content": f"what is {i} plus {i + 2}?"}],
+            "answer": str(2 * i + 2)} for i in range(4)]  # fmt: skip
+GRPO = {"model": "builtin:tiny-chat", "task": "causal-lm", "method": "grpo", "max_steps": 2,
+        "effective_batch_size": 8, "per_device_train_batch_size": 4, "seed": 3,
+        "grpo": {"group_size": 4, "max_completion_length": 8,
+                 "grader": {"type": "multi", "name": "both", "calculate_output": "eq + py",
+                            "graders": {"eq": {"type": "string_check", "name": "eq",
+                                               "operation": "eq",
+                                               "input": "{{ sample.output_text }}",
+                                               "reference": "{{ item.answer }}"},
+                                        "py": {"type": "python", "name": "py",
+                                               "source": "def grade(sample, item):\n"
+                                                         "    return len(sample['output_text']) / 100\n"}}}}}  # fmt: skip
+
+
+def test_a_grpo_job_on_a_local_prompt_file_trains(
+    tmp_path: Path, in_process: Callable[..., tuple[int, str, str]]
+) -> None:
+    """Method grpo from the CLI on a JSONL of prompts (messages ending with the user's turn, an
+    ``answer`` field): it samples, grades with the spec's grader (a python one in the sandbox)
+    and trains, as the same rows do through the service. (It used to read the prompts as chat
+    rows to train on and fail: "at least one assistant message to train".)"""
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in PROMPTS))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**GRPO, "dataset": str(data)}))
+    code, _, err = in_process("run", str(spec), "--output-dir", str(tmp_path / "out"))
+    assert code == 0, err
+    steps = [
+        json.loads(line) for line in (tmp_path / "out" / "steps.jsonl").read_text().splitlines()
+    ]
+    assert [s["step"] for s in steps] == [1, 2]
+    for step in steps:  # each completion got the python grader's length score at least
+        assert step["reward_mean"] > 0 and step["grader_errors"] == 0, step
+        assert step["reward_mean"] == step["rewards/eq/mean"] + step["rewards/py/mean"]
+    assert (tmp_path / "out" / "model" / "config.json").is_file()

@@ -327,7 +327,7 @@ def test_a_preempted_run_resumes_where_it_stopped(
 def test_a_string_check_grader_is_the_reward(tmp_path: Path) -> None:
     """The graders' ``string_check`` (gradacc) as the injected reward, reading ``item.answer``:
     the step's reward is the mean of what the grader gives each sampled completion."""
-    from gradacc.graders.run import run_grader
+    from trainer_core.graders.run import run_grader
     from trainer_core.spec.graders import parse_grader
 
     grader = parse_grader({"type": "string_check", "name": "digit", "operation": "like",

@@ -89,7 +89,7 @@ def test_the_node_allowlist_holds_every_setting_the_training_processes_read() ->
     node_env = pytest.importorskip("worker.consumer.executors.node_env")
     code = (
         "import sys, re, pathlib, json\n"
-        "import worker.child.placed, worker.child.entry, worker.child.grpo\n"
+        "import worker.child.placed, worker.child.entry, trainer_core.entry\n"
         "found = set()\n"
         "for name, module in list(sys.modules.items()):\n"
         "    if name.split('.')[0] in ('gradacc', 'worker') and getattr(module, '__file__', None):\n"

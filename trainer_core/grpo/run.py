@@ -36,9 +36,11 @@ import torch
 
 from trainer_core.data.grpo import RolloutStream
 from trainer_core.distributed import launched_world
+from trainer_core.graders import Grading
+from trainer_core.graders.reward import grader_reward
 from trainer_core.grpo.evaluation import Evaluated, GrpoEvaluation
 from trainer_core.grpo.metrics import window_metrics
-from trainer_core.grpo.prompts import PromptRow
+from trainer_core.grpo.prompts import PromptRow, load_prompts
 from trainer_core.grpo.sampling import Sampled
 from trainer_core.grpo.windows import PolicyWindows, Reward, WindowSamples, window_shape
 from trainer_core.loop.build import resolve_device
@@ -48,9 +50,10 @@ from trainer_core.spec.callbacks import (
     Status,
     StopCheck,
     TrainingCallback,
+    TrainResult,
     never_stop,
 )
-from trainer_core.spec.errors import JobError
+from trainer_core.spec.errors import DatasetError, JobError
 from trainer_core.spec.grpo import GrpoSettings, as_graded
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import MODEL_DIR
@@ -203,3 +206,31 @@ def train_grpo(
     run.evaluations = evaluation.evaluations
     run.status, run.model_dir = result.status, output_dir / MODEL_DIR
     return run
+
+
+def train_grpo_job(
+    spec: JobSpec,
+    output_dir: Path | str,
+    *,
+    grading: Grading | None = None,
+    callback: TrainingCallback = NULL_CALLBACK,
+    should_stop: StopCheck = never_stop,
+    resume: bool = True,
+) -> TrainResult:
+    """A job of method grpo as the spec says it: its prompts from its sources, its grader as the
+    reward (``grading``: what the grader may call on, the sandbox's limits and a chat model for
+    model graders; without one, a model grader scores 0 as ``model_grader_server_error``), and
+    ``train_grpo`` in ``output_dir``. The worker and ``python -m trainer_core run`` both enter
+    here."""
+    assert spec.grpo is not None  # method grpo: the spec requires it
+    prompts = load_prompts(spec)
+    if spec.grpo.eval_interval and not prompts.validation:
+        raise DatasetError("grpo.eval_interval: evaluating needs validation prompts, and the "
+                           "job has none: give eval_dataset", param="grpo.eval_interval")  # fmt: skip
+    reward = grader_reward(spec.grpo.grader, grading)
+    out = Path(output_dir)
+    run = train_grpo(spec, spec.grpo, prompts.train, reward, out, callback=callback,
+                     should_stop=should_stop, resume=resume,
+                     validation=prompts.validation)  # fmt: skip
+    summary = dict(run.records[-1]) if run.records else {}
+    return TrainResult(run.status, metrics=run.records, summary=summary, output_dir=out)

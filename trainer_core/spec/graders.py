@@ -1,6 +1,6 @@
 """OpenAI's graders as its SDK sends them (``openai.types.graders``), parsed and checked here so a
 reinforcement job's spec, the API's ``/v1/fine_tuning/alpha/graders/*`` and the training child read
-one definition. Torch-free; running a grader is ``gradacc.graders``' job, not this module's.
+one definition. Torch-free; running a grader is ``trainer_core.graders``' job, not this module's.
 
 Example:
 

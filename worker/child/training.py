@@ -1,11 +1,14 @@
-"""The one call into the training core. Importing this module is cheap; calling it imports torch."""
+"""The one call into the training core (``trainer_core.entry.run_job``, whatever the job's method),
+with the worker's settings. Importing this module is cheap (the graders are torch-free);
+calling it imports torch."""
 
 from __future__ import annotations
 
+from gradacc.grading import sandbox_limits, upstream_chat
 from gradacc.settings import Settings
+from trainer_core.graders import Grading
 from trainer_core.spec.callbacks import StopCheck, TrainingCallback, TrainResult
 from trainer_core.spec.job import JobSpec
-from worker.child.grpo import run_grpo
 
 
 def run_training(
@@ -22,24 +25,17 @@ def run_training(
     import torch
 
     from trainer_core.data.cache import DataCache
-    from trainer_core.train import train
+    from trainer_core.entry import run_job
 
     if settings.train_threads > 0:
         # The worker's share of the cores, split between the job's ranks on this machine.
         torch.set_num_threads(max(1, settings.train_threads // spec.processes_per_machine))
-    if spec.method == "grpo":  # sampled, graded and trained window by window
-        return run_grpo(spec, settings, job_id, callback=callback, should_stop=should_stop)
-
     # resume=True: a job handed over after its worker died continues from its last checkpoint.
-    # A shared cache: a second job or a retry on the same data skips tokenization.
+    # A shared cache: a second job or a retry on the same data skips tokenization. A GRPO job's
+    # graders: python ones in the sandbox at the operator's limits, model ones through an
+    # upstream server.
+    grading = Grading(chat=upstream_chat(settings.serve_upstreams), limits=sandbox_limits(settings))
     cache = DataCache(settings.data_cache_dir, settings.data_cache_max_bytes)
-    result: TrainResult = train(
-        spec,
-        settings.jobs_dir / job_id,
-        callback=callback,
-        should_stop=should_stop,
-        resume=True,
-        data_cache=cache,
-        loader_workers=settings.loader_workers,
-    )
-    return result
+    return run_job(spec, settings.jobs_dir / job_id, callback=callback, should_stop=should_stop,
+                   resume=True, grading=grading, data_cache=cache,
+                   loader_workers=settings.loader_workers)  # fmt: skip

@@ -39,9 +39,16 @@ class SftObjective:
         self, model: torch.nn.Module, world: World, predicted: list[int]
     ) -> dict[str, float]:
         labels = self.data.label_names
-        return evaluate(model, self.data.eval, batch_size=self.spec.per_device_eval_batch_size,
-                        pad_id=self.pad_id, device=self.device, world=world,
-                        num_classes=len(labels) if labels else None, predicted_out=predicted)
+        return evaluate(
+            model,
+            self.data.eval,
+            batch_size=self.spec.per_device_eval_batch_size,
+            pad_id=self.pad_id,
+            device=self.device,
+            world=world,
+            num_classes=len(labels) if labels else None,
+            predicted_out=predicted,
+        )
 
     def epoch_record(self, train_tokens: float) -> dict[str, Any]:
         return {}

@@ -12,10 +12,10 @@ run gets it as a callable (the core imports only the spec), as it gets its chat 
 
 from __future__ import annotations
 
-from gradacc.graders.errors import ERROR_KINDS, GraderFailed
-from gradacc.graders.models import ChatFn, ChatReply
-from gradacc.graders.run import GraderResult, Grading, run_grader
-from gradacc.graders.sandbox import SandboxLimits
+from trainer_core.graders.errors import ERROR_KINDS, GraderFailed
+from trainer_core.graders.model_graders import ChatFn, ChatReply
+from trainer_core.graders.run import GraderResult, Grading, run_grader
+from trainer_core.graders.sandbox import SandboxLimits
 
 __all__ = [
     "ERROR_KINDS",

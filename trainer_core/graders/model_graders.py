@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradacc.graders.errors import GraderFailed
-from gradacc.graders.templates import render
+from trainer_core.graders.errors import GraderFailed
+from trainer_core.graders.templates import render
 from trainer_core.spec.graders import InputText, LabelModelGrader, Message, ScoreModelGrader
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gradacc.graders.run import Grading, run_grader
+from trainer_core.graders.run import Grading, run_grader
 from trainer_core.spec.graders import Grader
 from trainer_core.spec.grpo import Graded
 

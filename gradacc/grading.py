@@ -1,9 +1,12 @@
-"""The chat callable a training job's model graders call: an upstream OpenAI-compatible server
-(``GRADACC_SERVE_UPSTREAMS``, ``gradacc.upstreams``), asked directly over HTTP. A training
-process cannot reach this server's own models (they answer on a worker's predict server, behind
-the API), so the API refuses a job whose model grader names one (``gradacc.sources.graders``);
-a name no route serves fails here, as a ``model_grader_server_error`` of that sample.
-"""
+"""What a grading gets from this server (the graders themselves are the core's:
+``trainer_core.graders``): the python grader's sandbox limits an operator sets
+(``GRADACC_GRADER_*``), and the chat callable a training job's model graders call.
+
+The chat callable asks an upstream OpenAI-compatible server (``GRADACC_SERVE_UPSTREAMS``,
+``gradacc.upstreams``) directly over HTTP. A training process cannot reach this server's own
+models (they answer on a worker's predict server, behind the API), so the API refuses a job whose
+model grader names one (``gradacc.sources.graders``); a name no route serves fails here, as a
+``model_grader_server_error`` of that sample."""
 
 from __future__ import annotations
 
@@ -11,8 +14,18 @@ from typing import Any
 
 import httpx
 
-from gradacc.graders.models import ChatFn, ChatReply
+from gradacc.settings import Settings
 from gradacc.upstreams import Upstreams
+from trainer_core.graders import ChatFn, ChatReply, SandboxLimits
+
+
+def sandbox_limits(settings: Settings) -> SandboxLimits:
+    """The settings' limits, for every caller that grades: a training run's reward and
+    ``/v1/fine_tuning/alpha/graders/run``; the disk limit stays the sandbox's own (1 GiB)."""
+    return SandboxLimits(wall_s=settings.grader_wall_s, cpu_s=settings.grader_cpu_s,
+                         memory_bytes=settings.grader_memory_bytes, pids=settings.grader_pids,
+                         cpus=settings.grader_cpus, uid=settings.grader_uid,
+                         cgroup=settings.grader_cgroup)  # fmt: skip
 
 
 def upstream_chat(upstreams: Upstreams, *, timeout_s: float = 120.0) -> ChatFn:

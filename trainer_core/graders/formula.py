@@ -11,7 +11,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from gradacc.graders.errors import GraderFailed
+from trainer_core.graders.errors import GraderFailed
 from trainer_core.spec.graders import check_formula
 
 BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {

@@ -9,13 +9,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradacc.graders import models
-from gradacc.graders.errors import ERROR_KINDS, GraderFailed
-from gradacc.graders.formula import evaluate
-from gradacc.graders.models import ChatFn, ChatReply
-from gradacc.graders.sandbox import SandboxLimits, run_python
-from gradacc.graders.templates import render, sample_namespace
-from gradacc.graders.text import string_check, text_similarity
+from trainer_core.graders import model_graders
+from trainer_core.graders.errors import ERROR_KINDS, GraderFailed
+from trainer_core.graders.formula import evaluate
+from trainer_core.graders.model_graders import ChatFn, ChatReply
+from trainer_core.graders.sandbox import SandboxLimits, run_python
+from trainer_core.graders.templates import render, sample_namespace
+from trainer_core.graders.text import string_check, text_similarity
 from trainer_core.spec.graders import (
     Grader,
     LabelModelGrader,
@@ -145,6 +145,6 @@ def _score(
     if grading.chat is None:
         raise GraderFailed("model_grader_server_error", "no chat model is available here")
     if isinstance(grader, ScoreModelGrader):
-        return models.score_model(grader, namespaces, grading.chat, result.add_usage)
+        return model_graders.score_model(grader, namespaces, grading.chat, result.add_usage)
     assert isinstance(grader, LabelModelGrader)
-    return models.label_model(grader, namespaces, grading.chat, result.add_usage)
+    return model_graders.label_model(grader, namespaces, grading.chat, result.add_usage)

@@ -3,7 +3,7 @@ mount, network and PID namespaces (``unshare``; a user namespace too when the se
 so it has no network, sees no file of the server (a tmpfs root with the Python installation bound
 read-only), holds no capability, and runs under CPU, memory, process, file-size and wall-clock
 limits, with one memory and process budget for all its processes where a cgroup can be made
-(``gradacc.graders.budget``). Where namespaces cannot be made, the grader is not run
+(``trainer_core.graders.budget``). Where namespaces cannot be made, the grader is not run
 (``python_grader_server_error``): it fails closed, never unconfined.
 
 Nothing it writes is read whole: its own output goes to /dev/null, and of its keeper's answer at
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradacc.graders.budget import Budget, find_hierarchy, grading_budget
-from gradacc.graders.errors import GraderFailed
+from trainer_core.graders.budget import Budget, find_hierarchy, grading_budget
+from trainer_core.graders.errors import GraderFailed
 
 CHILD = Path(__file__).with_name("_sandbox_child.py")
 NAMESPACES = ("--net", "--mount", "--pid", "--fork", "--kill-child")
@@ -45,7 +45,7 @@ SIGNALS_OF_CPU = (signal.SIGXCPU, signal.SIGKILL)  # RLIMIT_CPU's soft and hard 
 class SandboxLimits:
     """OpenAI's grader gets 2 minutes, 2 GB of memory and 1 GB of disk; so does ours by default.
     ``pids``: processes and threads at once; ``uid``: the grader's when the server is root;
-    ``cgroup``: ``auto``, ``off`` or a delegated v2 directory (``gradacc.graders.budget``)."""
+    ``cgroup``: ``auto``, ``off`` or a delegated v2 directory (``trainer_core.graders.budget``)."""
 
     wall_s: float = 120.0
     cpu_s: int = 120

@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from gradacc.graders.errors import GraderFailed
+from trainer_core.graders.errors import GraderFailed
 from trainer_core.spec.graders import TEMPLATE, VARIABLE
 
 _STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")

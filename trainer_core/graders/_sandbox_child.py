@@ -1,4 +1,4 @@
-"""The python grader's processes, run by ``gradacc.graders.sandbox`` as a script inside new mount,
+"""The python grader's processes, run by ``trainer_core.graders.sandbox`` as a script inside new mount,
 network and PID namespaces (and a user namespace when the server is not root). Standard library
 only: nothing of the server is importable once the root has moved.
 
