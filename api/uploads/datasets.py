@@ -26,6 +26,7 @@ from api.uploads.jsonrows import (
 from gradacc.errors import InvalidRequest
 from trainer_core.spec.chat import (
     MAX_PROBLEMS,
+    IncompletePairs,
     ResolvedFormat,
     prompt_completion_problems,
     resolve_format,
@@ -40,11 +41,15 @@ _NUMBER = r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$"
 
 
 def found_format(columns: list[str]) -> ResolvedFormat | None:
-    """What the columns suggest under the default column names (a job may name others)."""
-    fmt = resolve_format(
-        columns, "auto", messages_column="messages", prompt_column="prompt",
-        completion_column="completion",
-    )  # fmt: skip
+    """What the columns suggest under the default column names (a job may name others); pairs
+    without a side are refused here, naming it, rather than kept as text nobody can train."""
+    try:
+        fmt = resolve_format(
+            columns, "auto", messages_column="messages", prompt_column="prompt",
+            completion_column="completion",
+        )  # fmt: skip
+    except IncompletePairs as exc:
+        raise InvalidRequest(f"{exc} (its columns: {', '.join(columns)})", param="file") from None
     return None if fmt == "text" and "text" not in columns else fmt
 
 

@@ -24,7 +24,7 @@ from gradacc.ids import time_ordered_id
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import UNFINISHED_STATUSES, File, FilePurpose, Job
-from trainer_core.spec.chat import known_template, no_template
+from trainer_core.spec.chat import IncompletePairs, known_template, no_template
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.fields import (
     BUILTIN_CHAT_MODELS,
@@ -116,7 +116,10 @@ def check_job_data(session: Session, *, spec: JobSpec, tenant: str) -> str | Non
             continue
         details = session.get_one(File, refs[field]).details
         columns: list[str] = details["columns"]
-        found = spec.format_for(columns)
+        try:
+            found = spec.format_for(columns)
+        except IncompletePairs as exc:  # a file uploaded before such files were refused
+            raise InvalidRequest(f"{refs[field]}: {exc}", param=field) from None
         fmt = found if field == "dataset" else fmt
         for spec_field, column in spec.missing_columns(found, columns)[:1]:
             raise InvalidRequest(

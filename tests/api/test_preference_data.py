@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from gradacc.db import session_scope
+from gradacc.tables import File
 from tests.api.test_chat_data import GOOD, jsonl, upload
 from tests.api.test_files import _leftovers
 
@@ -88,3 +90,43 @@ def test_a_job_whose_method_does_not_fit_its_data_is_refused(client: TestClient)
     assert client.get("/v1/jobs").json()["data"] == jobs_before
     builtin = client.post("/v1/jobs", json={**DPO_JOB, "dataset": "builtin:preference-arithmetic"})
     assert builtin.status_code == 201, builtin.text
+
+
+ONE_SIDED = [
+    ({k: v for k, v in OPENAI_PAIR.items() if k != "non_preferred_output"}, "non_preferred_output"),
+    ({k: v for k, v in TRL_PAIR.items() if k != "rejected"}, "rejected"),
+]
+
+
+@pytest.mark.parametrize(("row", "missing"), ONE_SIDED, ids=["openai", "trl"])
+@pytest.mark.parametrize(("purpose", "status"), [("fine-tune", 400), ("dataset", 422)])
+def test_a_pair_file_without_its_rejected_side_is_refused_naming_it(
+    client: TestClient, row: dict[str, Any], missing: str, purpose: str, status: int
+) -> None:
+    """Pairs missing a side on every line were kept as a text file, and a dpo job on it said
+    "text_column: column 'text' is not in file-…". Now the upload names the missing field."""
+    before = _leftovers(client)
+    answer = _file(client, [row] * 4, purpose)
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == "file" and f"no row has {missing}" in error["message"], error
+    assert "preference rows need" in error["message"]
+    assert _leftovers(client) == before
+
+
+def test_a_job_on_an_older_one_sided_pair_file_names_the_preference_fields(
+    client: TestClient,
+) -> None:
+    """A file recorded before such files were refused (its columns as the upload found them):
+    a dpo job on it names what the pairs lack, not a text column."""
+    kept = _file(client, [OPENAI_PAIR] * 4).json()["id"]
+    app: Any = client.app
+    with session_scope(app.state.settings) as session:  # as recorded back then
+        file = session.get_one(File, kept)
+        file.details = {**file.details, "columns": ["input", "preferred_output"],
+                        "dataset_format": None}  # fmt: skip
+        session.commit()
+    answer = client.post("/v1/jobs", json={**DPO_JOB, "dataset": kept})
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == "dataset" and "no row has non_preferred_output" in error["message"]

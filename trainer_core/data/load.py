@@ -36,7 +36,7 @@ from trainer_core.data.tokenized import (
     tokenize_to,
     write_layout,
 )
-from trainer_core.spec.chat import ResolvedFormat
+from trainer_core.spec.chat import IncompletePairs, ResolvedFormat
 from trainer_core.spec.errors import DatasetError
 from trainer_core.spec.job import JobSpec
 
@@ -119,7 +119,10 @@ def _label_names(ds: datasets.Dataset, column: str) -> list[str]:
 
 def _prepared(spec: JobSpec) -> Prepared:
     train_ds, eval_ds, held_out = _train_and_eval(spec)
-    fmt = spec.format_for(train_ds.column_names)
+    try:
+        fmt = spec.format_for(train_ds.column_names)
+    except IncompletePairs as exc:
+        raise DatasetError(f"dataset: {exc}", param="dataset") from None
     if (fmt == "preference") != (spec.method == "dpo"):
         raise DatasetError(
             f"method: {spec.method} does not train {fmt} rows; dpo trains preference rows (OpenAI's "

@@ -93,6 +93,15 @@ def no_template(model: str) -> str:
     )
 
 
+class IncompletePairs(ValueError):
+    """Preference rows missing a field of every pair (``missing``, in the shape's order)."""
+
+    def __init__(self, needed: Sequence[str], missing: list[str]) -> None:
+        super().__init__(f"preference rows need {', '.join(needed)}: no row has "
+                         f"{' or '.join(missing)}")  # fmt: skip
+        self.missing = missing
+
+
 def resolve_format(
     columns: Iterable[str],
     requested: DatasetFormat,
@@ -104,13 +113,21 @@ def resolve_format(
     rejected_column: str = "rejected",
 ) -> ResolvedFormat:
     """``auto``: preference when OpenAI's or TRL's three columns exist, then messages when its
-    column exists, then prompt-completion when both of those columns exist, then text."""
+    column exists, then prompt-completion when both of those columns exist, then text. Columns
+    of a pair without all its fields (a side of OpenAI's, or two of TRL's three with a side) are
+    ``IncompletePairs`` naming the missing ones: never read as text."""
     if requested != "auto":
         return requested
     present = set(columns)
-    trl = {prompt_column, chosen_column, rejected_column}
-    if set(OPENAI_PREFERENCE_COLUMNS) <= present or trl <= present:
+    trl = (prompt_column, chosen_column, rejected_column)
+    if set(OPENAI_PREFERENCE_COLUMNS) <= present or set(trl) <= present:
         return "preference"
+    # OpenAI's side names are its own; TRL's ("chosen", "rejected") are taken for pairs beside
+    # one more of its three.
+    for needed, least in ((OPENAI_PREFERENCE_COLUMNS, 1), (trl, 2)):
+        found = present & set(needed)
+        if found & set(needed[1:]) and len(found) >= least:
+            raise IncompletePairs(needed, [c for c in needed if c not in present])
     if messages_column in present:
         return "messages"
     if prompt_column in present and completion_column in present:
