@@ -35,11 +35,11 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.generation.streamers import BaseStreamer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from gradacc.serving import TENANT_HEADER, ServedModel
+from gradacc.serving.resolve import TENANT_HEADER, ServedModel
 from gradacc.settings import Settings
 from trainer_core.builtin.models import builtin_tokenizer
 from worker.predict.engine import Engine
-from worker.predict.openai_server import start_openai_server
+from worker.predict.openai.server import start_openai_server
 
 TOKEN = "bench-serve-token-0123456789"
 MODEL = "builtin:tiny-gpt2"

@@ -182,7 +182,7 @@ class PredictionFailed(DomainError):
 
 
 class PredictionTimeout(DomainError):
-    """No worker answered within ``GRADACC_PREDICT_TIMEOUT_S``."""
+    """No worker answered within ``GRADACC_SERVE_TIMEOUT_S``."""
 
     code = "prediction_timeout"
 

@@ -151,13 +151,12 @@ class Settings(BaseSettings):
     # priority (a checkpoint, then queued again); checked on each reconciler pass.
     preempt: bool = False
     # POST /v1/jobs/{id}/predict: a worker's predict server keeps this many loaded models (least
-    # recently used out first); an answer that takes longer than the timeout is a 504. Both
-    # sides poll the predictions table this often.
+    # recently used out first); an answer that takes longer than GRADACC_SERVE_TIMEOUT_S is a
+    # 504. Both sides poll the predictions table this often.
     predict_cache_models: int = Field(default=2, ge=1, le=64)
     # Of those models, LoRA adapters share their base (one copy of it): at most this many
     # adapters stay on the loaded bases, least recently used out first.
     predict_cache_adapters: int = Field(default=16, ge=1, le=1024)
-    predict_timeout_s: float = Field(default=60.0, gt=0)
     predict_poll_interval_s: float = Field(default=0.02, gt=0)
     # A chat template renders in a child of the predict server with this much more address space
     # and this long (wall clock); past either, that request fails and the next one is answered.
@@ -184,7 +183,14 @@ class Settings(BaseSettings):
     serve_port: int = Field(default=0, ge=0, le=65535)
     serve_token: str | None = Field(default=None, min_length=16)
     serve_max_completion_tokens: int = Field(default=1024, ge=1)
-    serve_timeout_s: float = Field(default=120.0, gt=0)
+    # One deadline for every generation a predict server runs: a chat or text completion, and a
+    # /v1/jobs/{id}/predict (the API's wait for its answer too). GRADACC_PREDICT_TIMEOUT_S, its
+    # name before the two ways in shared one, is still read.
+    serve_timeout_s: float = Field(
+        default=120.0, gt=0,
+        validation_alias=AliasChoices("serve_timeout_s", "gradacc_serve_timeout_s",
+                                      "gradacc_predict_timeout_s"),
+    )  # fmt: skip
     # A tenant's share of chat and completion requests in flight through one API process, and of
     # the tokens they may generate (n x max tokens each, the default max when none is asked):
     # past either, a 429 naming it while other tenants are served.

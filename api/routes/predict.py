@@ -27,7 +27,7 @@ ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 409, 422, 429, 5
     '`{"messages": [...]}` (with `max_new_tokens` ≤ 512, `temperature`, `seed`) gives '
     '`{"text"}` (and, for messages, the assistant `message`). The succeeded job\'s model/, or '
     "a kept checkpoint (`checkpoint`: its step). A worker answers from its loaded models; none "
-    "within GRADACC_PREDICT_TIMEOUT_S is a 504; more than GRADACC_MAX_PREDICTS_PER_TENANT "
+    "within GRADACC_SERVE_TIMEOUT_S is a 504; more than GRADACC_MAX_PREDICTS_PER_TENANT "
     "requests of one tenant waiting at once is a 429.",
 )
 async def predict(

@@ -19,7 +19,7 @@ from api.schemas.chat import ChatCompletionRequest, ChatMessage, CompletionReque
 from api.services.shares import CHAT_TOKENS, CHATS, Cap
 from api.services.upstream import Upstream, forward
 from gradacc.errors import InvalidRequest, NoWorkers
-from gradacc.serving import TENANT_HEADER, pick_server, resolve_model
+from gradacc.serving.resolve import TENANT_HEADER, pick_server, resolve_model
 from gradacc.settings import Settings
 from gradacc.upstreams import UpstreamRoute
 from trainer_core.spec.tools import answer_problems, tool_call_problems, tools_problems

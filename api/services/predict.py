@@ -20,8 +20,8 @@ from gradacc.errors import (
     PredictionTimeout,
     TooManyPredictions,
 )
-from gradacc.predictions import count_waiting, create_prediction, give_up, read_answer
 from gradacc.retry import Backoff
+from gradacc.serving.predictions import count_waiting, create_prediction, give_up, read_answer
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import JobStatus, utcnow
@@ -44,7 +44,7 @@ def queue_prediction(
         fine_tuned.model_folder(settings, job, body.checkpoint)
     except fine_tuned.ModelUnavailable as exc:
         raise InvalidRequest(exc.message, param="checkpoint") from None
-    since = utcnow() - timedelta(seconds=settings.predict_timeout_s)
+    since = utcnow() - timedelta(seconds=settings.serve_timeout_s)
     if count_waiting(session, tenant=tenant, since=since) >= settings.max_predicts_per_tenant:
         raise TooManyPredictions(settings.max_predicts_per_tenant)
     prediction = create_prediction(session, job_id=job_id, tenant=tenant, step=body.checkpoint,
@@ -56,7 +56,7 @@ def queue_prediction(
 async def wait_for_answer(
     sessions: sessionmaker[Session], settings: Settings, prediction_id: str
 ) -> dict[str, Any]:
-    deadline = time.monotonic() + settings.predict_timeout_s
+    deadline = time.monotonic() + settings.serve_timeout_s
     # A quick answer is seen quickly; a slow one costs a read every POLL_CAP_S, not every 20 ms.
     first = settings.predict_poll_interval_s
     backoff = Backoff(first=first, cap=max(POLL_CAP_S, first))
@@ -76,7 +76,7 @@ async def wait_for_answer(
                 give_up(session, prediction_id=prediction_id)
                 session.commit()
             raise PredictionTimeout(
-                f"no worker answered within {settings.predict_timeout_s:g} s "
-                "(GRADACC_PREDICT_TIMEOUT_S); is a worker running?"
+                f"no worker answered within {settings.serve_timeout_s:g} s "
+                "(GRADACC_SERVE_TIMEOUT_S); is a worker running?"
             )
         await asyncio.sleep(backoff.next_delay())

@@ -12,7 +12,7 @@ from sqlalchemy import func, select, update
 from api.main import create_app
 from gradacc.auth import create_api_key
 from gradacc.db import session_scope
-from gradacc.predictions import create_prediction
+from gradacc.serving.predictions import create_prediction
 from gradacc.settings import Settings
 from gradacc.tables import Prediction, utcnow
 from tests.api.test_predict_timeout import _trained_job
@@ -20,7 +20,7 @@ from tests.api.test_predict_timeout import _trained_job
 
 def _waiting(settings: Settings, job_id: str, tenant: str, count: int) -> None:
     """Requests another client is waiting for (no worker answers here). Dated a minute ahead: they
-    stay inside the counting window (``predict_timeout_s``) however slowly this machine gets to
+    stay inside the counting window (``serve_timeout_s``) however slowly this machine gets to
     the request that must count them."""
     with session_scope(settings) as session:
         for _ in range(count):
@@ -40,7 +40,7 @@ def _queued(settings: Settings) -> int:
 
 
 def test_a_tenant_past_its_waiting_predictions_gets_a_429(db_settings: Settings) -> None:
-    settings = db_settings.model_copy(update={"require_auth": True, "predict_timeout_s": 0.3,
+    settings = db_settings.model_copy(update={"require_auth": True, "serve_timeout_s": 0.3,
                                               "max_predicts_per_tenant": 2})  # fmt: skip
     with session_scope(settings) as session:
         keys = {t: create_api_key(session, tenant=t) for t in ("alice", "bob")}

@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import select
 
 from gradacc.db import session_scope
-from gradacc.serving import TENANT_HEADER
+from gradacc.serving.resolve import TENANT_HEADER
 from gradacc.settings import Settings
 from gradacc.tables import Worker
 from tests.e2e.conftest import serve_with_keys

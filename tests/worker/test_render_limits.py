@@ -10,8 +10,7 @@ import pytest
 
 from trainer_core.builtin.models import builtin_tokenizer
 from trainer_core.spec.chat import CHATML_TEMPLATE
-from worker.predict.models import chat_prompt
-from worker.predict.render import RenderLimits, RenderRefused
+from worker.predict.render import RenderLimits, RenderRefused, chat_prompt
 
 LIMITS = RenderLimits(timeout_s=2.0, memory_bytes=256 * 2**20)
 MESSAGES = [{"role": "user", "content": "boom"}]

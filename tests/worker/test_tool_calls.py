@@ -14,8 +14,8 @@ import pytest
 
 from trainer_core.builtin.models import builtin_tokenizer
 from worker.predict.generation import Completion
-from worker.predict.openai_protocol import CHAT, ServeError, answer
-from worker.predict.openai_run import _last, prompt_ids
+from worker.predict.openai.protocol import CHAT, ServeError, answer
+from worker.predict.openai.run import _last, prompt_ids
 from worker.predict.render import RenderLimits
 from worker.predict.tool_calls import Held, parse, parses_calls
 

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from gradacc.serving import BUILTIN_SEED, ServedModel
+from gradacc.serving.resolve import BUILTIN_SEED, ServedModel
 from gradacc.settings import Settings
 from worker.predict.render import RenderLimits
 

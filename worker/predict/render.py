@@ -1,4 +1,5 @@
-"""Rendering a chat template under limits. Jinja's sandbox stops a template from reaching Python,
+"""Rendering a chat template under limits (``chat_prompt``: a conversation as the model's template
+renders it, what every chat request and ``/predict`` starts from). Jinja's sandbox stops a template from reaching Python,
 not from computing: ``"A" * 10**10`` allocates, nested ``range`` loops multiply. A template comes
 with the model (the job's ``chat_template``, an uploaded model's own), so the predict server
 renders it in a forked child with an address-space limit and a wall-clock deadline: a template
@@ -18,6 +19,9 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from trainer_core.spec.fields import MAX_TEMPLATE_CHARS
 
 MAX_RENDERED_BYTES = 4 * 2**20  # a rendered prompt larger than this is refused
 
@@ -107,3 +111,23 @@ def _read(fd: int, *, deadline: float) -> tuple[bytes, bool]:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks), False
+
+
+def chat_prompt(tokenizer: Any, messages: list[dict[str, Any]], limits: RenderLimits,
+                tools: list[dict[str, Any]] | None = None) -> str:  # fmt: skip
+    """What ``apply_chat_template`` makes of the conversation (and ``tools``), rendered under
+    ``limits``: the template is the model's, so the tenant's (``worker.predict.render``). A tool
+    call's ``arguments`` reach it as the object they encode, as in training
+    (``trainer_core.data.chat_tools``), so a conversation renders as it was trained."""
+    from trainer_core.data.chat_tools import template_messages  # pyarrow: not for the engine
+
+    template = tokenizer.chat_template
+    if isinstance(template, str) and len(template) > MAX_TEMPLATE_CHARS:
+        raise RenderRefused(f"the model's chat template is over {MAX_TEMPLATE_CHARS} characters")
+    shown = template_messages(messages)
+
+    def render() -> str:
+        return str(tokenizer.apply_chat_template(shown, tools=tools or None, tokenize=False,
+                                                 add_generation_prompt=True))  # fmt: skip
+
+    return render_limited(render, limits)

@@ -61,3 +61,19 @@ class Reply:
         except OSError:
             self.closed = True
         return self.closed
+
+
+class Collected(Reply):
+    """An answer kept, not sent: ``/predict``'s generations run the same path as a chat
+    completion and read its one JSON body (no stream; no client to go away mid-way)."""
+
+    def __init__(self) -> None:  # no handler: nothing is written
+        self.started, self.closed = False, False
+        self.status: int | None = None
+        self.body: dict[str, Any] = {}
+
+    def json(self, status: int, body: dict[str, Any]) -> None:
+        self.status, self.body, self.started = status, body, True
+
+    def gone(self) -> bool:
+        return False

@@ -2,7 +2,7 @@
 On the worker's GPU when the worker holds no job, else on the CPU, so a prediction never takes
 memory from a training job. torch and transformers are imported in a thread beside the loop, so
 the server polls at once and the first request does not pay for the whole import. Beside the
-loop, threads answer OpenAI's chat completions over HTTP (``worker.predict.openai_server``) with
+loop, threads answer OpenAI's chat completions over HTTP (``worker.predict.openai.server``) with
 the same models (``worker.predict.engine``)."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradacc.db import DATABASE_ERRORS, session_scope
-from gradacc.predictions import answer_prediction, take_prediction
-from gradacc.serving import record_server
+from gradacc.serving.predictions import answer_prediction, take_prediction
+from gradacc.serving.resolve import record_server
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import Job, Worker
@@ -78,23 +78,24 @@ def _device(settings: Settings, worker: str) -> torch.device:
 
 
 def answer(engine: Engine, task: Task) -> dict[str, Any]:
-    """A thin view over the OpenAI endpoint's path: a causal LM's request becomes a row of the
-    batcher (decoded with whatever else runs on that model); a classifier runs between its steps."""
+    """A causal LM's request is a chat or text completion (the OpenAI endpoint's path, its rows
+    decoded with whatever else runs on that model); a classifier runs between its steps."""
     from worker.predict.batcher import activate
-    from worker.predict.models import classify, generate
+    from worker.predict.classify import classify
+    from worker.predict.openai.run import predict_generation
 
     device = engine.device()  # a database read: not on the batcher's thread
 
-    def load() -> Loaded:  # pinned until answered (worker.predict.openai_run.run_request)
+    def load() -> Loaded:  # pinned until answered (worker.predict.openai.run.run_request)
         loaded = engine.cache.get(task.folder, causal=task.causal, device=device)
         loaded.pin()
         return loaded
 
     loaded = engine.on_models(load)
     try:
-        if task.causal:
-            deadline = time.monotonic() + engine.settings.predict_timeout_s
-            return generate(engine.batcher, loaded, task.request, engine.limits, deadline=deadline)
+        if task.causal:  # a chat or text completion, on the path /v1/chat/completions takes
+            deadline = time.monotonic() + engine.settings.serve_timeout_s
+            return predict_generation(engine, loaded, task.request, deadline=deadline)
 
         def run() -> dict[str, Any]:
             activate(loaded)
@@ -127,8 +128,8 @@ def _import_and_listen(engine: Engine, address: _Address) -> None:
     """torch and transformers, once; then the OpenAI endpoint listens. One thread does both: a
     second thread importing from transformers while the first is still importing it finds the
     package half made (ImportError)."""
-    import worker.predict.models  # noqa: F401
-    from worker.predict.openai_server import start_openai_server
+    import worker.predict.classify  # noqa: F401
+    from worker.predict.openai.server import start_openai_server
 
     settings = address.settings
     # Without a configured token each server makes its own; the API reads it from the row.

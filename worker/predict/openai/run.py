@@ -1,7 +1,9 @@
 """One OpenAI request on the predict server: the prompt (a chat rendered with the model's own
-template, under the render limits), its sampling, its ``n`` choices as rows of the batcher
-(``worker.predict.batcher``: they decode together with every other request's rows of the same
-model), answered whole or streamed as Server-Sent Events."""
+template, under the render limits), its sampling (``protocol.sampling_of``, the one builder), its
+``n`` choices as rows of the batcher (``worker.predict.batcher``: they decode together with every
+other request's rows of the same model), answered whole or streamed as Server-Sent Events. A
+causal LM's ``/v1/jobs/{id}/predict`` is one too (``predict_generation``): the same path, the same
+timeout (``GRADACC_SERVE_TIMEOUT_S``), its answer read back as ``/predict``'s."""
 
 from __future__ import annotations
 
@@ -9,13 +11,14 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from gradacc.serving import ServedModel
+from gradacc.serving.resolve import ServedModel
 from worker.predict.batcher import Row, choices
 from worker.predict.engine import Engine
 from worker.predict.failpoints import hold_stream
 from worker.predict.generation import Sampling
-from worker.predict.models import chat_prompt
-from worker.predict.openai_protocol import (
+from worker.predict.openai.protocol import (
+    CHAT,
+    TEXT,
     Kind,
     ServeError,
     answer,
@@ -27,12 +30,12 @@ from worker.predict.openai_protocol import (
     sampling_of,
     usage,
 )
-from worker.predict.render import RenderRefused
+from worker.predict.render import RenderRefused, chat_prompt
+from worker.predict.reply import Collected, Reply
 from worker.predict.tool_calls import Held, parses_calls
 
 if TYPE_CHECKING:
     from worker.predict.cache import Loaded
-    from worker.predict.reply import Reply
 
 log = logging.getLogger(__name__)
 TIMEOUT = "the generation ran past its deadline (GRADACC_SERVE_TIMEOUT_S)"
@@ -94,12 +97,31 @@ def run_request(engine: Engine, kind: Kind, served: ServedModel, body: dict[str,
 
     loaded = engine.on_models(load_pinned)
     try:
-        _run_loaded(engine, kind, served, body, reply, loaded, deadline)
+        _run_loaded(engine, kind, served.name, body, reply, loaded, deadline)
     finally:
         loaded.unpin()
 
 
-def _run_loaded(engine: Engine, kind: Kind, served: ServedModel, body: dict[str, Any],
+def predict_generation(engine: Engine, loaded: Loaded, request: dict[str, Any], *,
+                       deadline: float) -> dict[str, Any]:  # fmt: skip
+    """``/predict``'s request on a causal LM, run as the chat (``messages``) or text (``prompt``)
+    completion it is: ``max_new_tokens`` as ``max_tokens``, greedy unless ``temperature``, seed
+    0 unless given. Its answer: ``text``, and a chat's ``message``."""
+    kind = CHAT if "messages" in request else TEXT
+    body: dict[str, Any] = {key: request[key] for key in ("messages", "prompt") if key in request}
+    body |= {"max_tokens": int(request.get("max_new_tokens", 64)),
+             "temperature": float(request.get("temperature", 0.0)),
+             "seed": int(request.get("seed", 0))}  # fmt: skip
+    collected = Collected()
+    _run_loaded(engine, kind, "predict", body, collected, loaded, deadline)
+    (choice,) = collected.body["choices"]
+    if not kind.chat:
+        return {"text": choice["text"]}
+    text = choice["message"]["content"] or ""
+    return {"text": text, "message": {"role": "assistant", "content": text}}
+
+
+def _run_loaded(engine: Engine, kind: Kind, name: str, body: dict[str, Any],
                 reply: Reply, loaded: Loaded, deadline: float) -> None:  # fmt: skip
     ids = prompt_ids(engine, loaded, kind, body)
     sampling = sampling_of(body, kind, prompt_tokens=len(ids), context=context_of(loaded),
@@ -111,7 +133,7 @@ def _run_loaded(engine: Engine, kind: Kind, served: ServedModel, body: dict[str,
     if body.get("stream"):
         rows = choices(loaded, ids, sampling, n=n, seed=_seed(seed), deadline=deadline,
                        cancelled=lambda: _parked_or_gone(reply))  # fmt: skip
-        _stream(engine, kind, served.name, rows, sampling, body, reply, calls=calls)
+        _stream(engine, kind, name, rows, sampling, body, reply, calls=calls)
         return
     rows = choices(loaded, ids, sampling, n=n, seed=_seed(seed), deadline=deadline,
                    cancelled=reply.gone)  # fmt: skip
@@ -121,7 +143,7 @@ def _run_loaded(engine: Engine, kind: Kind, served: ServedModel, body: dict[str,
     if reply.gone():
         return  # nobody to answer
     wanted = sampling.top_logprobs is not None
-    reply.json(200, answer(kind, served.name, done, len(ids), wanted, calls=calls))
+    reply.json(200, answer(kind, name, done, len(ids), wanted, calls=calls))
 
 
 def _seed(seed: Any) -> int | None:

@@ -21,11 +21,11 @@ from typing import Any
 
 from gradacc.db import session_scope
 from gradacc.errors import DomainError, ModelNotFound
-from gradacc.serving import TENANT_HEADER, ServedModel, resolve_model
+from gradacc.serving.resolve import TENANT_HEADER, ServedModel, resolve_model
 from gradacc.settings import Settings
 from worker.predict.engine import Engine
-from worker.predict.openai_protocol import CHAT, TEXT, Kind, ServeError
-from worker.predict.openai_run import run_request
+from worker.predict.openai.protocol import CHAT, TEXT, Kind, ServeError
+from worker.predict.openai.run import run_request
 from worker.predict.reply import Reply
 
 log = logging.getLogger(__name__)
