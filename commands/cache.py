@@ -29,6 +29,8 @@ def cache_command(settings: Settings, *, action: str) -> int:
     for e in entries:  # most recently used first: the last line is evicted first
         used = dt.datetime.fromtimestamp(e.last_used).isoformat(timespec="seconds")
         d = e.description
-        print(f"  {e.key}  {_size(e.size_bytes):>9}  used {used}  {d.get('dataset')}  "
-              f"{d.get('model')}  {d.get('task')}  max_seq_length={d.get('max_seq_length')}")  # fmt: skip
+        print(
+            f"  {e.key}  {_size(e.size_bytes):>9}  used {used}  {d.get('dataset')}  "
+            f"{d.get('model')}  {d.get('task')}  max_seq_length={d.get('max_seq_length')}"
+        )
     return 0

@@ -46,8 +46,12 @@ def _checked(response: httpx.Response) -> httpx.Response:
         error = response.json()["error"]
     except (ValueError, KeyError, TypeError):
         error = {"code": "http_error", "message": response.text[:500] or response.reason_phrase}
-    raise ApiError(response.status_code, error.get("code", "error"), error.get("message", ""),
-                   error.get("param"))  # fmt: skip
+    raise ApiError(
+        response.status_code,
+        error.get("code", "error"),
+        error.get("message", ""),
+        error.get("param"),
+    )
 
 
 class Client:
@@ -109,8 +113,9 @@ class Client:
         for _ in range(retries + 1):
             headers = {"Last-Event-ID": last_id} if last_id else {}
             try:
-                with connect_sse(self.http, "GET", f"/v1/jobs/{job_id}/stream",
-                                 headers=headers, timeout=None) as source:  # fmt: skip
+                with connect_sse(
+                    self.http, "GET", f"/v1/jobs/{job_id}/stream", headers=headers, timeout=None
+                ) as source:
                     if source.response.status_code >= 400:
                         source.response.read()
                         _checked(source.response)

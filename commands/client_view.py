@@ -14,8 +14,18 @@ from rich.table import Table
 
 from commands.client import TERMINAL, Client
 
-METRIC_COLUMNS = ("epoch", "step", "train_loss", "eval_loss", "eval_accuracy", "eval_f1",
-                  "eval_perplexity", "learning_rate", "grad_norm", "samples_per_second")  # fmt: skip
+METRIC_COLUMNS = (
+    "epoch",
+    "step",
+    "train_loss",
+    "eval_loss",
+    "eval_accuracy",
+    "eval_f1",
+    "eval_perplexity",
+    "learning_rate",
+    "grad_norm",
+    "samples_per_second",
+)
 
 
 def _cell(value: Any) -> str:
@@ -71,8 +81,15 @@ def job_table(jobs: list[dict[str, Any]], *, detail: bool = False, width: int = 
         b = job.get("micro_batch_size") or spec.get("per_device_train_batch_size", "")
         k = job.get("gradient_accumulation_steps") or spec.get("gradient_accumulation_steps", "")
         batch = [spec.get("backend", ""), f"{b}x{k}"] if wide else []
-        table.add_row(job["id"], _name(job), spec.get("model", ""), job["status"], *batch,
-                      _progress_text(job), _age(job.get("created_at")))  # fmt: skip
+        table.add_row(
+            job["id"],
+            _name(job),
+            spec.get("model", ""),
+            job["status"],
+            *batch,
+            _progress_text(job),
+            _age(job.get("created_at")),
+        )
     if detail and jobs:
         table.caption = _caption(jobs[0])
         table.caption_justify = "left"
@@ -114,16 +131,24 @@ def print_events(console: Console, events: list[dict[str, Any]]) -> None:
 def follow_job(client: Client, job: dict[str, Any], *, quiet: bool = False) -> dict[str, Any]:
     """A progress bar (epoch, step, loss, ETA) fed by the stream until the final status; the
     final job object."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[detail]}"))  # fmt: skip
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+    )
     with Progress(*columns, disable=quiet, console=Console(stderr=True)) as bar:
         task = bar.add_task(job["status"], total=job["progress"]["total_steps"], detail="")
         for kind, data in client.stream(job["id"]):
             if kind == "job":
                 job = data
                 progress = data["progress"]
-                bar.update(task, total=progress["total_steps"], completed=progress["step"],
-                           description=f"{data['status']} epoch {progress['epoch']}")  # fmt: skip
+                bar.update(
+                    task,
+                    total=progress["total_steps"],
+                    completed=progress["step"],
+                    description=f"{data['status']} epoch {progress['epoch']}",
+                )
             elif kind == "step":
                 eta = data.get("eta_seconds")
                 detail = f"loss {data['train_loss']:.4g}" + (f"  ETA {eta:.0f}s" if eta else "")

@@ -192,9 +192,11 @@ CHAT_COLUMNS = ("epoch", "train_loss", "eval_loss", "eval_mean_token_accuracy")
 
 def print_chat(client: Client, job: dict[str, Any]) -> None:
     spec = job["spec"]
-    print(f"\nchat fine-tuning: {spec['model']} on {spec['dataset']} ({job['dataset_format']}), "
-          f"b {spec['per_device_train_batch_size']} x K {spec['gradient_accumulation_steps']}, "
-          "assistant tokens only")  # fmt: skip
+    print(
+        f"\nchat fine-tuning: {spec['model']} on {spec['dataset']} ({job['dataset_format']}), "
+        f"b {spec['per_device_train_batch_size']} x K {spec['gradient_accumulation_steps']}, "
+        "assistant tokens only"
+    )
     if job["error"]:
         print(f"{job['status']}: {job['error']['message']}")
     print(" ".join(f"{c:>26}" for c in CHAT_COLUMNS))
@@ -202,15 +204,22 @@ def print_chat(client: Client, job: dict[str, Any]) -> None:
         print(" ".join(f"{_cell(record.get(c)):>26}" for c in CHAT_COLUMNS))
 
 
-DPO_COLUMNS = ("epoch", "train_loss", "rewards/accuracies", "rewards/margins",
-               "eval_rewards/accuracies")  # fmt: skip
+DPO_COLUMNS = (
+    "epoch",
+    "train_loss",
+    "rewards/accuracies",
+    "rewards/margins",
+    "eval_rewards/accuracies",
+)
 
 
 def print_dpo(client: Client, job: dict[str, Any]) -> None:
     spec = job["spec"]
-    print(f"\npreference fine-tuning (DPO, beta {spec['dpo_beta']}): {spec['model']} on "
-          f"{spec['dataset']}, b {spec['per_device_train_batch_size']} pairs x K "
-          f"{spec['gradient_accumulation_steps']}, the pair as the unit")  # fmt: skip
+    print(
+        f"\npreference fine-tuning (DPO, beta {spec['dpo_beta']}): {spec['model']} on "
+        f"{spec['dataset']}, b {spec['per_device_train_batch_size']} pairs x K "
+        f"{spec['gradient_accumulation_steps']}, the pair as the unit"
+    )
     if job["error"]:
         print(f"{job['status']}: {job['error']['message']}")
     print(" ".join(f"{c:>24}" for c in DPO_COLUMNS))

@@ -22,8 +22,13 @@ from trainer_core.builtin.prompt_corpus import arithmetic_prompts
 PROMPTS = 32
 EVAL_INTERVAL = 10
 WINDOWS = 40
-GRADER = {"type": "string_check", "name": "exact answer", "operation": "eq",
-          "input": "{{ sample.output_text }}", "reference": "{{ item.answer }}"}  # fmt: skip
+GRADER = {
+    "type": "string_check",
+    "name": "exact answer",
+    "operation": "eq",
+    "input": "{{ sample.output_text }}",
+    "reference": "{{ item.answer }}",
+}
 
 
 def prompt_file(folder: Path) -> Path:
@@ -41,9 +46,15 @@ def prompt_file(folder: Path) -> Path:
 def rl_spec(model: str, file_id: str) -> dict[str, Any]:
     """16 prompts x 8 completions a window, cut as b 32 x K 4 (the same update as 128 x 1)."""
     group = 8
-    grpo = {"group_size": group, "loss_type": "dapo", "max_completion_length": 16,
-            "temperature": 1.0, "eval_interval": EVAL_INTERVAL, "eval_samples": PROMPTS,
-            "grader": GRADER}  # fmt: skip
+    grpo = {
+        "group_size": group,
+        "loss_type": "dapo",
+        "max_completion_length": 16,
+        "temperature": 1.0,
+        "eval_interval": EVAL_INTERVAL,
+        "eval_samples": PROMPTS,
+        "grader": GRADER,
+    }
     return {
         "model": model,
         "dataset": file_id,
@@ -76,10 +87,12 @@ def submit_rl(client: Client, chat_job: dict[str, Any], folder: Path) -> dict[st
 def print_rl(client: Client, job: dict[str, Any]) -> bool:
     """Reward on the job's prompts per evaluation, and per window; True when it rose."""
     spec = job["spec"]
-    print(f"\nreinforcement fine-tuning (GRPO, {spec['grpo']['loss_type']}): {PROMPTS} prompts, "
-          f"group {spec['grpo']['group_size']}, b {spec['per_device_train_batch_size']} "
-          f"completions x K {spec['gradient_accumulation_steps']}, grader: {GRADER['type']} "
-          f"{GRADER['operation']} against {GRADER['reference']}")  # fmt: skip
+    print(
+        f"\nreinforcement fine-tuning (GRPO, {spec['grpo']['loss_type']}): {PROMPTS} prompts, "
+        f"group {spec['grpo']['group_size']}, b {spec['per_device_train_batch_size']} "
+        f"completions x K {spec['gradient_accumulation_steps']}, grader: {GRADER['type']} "
+        f"{GRADER['operation']} against {GRADER['reference']}"
+    )
     if job["error"]:
         print(f"{job['status']}: {job['error']['message']}")
         return False

@@ -20,14 +20,24 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("file", help="a .jsonl, .json, .csv or .parquet dataset")
     parser.add_argument("--model", required=True, help="builtin:tiny-chat, a folder, a hub id")
     parser.add_argument("--chat-template", help="'chatml' or Jinja text; default the model's")
-    parser.add_argument("--format", default="auto", dest="dataset_format",
-                        choices=("auto", "messages", "prompt-completion", "text"))  # fmt: skip
+    parser.add_argument(
+        "--format",
+        default="auto",
+        dest="dataset_format",
+        choices=("auto", "messages", "prompt-completion", "text"),
+    )
     parser.add_argument("--max-seq-length", type=int, default=None)
     parser.add_argument("--rows", type=int, default=3, help="the first N rows (at most 50)")
-    parser.add_argument("--all-tokens", action="store_true",
-                        help="messages: train every token, not only the assistant's")  # fmt: skip
-    parser.add_argument("--no-empty-reasoning", action="store_true",
-                        help="leave an empty <think></think> the template writes untrained")  # fmt: skip
+    parser.add_argument(
+        "--all-tokens",
+        action="store_true",
+        help="messages: train every token, not only the assistant's",
+    )
+    parser.add_argument(
+        "--no-empty-reasoning",
+        action="store_true",
+        help="leave an empty <think></think> the template writes untrained",
+    )
     parser.add_argument("--json", action="store_true", help="the preview as JSON")
     return parser
 

@@ -22,10 +22,15 @@ from trainer_core.graders import ChatFn, ChatReply, SandboxLimits
 def sandbox_limits(settings: Settings) -> SandboxLimits:
     """The settings' limits, for every caller that grades: a training run's reward and
     ``/v1/fine_tuning/alpha/graders/run``; the disk limit stays the sandbox's own (1 GiB)."""
-    return SandboxLimits(wall_s=settings.grader_wall_s, cpu_s=settings.grader_cpu_s,
-                         memory_bytes=settings.grader_memory_bytes, pids=settings.grader_pids,
-                         cpus=settings.grader_cpus, uid=settings.grader_uid,
-                         cgroup=settings.grader_cgroup)  # fmt: skip
+    return SandboxLimits(
+        wall_s=settings.grader_wall_s,
+        cpu_s=settings.grader_cpu_s,
+        memory_bytes=settings.grader_memory_bytes,
+        pids=settings.grader_pids,
+        cpus=settings.grader_cpus,
+        uid=settings.grader_uid,
+        cgroup=settings.grader_cgroup,
+    )
 
 
 def upstream_chat(upstreams: Upstreams, *, timeout_s: float = 120.0) -> ChatFn:

@@ -187,10 +187,12 @@ class Settings(BaseSettings):
     # /v1/jobs/{id}/predict (the API's wait for its answer too). GRADACC_PREDICT_TIMEOUT_S, its
     # name before the two ways in shared one, is still read.
     serve_timeout_s: float = Field(
-        default=120.0, gt=0,
-        validation_alias=AliasChoices("serve_timeout_s", "gradacc_serve_timeout_s",
-                                      "gradacc_predict_timeout_s"),
-    )  # fmt: skip
+        default=120.0,
+        gt=0,
+        validation_alias=AliasChoices(
+            "serve_timeout_s", "gradacc_serve_timeout_s", "gradacc_predict_timeout_s"
+        ),
+    )
     # A tenant's share of chat and completion requests in flight through one API process, and of
     # the tokens they may generate (n x max tokens each, the default max when none is asked):
     # past either, a 429 naming it while other tenants are served.

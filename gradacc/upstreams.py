@@ -118,8 +118,9 @@ def _route(pattern: str, given: object, environ: Mapping[str, str]) -> UpstreamR
     try:
         server = UpstreamServer.model_validate(given)
     except ValidationError as exc:
-        faults = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the entry'}: {e['msg']}"
-                           for e in exc.errors())  # fmt: skip
+        faults = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'the entry'}: {e['msg']}" for e in exc.errors()
+        )
         raise ValueError(f"{where}: {faults}") from None
     if server.api_key is not None and server.api_key_env is not None:
         raise ValueError(f"{where}: give api_key or api_key_env, not both")

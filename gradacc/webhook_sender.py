@@ -90,8 +90,15 @@ def _attempt(session: Session, delivery_id: int) -> Attempt:
     job = session.get_one(Job, delivery.job_id)  # its deliveries go with it (ON DELETE CASCADE)
     secret = tenant_secret(session, tenant=job.tenant)
     assert job.webhook_url is not None  # rows are queued only for jobs with a webhook
-    return Attempt(delivery_id, delivery.job_id, delivery.event, delivery.attempts + 1,
-                   job.webhook_url, _body(job, delivery), secret)  # fmt: skip
+    return Attempt(
+        delivery_id,
+        delivery.job_id,
+        delivery.event,
+        delivery.attempts + 1,
+        job.webhook_url,
+        _body(job, delivery),
+        secret,
+    )
 
 
 def _body(job: Job, delivery: WebhookDelivery) -> bytes:
@@ -99,8 +106,12 @@ def _body(job: Job, delivery: WebhookDelivery) -> bytes:
     any other job's: the job object."""
     if job.api != FINE_TUNING_API:
         return JobRead.of(job).model_dump_json().encode()
-    return fine_tuning_event(event_id=message_id(job.id, delivery.id), event=delivery.event,
-                             created_at=int(delivery.created_at.timestamp()), job_id=job.id)  # fmt: skip
+    return fine_tuning_event(
+        event_id=message_id(job.id, delivery.id),
+        event=delivery.event,
+        created_at=int(delivery.created_at.timestamp()),
+        job_id=job.id,
+    )
 
 
 def record_outcome(
@@ -159,8 +170,9 @@ async def _post(client: httpx.AsyncClient, attempt: Attempt, settings: Settings)
     # Connect to the address just checked, never to a second resolution of the name; TLS still
     # names (SNI) and verifies the host.
     pinned = url.copy_with(host=address)
-    request = client.build_request("POST", pinned, content=attempt.body, headers=headers,
-                                   extensions={"sni_hostname": url.host})  # fmt: skip
+    request = client.build_request(
+        "POST", pinned, content=attempt.body, headers=headers, extensions={"sni_hostname": url.host}
+    )
     try:
         # Only the status counts: the body is never read (closing an unread answer drops the
         # connection instead of draining it).

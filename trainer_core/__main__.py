@@ -19,8 +19,16 @@ from trainer_core.spec.outputs import DATA_CACHE_DIR, STEPS_FILE, SUMMARY_FILE
 
 EXIT_BAD_SPEC = 2
 EXIT_JOB_ERROR = 3
-COLUMNS = ("epoch", "train_loss", "eval_loss", "eval_accuracy", "eval_f1", "eval_perplexity",
-           "learning_rate", "samples_per_second")  # fmt: skip
+COLUMNS = (
+    "epoch",
+    "train_loss",
+    "eval_loss",
+    "eval_accuracy",
+    "eval_f1",
+    "eval_perplexity",
+    "learning_rate",
+    "samples_per_second",
+)
 
 
 PROGRESS_EVERY_S = 5.0  # without a terminal (no progress bar): a progress line this often
@@ -61,8 +69,11 @@ class PrintEpochs(TrainingCallback):
         _say(line)
 
     def on_epoch_end(self, record: dict[str, Any]) -> None:
-        cells = [f"{k}={record[k]:.4g}" if isinstance(record[k], float) else f"{k}={record[k]}"
-                 for k in COLUMNS if k in record]  # fmt: skip
+        cells = [
+            f"{k}={record[k]:.4g}" if isinstance(record[k], float) else f"{k}={record[k]}"
+            for k in COLUMNS
+            if k in record
+        ]
         _say("  ".join(cells))
 
 
@@ -95,9 +106,11 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"invalid spec: {line}", file=sys.stderr)
         return EXIT_BAD_SPEC
     if not args.no_resume and finished_before(spec, args.output_dir):
-        print(f"{args.output_dir} already holds a completed run of this spec (summary.json); "
-              "pass --no-resume to train it again from the start, or another --output-dir",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"{args.output_dir} already holds a completed run of this spec (summary.json); "
+            "pass --no-resume to train it again from the start, or another --output-dir",
+            file=sys.stderr,
+        )
         return 0
     import torch  # imports below pull in torch: after validation
 
@@ -117,8 +130,15 @@ def run_command(args: argparse.Namespace) -> int:
         cache = None if args.no_cache else DataCache(args.cache_dir or default_cache_dir())
         # A GRPO job's python graders run in the sandbox at its default limits; a model grader
         # has no server to ask here and scores 0 (model_grader_server_error, counted).
-        result = run_job(spec, args.output_dir, callback=callback, resume=not args.no_resume,
-                         progress_bar=terminal, data_cache=cache, grading=Grading())  # fmt: skip
+        result = run_job(
+            spec,
+            args.output_dir,
+            callback=callback,
+            resume=not args.no_resume,
+            progress_bar=terminal,
+            data_cache=cache,
+            grading=Grading(),
+        )
     except JobError as exc:
         print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
         return EXIT_JOB_ERROR
@@ -145,9 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--output-dir", type=Path, required=True)
     run.add_argument("--no-resume", action="store_true", help="ignore a checkpoint in output-dir")
     run.add_argument("--threads", type=int, default=0, help="torch threads (default: all cores)")
-    run.add_argument("--cache-dir", type=Path, default=None,
-                     help=f"tokenized-data cache (default: $GRADACC_HOME/{DATA_CACHE_DIR}, the "
-                     "service's; GRADACC_HOME defaults to var)")  # fmt: skip
+    run.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help=f"tokenized-data cache (default: $GRADACC_HOME/{DATA_CACHE_DIR}, the "
+        "service's; GRADACC_HOME defaults to var)",
+    )
     run.add_argument("--no-cache", action="store_true", help="tokenize into a temporary folder")
     merge = commands.add_parser("merge", help="a trained model folder with its adapters merged")
     merge.add_argument("folder", type=Path, help="a model or adapter folder (model/trained.py)")

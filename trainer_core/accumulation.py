@@ -101,8 +101,11 @@ def forward_inputs(batch: dict[str, Any]) -> dict[str, Any]:
     a block-diagonal mask only when there is no 2-D mask and no KV cache, so the cache is off
     (left on, each row would attend to the rows before it)."""
     if "position_ids" in batch:
-        return {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"],
-                "use_cache": False}  # fmt: skip
+        return {
+            "input_ids": batch["input_ids"],
+            "position_ids": batch["position_ids"],
+            "use_cache": False,
+        }
     return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
 
 
@@ -145,8 +148,14 @@ def micro_step_loss(model: torch.nn.Module, batch: dict[str, Any], causal: bool)
 
 PairLossKind = Literal["sigmoid", "ipo", "hinge"]
 # What is measured of each pair; a window's (an evaluation's) mean of each over its pairs.
-PAIR_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
-                "logps/chosen", "logps/rejected")  # fmt: skip
+PAIR_METRICS = (
+    "rewards/chosen",
+    "rewards/rejected",
+    "rewards/margins",
+    "rewards/accuracies",
+    "logps/chosen",
+    "logps/rejected",
+)
 Reference = Callable[[dict[str, Any]], torch.Tensor]  # a batch -> the reference's s(y), (2B,)
 
 

@@ -47,8 +47,21 @@ def run_job(
     """Train ``spec`` in ``output_dir``. ``grading``: what a GRPO job's grader may call on (the
     sandbox's limits, a chat model for model graders); the others need none."""
     if spec.method == "grpo":
-        return train_grpo_job(spec, output_dir, grading=grading, callback=callback,
-                              should_stop=should_stop, resume=resume)  # fmt: skip
-    return train(spec, output_dir, callback=callback, should_stop=should_stop, resume=resume,
-                 data_cache=data_cache, loader_workers=loader_workers,
-                 progress_bar=progress_bar)  # fmt: skip
+        return train_grpo_job(
+            spec,
+            output_dir,
+            grading=grading,
+            callback=callback,
+            should_stop=should_stop,
+            resume=resume,
+        )
+    return train(
+        spec,
+        output_dir,
+        callback=callback,
+        should_stop=should_stop,
+        resume=resume,
+        data_cache=data_cache,
+        loader_workers=loader_workers,
+        progress_bar=progress_bar,
+    )

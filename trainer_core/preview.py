@@ -55,12 +55,17 @@ def preview(spec: JobSpec, rows: int = 5) -> dict[str, Any]:
     encoding = encoding_for(spec, tokenizer, split.column_names, None)
     check_columns(spec, encoding.format, split.column_names, "dataset")
     if encoding.format == "preference":
-        raise DatasetError("dataset_format: a preview shows messages, prompt-completion and text "
-                           "rows, not preference pairs", param="dataset_format")  # fmt: skip
+        raise DatasetError(
+            "dataset_format: a preview shows messages, prompt-completion and text "
+            "rows, not preference pairs",
+            param="dataset_format",
+        )
     backend = tokenizer_for(encoding.kwargs["tokenizer_json"], None)
     text_rows = encoding.format == "text"  # encoded as the trainer does: special tokens added
-    shown = [_row(i, *texts, backend, encoding.kwargs["max_length"], add_special=text_rows)
-             for i, texts in enumerate(_spans(encoding, table))]  # fmt: skip
+    shown = [
+        _row(i, *texts, backend, encoding.kwargs["max_length"], add_special=text_rows)
+        for i, texts in enumerate(_spans(encoding, table))
+    ]
     return {"format": encoding.format, "max_length": encoding.kwargs["max_length"], "rows": shown}
 
 
@@ -117,8 +122,16 @@ def _rendered(row: dict[str, Any], kw: dict[str, Any]) -> RenderedRow:
     )
 
 
-def _row(index: int, text: str, spans: list[tuple[int, int]], warnings: list[str],
-         backend: Tokenizer, max_length: int, *, add_special: bool) -> dict[str, Any]:  # fmt: skip
+def _row(
+    index: int,
+    text: str,
+    spans: list[tuple[int, int]],
+    warnings: list[str],
+    backend: Tokenizer,
+    max_length: int,
+    *,
+    add_special: bool,
+) -> dict[str, Any]:
     """One row: tokens cut at ``max_length`` as the trainer cuts them; a token's ``trained`` is
     its label's (the first token predicts nothing, so it is never trained)."""
     encoding = backend.encode(text, add_special_tokens=add_special)
@@ -135,10 +148,17 @@ def _row(index: int, text: str, spans: list[tuple[int, int]], warnings: list[str
     if not mask.any():
         warnings.append(NOTHING)
     ids = encoding.ids[:max_length]
-    tokens = [{"text": backend.decode([t], skip_special_tokens=False), "trained": bool(m)}
-              for t, m in zip(ids, mask, strict=True)]  # fmt: skip
-    return {"index": index, "tokens": tokens, "trained": int(np.sum(mask)), "total": len(ids),
-            "warnings": warnings}  # fmt: skip
+    tokens = [
+        {"text": backend.decode([t], skip_special_tokens=False), "trained": bool(m)}
+        for t, m in zip(ids, mask, strict=True)
+    ]
+    return {
+        "index": index,
+        "tokens": tokens,
+        "trained": int(np.sum(mask)),
+        "total": len(ids),
+        "warnings": warnings,
+    }
 
 
 def main() -> int:

@@ -90,13 +90,23 @@ def _log_start(ctx: RunContext, info: dict[str, Any]) -> None:
         "start: %s on %s, %s backend, device %s, %d parameters; effective batch %d "
         "(micro-batch %d x K %d); %d train rows, %d eval rows; %d optimizer steps "
         "(%d per epoch, %d epochs)%s",
-        spec.model, spec.dataset, spec.backend, info["device"], info["num_parameters"],
-        spec.effective_batch_size, ctx.micro_batch_size,
-        ctx.accumulation, info["num_train_samples"], info["num_eval_samples"],
-        info["total_steps"], info["steps_per_epoch"], ctx.num_epochs,
+        spec.model,
+        spec.dataset,
+        spec.backend,
+        info["device"],
+        info["num_parameters"],
+        spec.effective_batch_size,
+        ctx.micro_batch_size,
+        ctx.accumulation,
+        info["num_train_samples"],
+        info["num_eval_samples"],
+        info["total_steps"],
+        info["steps_per_epoch"],
+        ctx.num_epochs,
         f"; resuming at epoch {ctx.start_epoch + 1}, step {ctx.start_global_step}"
-        if ctx.start_global_step or ctx.start_epoch else "",
-    )  # fmt: skip
+        if ctx.start_global_step or ctx.start_epoch
+        else "",
+    )
 
 
 def _batch_info(ctx: RunContext, choice: MicroBatchChoice, tried: list[int]) -> dict[str, Any]:

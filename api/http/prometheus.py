@@ -85,10 +85,12 @@ class JobCollector(Collector):
             rows = connection.execute(select(Job.status, func.count()).group_by(Job.status))
             counts: dict[str, int] = {status: n for status, n in rows}
             dialect = self.engine.dialect.name
-            durations = self._histogram(connection, dialect, Job.finished_at, Job.started_at,
-                                        JOB_BUCKETS)  # fmt: skip
-            waits = self._histogram(connection, dialect, Job.started_at, Job.created_at,
-                                    START_BUCKETS)  # fmt: skip
+            durations = self._histogram(
+                connection, dialect, Job.finished_at, Job.started_at, JOB_BUCKETS
+            )
+            waits = self._histogram(
+                connection, dialect, Job.started_at, Job.created_at, START_BUCKETS
+            )
             live = connection.scalars(
                 select(Job.live_progress).where(Job.status == JobStatus.RUNNING)
             )

@@ -86,8 +86,9 @@ def get_artifact(
 
 def _tar_gz(folder: Path, name: str) -> StreamingResponse:
     headers = {"Content-Disposition": f'attachment; filename="{name}.tar.gz"'}
-    return StreamingResponse(artifacts.tar_gz(folder, name), media_type="application/gzip",
-                             headers=headers)  # fmt: skip
+    return StreamingResponse(
+        artifacts.tar_gz(folder, name), media_type="application/gzip", headers=headers
+    )
 
 
 @router.get("/{job_id}/checkpoints", response_model=CheckpointList)

@@ -42,8 +42,9 @@ SHARED = (
 async def create_chat_completion(
     body: ChatCompletionRequest, request: Request, settings: SettingsDep, tenant: TenantDep
 ) -> Response:
-    return await chat_services.complete(request.app.state.sessionmaker, settings,
-                                        path="/chat/completions", body=body, tenant=tenant)  # fmt: skip
+    return await chat_services.complete(
+        request.app.state.sessionmaker, settings, path="/chat/completions", body=body, tenant=tenant
+    )
 
 
 @router.post(
@@ -57,5 +58,6 @@ async def create_chat_completion(
 async def create_completion(
     body: CompletionRequest, request: Request, settings: SettingsDep, tenant: TenantDep
 ) -> Response:
-    return await chat_services.complete(request.app.state.sessionmaker, settings,
-                                        path="/completions", body=body, tenant=tenant)  # fmt: skip
+    return await chat_services.complete(
+        request.app.state.sessionmaker, settings, path="/completions", body=body, tenant=tenant
+    )

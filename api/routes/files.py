@@ -114,12 +114,18 @@ async def get_file_content(
     return FileResponse(path, filename=file.filename, media_type="application/octet-stream")
 
 
-@router.post("/{file_id}/preview", response_model=PreviewRead,
-             responses={422: {"model": ErrorResponse, "description": "A field, naming it"}})  # fmt: skip
+@router.post(
+    "/{file_id}/preview",
+    response_model=PreviewRead,
+    responses={422: {"model": ErrorResponse, "description": "A field, naming it"}},
+)
 def preview_dataset(
-    file_id: str, body: PreviewRequest, session: ReadSessionDep, settings: SettingsDep,
+    file_id: str,
+    body: PreviewRequest,
+    session: ReadSessionDep,
+    settings: SettingsDep,
     tenant: TenantDep,
-) -> PreviewRead:  # fmt: skip
+) -> PreviewRead:
     """What a job with these data fields would train on the file's first rows: each token with
     whether it is trained (after the shift), each row's trained and total tokens (the counts the
     trainer divides by) and warnings (nothing trained, cut by max_seq_length, a template without

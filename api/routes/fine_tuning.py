@@ -58,9 +58,14 @@ def create_fine_tuning_job(
     tenant: TenantDep,
     idempotency_key: IdempotencyKey = None,
 ) -> FineTuningJob:
-    job = fine_tuning_create.create(session, body=body, tenant=tenant,
-                                    idempotency_key=idempotency_key, celery=celery,
-                                    settings=settings)  # fmt: skip
+    job = fine_tuning_create.create(
+        session,
+        body=body,
+        tenant=tenant,
+        idempotency_key=idempotency_key,
+        celery=celery,
+        settings=settings,
+    )
     return ft.to_openai(job)
 
 
@@ -74,8 +79,9 @@ async def list_fine_tuning_jobs(
 ) -> FineTuningJobList:
     """Newest first; `after` a job id; `metadata[key]=value` keeps the jobs with that pair."""
     metadata = ft.metadata_filters(list(request.query_params.multi_items()))
-    jobs, more = ft.list_fine_tuning_jobs(session, tenant=tenant, after=after, limit=limit,
-                                          metadata=metadata)  # fmt: skip
+    jobs, more = ft.list_fine_tuning_jobs(
+        session, tenant=tenant, after=after, limit=limit, metadata=metadata
+    )
     return FineTuningJobList(data=[ft.to_openai(j) for j in jobs], has_more=more)
 
 
@@ -130,8 +136,9 @@ def resume_fine_tuning_job(
     job_id: str, session: SessionDep, celery: CeleryDep, settings: SettingsDep, tenant: TenantDep
 ) -> FineTuningJob:
     ft.get_fine_tuning_job(session, job_id=job_id, tenant=tenant)
-    job = job_pause.resume_job(session, job_id=job_id, tenant=tenant, celery=celery,
-                               settings=settings)  # fmt: skip
+    job = job_pause.resume_job(
+        session, job_id=job_id, tenant=tenant, celery=celery, settings=settings
+    )
     return ft.to_openai(job)
 
 
@@ -139,13 +146,19 @@ def resume_fine_tuning_job(
     "/{job_id}/stream",
     response_class=EventSourceResponse,
     summary="Its live stream (Server-Sent Events; gradacc's, not OpenAI's)",
-    responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"},
-               429: {"model": ErrorResponse, "description": "Too many streams open"}},
-)  # fmt: skip
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"},
+        429: {"model": ErrorResponse, "description": "Too many streams open"},
+    },
+)
 async def stream_fine_tuning_job(
-    job_id: str, request: Request, engine: ReadEngineDep, tenant: TenantDep,
-    settings: SettingsDep, last_event_id: LastEventId = "",
-) -> EventSourceResponse:  # fmt: skip
+    job_id: str,
+    request: Request,
+    engine: ReadEngineDep,
+    tenant: TenantDep,
+    settings: SettingsDep,
+    last_event_id: LastEventId = "",
+) -> EventSourceResponse:
     """As /v1/jobs/{job_id}/stream, but each `job` message is the fine_tuning.job object that
     retrieve returns."""
     since = Cursor.parse(last_event_id) if last_event_id else Cursor()
@@ -153,8 +166,14 @@ async def stream_fine_tuning_job(
     if row.fine_tuning is None:  # a /v1/jobs job: not on this API
         raise JobNotFound(job_id)
     slot = request.app.state.stream_hub.take_slot(tenant, limit=settings.max_streams_per_tenant)
-    stream = messages(request.app.state.stream_hub, job_id=job_id, row=row, since=since,
-                      slot=slot, shape="fine_tuning.job")  # fmt: skip
+    stream = messages(
+        request.app.state.stream_hub,
+        job_id=job_id,
+        row=row,
+        since=since,
+        slot=slot,
+        shape="fine_tuning.job",
+    )
     return EventSourceResponse(stream, ping=15)
 
 

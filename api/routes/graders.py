@@ -32,18 +32,31 @@ router = APIRouter(
 )
 
 
-@router.post("/run", response_model=GraderRunResponse, summary="Run a grader on one sample",
-             description="The reward, each sub-grader's, and the errors by kind (a failed "
-             "grader scores 0). docs/reinforcement.md.")  # fmt: skip
+@router.post(
+    "/run",
+    response_model=GraderRunResponse,
+    summary="Run a grader on one sample",
+    description="The reward, each sub-grader's, and the errors by kind (a failed "
+    "grader scores 0). docs/reinforcement.md.",
+)
 async def run_grader(
     body: GraderRunRequest, request: Request, settings: SettingsDep, tenant: TenantDep
 ) -> GraderRunResponse:
-    return await grader_services.run(request.app.state.sessionmaker, settings, body=body,
-                                     tenant=tenant, gone=request.is_disconnected)  # fmt: skip
+    return await grader_services.run(
+        request.app.state.sessionmaker,
+        settings,
+        body=body,
+        tenant=tenant,
+        gone=request.is_disconnected,
+    )
 
 
-@router.post("/validate", response_model=GraderValidateResponse, summary="Validate a grader",
-             description="The grader as a reinforcement job would take it, or a 400 whose "
-             "param is the field at fault.")  # fmt: skip
+@router.post(
+    "/validate",
+    response_model=GraderValidateResponse,
+    summary="Validate a grader",
+    description="The grader as a reinforcement job would take it, or a 400 whose "
+    "param is the field at fault.",
+)
 def validate_grader(body: GraderValidateRequest) -> GraderValidateResponse:
     return grader_services.validate(body=body)

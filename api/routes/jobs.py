@@ -123,9 +123,14 @@ async def list_jobs(
     """``metadata[key]=value`` (repeatable) keeps the jobs with each pair."""
     metadata = metadata_filters(list(request.query_params.multi_items()))
     jobs, has_more = job_services.list_jobs(
-        session, tenant=tenant, status=status, limit=limit, after=after, name=name,
+        session,
+        tenant=tenant,
+        status=status,
+        limit=limit,
+        after=after,
+        name=name,
         metadata=metadata,
-    )  # fmt: skip
+    )
     last_id = jobs[-1].id if jobs else None
     spots = spots_of(session, jobs=jobs, settings=settings)
     data = [JobRead.of(j, spots.get(j.id)) for j in jobs]
@@ -201,9 +206,11 @@ LastEventId = Annotated[
     "/{job_id}/stream",
     response_class=EventSourceResponse,
     summary="A job's live stream (Server-Sent Events)",
-    responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"},
-               429: {"model": ErrorResponse, "description": "Too many streams open"}},
-)  # fmt: skip
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"},
+        429: {"model": ErrorResponse, "description": "Too many streams open"},
+    },
+)
 async def stream_job(
     job_id: str,
     request: Request,
@@ -263,14 +270,17 @@ def pause_job(job_id: str, session: SessionDep, tenant: TenantDep) -> JobRead:
     summary="Resume a paused job",
     description="Queued again, to go on from its checkpoint (while its worker still lets go of "
     "it: queued as it does). Not paused: 409. Over GRADACC_MAX_QUEUED_PER_TENANT: 429.",
-    responses={409: {"model": ErrorResponse, "description": "The job is not paused"},
-               429: {"model": ErrorResponse, "description": "Too many jobs waiting"}},
-)  # fmt: skip
+    responses={
+        409: {"model": ErrorResponse, "description": "The job is not paused"},
+        429: {"model": ErrorResponse, "description": "Too many jobs waiting"},
+    },
+)
 def resume_job(
     job_id: str, session: SessionDep, celery: CeleryDep, settings: SettingsDep, tenant: TenantDep
 ) -> JobRead:
-    job = job_pause.resume_job(session, job_id=job_id, tenant=tenant, celery=celery,
-                               settings=settings)  # fmt: skip
+    job = job_pause.resume_job(
+        session, job_id=job_id, tenant=tenant, celery=celery, settings=settings
+    )
     return JobRead.of(job)
 
 

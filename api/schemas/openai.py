@@ -55,8 +55,10 @@ class Method(Strict):
         if value is not None and chosen is not None and chosen != info.field_name:
             raise ValueError(f"given, but method.type is {chosen!r}")
         if value is None and chosen == "reinforcement" == info.field_name:
-            raise ValueError("method reinforcement needs reinforcement.grader: the grader that "
-                             "scores each sampled answer")  # fmt: skip
+            raise ValueError(
+                "method reinforcement needs reinforcement.grader: the grader that "
+                "scores each sampled answer"
+            )
         return value
 
 

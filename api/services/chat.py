@@ -57,8 +57,11 @@ def _check_served(body: ChatCompletionRequest | CompletionRequest, settings: Set
         raise InvalidRequest("only with stream: true", param="stream_options")
     for field in ("max_completion_tokens", "max_tokens"):
         if given.get(field, 0) > settings.serve_max_completion_tokens:
-            raise InvalidRequest(f"at most {settings.serve_max_completion_tokens} "
-                                 "(GRADACC_SERVE_MAX_COMPLETION_TOKENS)", param=field)  # fmt: skip
+            raise InvalidRequest(
+                f"at most {settings.serve_max_completion_tokens} "
+                "(GRADACC_SERVE_MAX_COMPLETION_TOKENS)",
+                param=field,
+            )
 
 
 def check_tools(given: dict[str, Any]) -> None:
@@ -72,11 +75,14 @@ def check_tools(given: dict[str, Any]) -> None:
     if choice is not None and not tools:
         raise InvalidRequest("only with tools", param="tool_choice")
     if choice not in (None, "auto", "none"):
-        raise InvalidRequest("only 'auto' and 'none' are served (a call cannot be forced)",
-                             param="tool_choice")  # fmt: skip
+        raise InvalidRequest(
+            "only 'auto' and 'none' are served (a call cannot be forced)", param="tool_choice"
+        )
     if tools and given.get("parallel_tool_calls") is False:
-        raise InvalidRequest("false is not served: the model's calls are not limited to one",
-                             param="parallel_tool_calls")  # fmt: skip
+        raise InvalidRequest(
+            "false is not served: the model's calls are not limited to one",
+            param="parallel_tool_calls",
+        )
 
 
 def _plain(message: ChatMessage, index: int, call_ids: set[str]) -> dict[str, Any]:
@@ -93,8 +99,10 @@ def _plain(message: ChatMessage, index: int, call_ids: set[str]) -> dict[str, An
     if isinstance(content, list):
         for j, part in enumerate(content):
             if part.type != "text":
-                raise InvalidRequest(f"{part.type} content is not served; only text",
-                                     param=f"{where}.content.{j}.type")  # fmt: skip
+                raise InvalidRequest(
+                    f"{part.type} content is not served; only text",
+                    param=f"{where}.content.{j}.type",
+                )
         content = "".join(part.text or "" for part in content)
     role = "system" if message.role == "developer" else message.role
     plain: dict[str, Any] = {"role": role, "content": content or ""}
@@ -137,8 +145,9 @@ async def complete(
     give_back = _take_share(body, settings, tenant)
     try:
         if route is not None:
-            answer = await _complete_upstream(sessions, settings, route, path=path, body=body,
-                                              tenant=tenant)  # fmt: skip
+            answer = await _complete_upstream(
+                sessions, settings, route, path=path, body=body, tenant=tenant
+            )
         else:
             answer = await _complete_here(sessions, settings, path=path, body=body, tenant=tenant)
     except BaseException:
@@ -164,8 +173,11 @@ def _take_share(
         tenant, Cap(settings.max_chats_per_tenant, "GRADACC_MAX_CHATS_PER_TENANT")
     )
     try:
-        release_tokens = CHAT_TOKENS.take(tenant, Cap(settings.max_chat_tokens_per_tenant,
-                                          "GRADACC_MAX_CHAT_TOKENS_PER_TENANT"), amount=tokens)  # fmt: skip
+        release_tokens = CHAT_TOKENS.take(
+            tenant,
+            Cap(settings.max_chat_tokens_per_tenant, "GRADACC_MAX_CHAT_TOKENS_PER_TENANT"),
+            amount=tokens,
+        )
     except BaseException:
         release_request()
         raise
@@ -206,8 +218,9 @@ async def _complete_here(
         return Upstream(f"{server.url}/v1", headers)
 
     upstream = await run_in_threadpool(locate)
-    return await forward(upstream, path, sent, stream=bool(body.stream),
-                         timeout_s=settings.serve_timeout_s)  # fmt: skip
+    return await forward(
+        upstream, path, sent, stream=bool(body.stream), timeout_s=settings.serve_timeout_s
+    )
 
 
 async def _complete_upstream(
@@ -234,5 +247,6 @@ async def _complete_upstream(
     sent = body.model_dump(exclude_none=True) | {"model": route.upstream_model(body.model)}
     label = f"the upstream server for {body.model!r} (GRADACC_SERVE_UPSTREAMS {route.pattern!r})"
     upstream = Upstream(route.server.base_url, route.headers(), label)
-    return await forward(upstream, path, sent, stream=bool(body.stream),
-                         timeout_s=settings.serve_timeout_s)  # fmt: skip
+    return await forward(
+        upstream, path, sent, stream=bool(body.stream), timeout_s=settings.serve_timeout_s
+    )

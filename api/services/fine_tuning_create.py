@@ -126,8 +126,9 @@ def create(
     rows, valid_rows = _file_rows(session, body, tenant=tenant)
     translated = translate(body, rows, valid_rows)
     resolved = translated.resolved
-    spec = _job_create(body, resolved, translated=translated,
-                       max_seq_length=settings.max_seq_length)  # fmt: skip
+    spec = _job_create(
+        body, resolved, translated=translated, max_seq_length=settings.max_seq_length
+    )
     seed = spec.seed
     fine_tuning = {
         "suffix": body.suffix,
@@ -160,8 +161,11 @@ def _file_rows(session: Session, body: FineTuningJobCreate, *, tenant: str) -> t
     a file that is not there, not the tenant's, or not a dataset, and for a reinforcement job
     without a validation file (OpenAI requires one: its evaluations sample it)."""
     if body.method_type == "reinforcement" and body.validation_file is None:
-        raise InvalidRequest("method reinforcement needs a validation file of prompts: its "
-                             "evaluations sample and grade them", param="validation_file")  # fmt: skip
+        raise InvalidRequest(
+            "method reinforcement needs a validation file of prompts: its "
+            "evaluations sample and grade them",
+            param="validation_file",
+        )
     rows = {"training_file": 0, "validation_file": 0}
     for field in ("training_file", "validation_file"):
         file_id = getattr(body, field)
@@ -242,8 +246,10 @@ def _renamed_error(error: Any, method: str = "supervised") -> dict[str, Any]:
     if loc and loc[0] == "learning_rate":
         head = ["gradacc", "learning_rate"]
     if len(loc) > 1 and loc[0] == "grpo":  # a reinforcement job's: the body sets some of them
-        return {**error, "loc": ("body", *openai_param(f"grpo.{loc[1]}", method).split("."),
-                                 *loc[2:])}  # fmt: skip
+        return {
+            **error,
+            "loc": ("body", *openai_param(f"grpo.{loc[1]}", method).split("."), *loc[2:]),
+        }
     return {**error, "loc": ("body", *head, *loc[1:])}
 
 

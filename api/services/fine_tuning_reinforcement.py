@@ -29,9 +29,11 @@ def parsed_grader(body: FineTuningJobCreate) -> Grader:
         return grader_services.parse(body.method.reinforcement.grader)
     except InvalidRequest as exc:
         message = exc.message.removeprefix(f"{exc.param}: ")
-        raise InvalidRequest(message, param=f"method.reinforcement.{exc.param}",
-                             errors=[f"method.reinforcement.{e}" for e in exc.errors or []]
-                             ) from None  # fmt: skip
+        raise InvalidRequest(
+            message,
+            param=f"method.reinforcement.{exc.param}",
+            errors=[f"method.reinforcement.{e}" for e in exc.errors or []],
+        ) from None
 
 
 def group_size_for(compute_multiplier: float) -> int:
@@ -49,14 +51,18 @@ def resolve(
     fill."""
     batch = common["batch_size"]
     if batch > rows:
-        raise InvalidRequest(f"a step takes {batch} prompts, and the training file holds {rows}",
-                             param=f"{HYPERPARAMETERS}.batch_size")  # fmt: skip
+        raise InvalidRequest(
+            f"a step takes {batch} prompts, and the training file holds {rows}",
+            param=f"{HYPERPARAMETERS}.batch_size",
+        )
     samples = chosen.eval_samples
     if samples == "auto":
         samples = min(valid_rows, MAX_AUTO_EVAL_SAMPLES)
     elif samples > valid_rows:
-        raise InvalidRequest(f"an evaluation takes {samples} prompts, and the validation file "
-                             f"holds {valid_rows}", param=f"{HYPERPARAMETERS}.eval_samples")  # fmt: skip
+        raise InvalidRequest(
+            f"an evaluation takes {samples} prompts, and the validation file holds {valid_rows}",
+            param=f"{HYPERPARAMETERS}.eval_samples",
+        )
     multiplier, interval = chosen.compute_multiplier, chosen.eval_interval
     return common | {
         "compute_multiplier": 1.0 if multiplier == "auto" else float(multiplier),
@@ -78,12 +84,18 @@ def grpo_fields(
         raise InvalidRequest("an object of the spec's grpo settings", param="gradacc.grpo")
     taken = sorted(set(extra) & set(REINFORCEMENT_FIELDS))
     if taken:
-        raise InvalidRequest(f"set by {REINFORCEMENT_FIELDS[taken[0]]} in the fine-tuning body",
-                             param=f"gradacc.grpo.{taken[0]}")  # fmt: skip
+        raise InvalidRequest(
+            f"set by {REINFORCEMENT_FIELDS[taken[0]]} in the fine-tuning body",
+            param=f"gradacc.grpo.{taken[0]}",
+        )
     group = group_size_for(resolved["compute_multiplier"])
-    grpo = {**extra, "grader": grader.model_dump(mode="json", exclude_none=True),
-            "group_size": group, "eval_interval": resolved["eval_interval"],
-            "eval_samples": resolved["eval_samples"]}  # fmt: skip
+    grpo = {
+        **extra,
+        "grader": grader.model_dump(mode="json", exclude_none=True),
+        "group_size": group,
+        "eval_interval": resolved["eval_interval"],
+        "eval_samples": resolved["eval_samples"],
+    }
     return {"method": "grpo", "grpo": grpo}, resolved["batch_size"] * group
 
 
@@ -92,5 +104,7 @@ def method_echo(body: FineTuningJobCreate, resolved: dict[str, Any]) -> dict[str
     as parsed) and every hyperparameter resolved."""
     assert body.method is not None and body.method.reinforcement is not None
     given = body.method.reinforcement.grader
-    return {"type": "reinforcement",
-            "reinforcement": {"grader": given, "hyperparameters": resolved}}  # fmt: skip
+    return {
+        "type": "reinforcement",
+        "reinforcement": {"grader": given, "hyperparameters": resolved},
+    }

@@ -45,8 +45,10 @@ def parse(grader: dict[str, Any]) -> Grader:
     try:
         return parse_grader(grader)
     except ValidationError as exc:
-        found = [(error_param(e["loc"]), str(e["msg"]).removeprefix("Value error, "))
-                 for e in exc.errors()]  # fmt: skip
+        found = [
+            (error_param(e["loc"]), str(e["msg"]).removeprefix("Value error, "))
+            for e in exc.errors()
+        ]
     except ValueError as exc:
         found = [("grader.type", str(exc))]
     param, message = found[0]
@@ -75,9 +77,12 @@ async def run(
     every = Cap(settings.max_grader_runs, "GRADACC_MAX_GRADER_RUNS")
     with GRADER_RUNS.hold(tenant, mine, total=every):
         cancel = threading.Event()
-        grading = Grading(chat=_chat(sessions, settings, tenant), limits=sandbox_limits(settings),
-                          deadline=time.monotonic() + settings.grader_run_deadline_s,
-                          cancel=cancel)  # fmt: skip
+        grading = Grading(
+            chat=_chat(sessions, settings, tenant),
+            limits=sandbox_limits(settings),
+            deadline=time.monotonic() + settings.grader_run_deadline_s,
+            cancel=cancel,
+        )
         work = partial(run_grader, grader, body.model_sample, body.item, grading)
         result = await _while_connected(work, gone, cancel)
     return response(result)
@@ -116,8 +121,12 @@ def response(result: GraderResult) -> GraderRunResponse:
         token_usage=total,
         type=result.type,
     )
-    return GraderRunResponse(metadata=metadata, model_grader_token_usage_per_model=dict(usage),
-                             reward=result.reward, sub_rewards=dict(result.sub_rewards))  # fmt: skip
+    return GraderRunResponse(
+        metadata=metadata,
+        model_grader_token_usage_per_model=dict(usage),
+        reward=result.reward,
+        sub_rewards=dict(result.sub_rewards),
+    )
 
 
 def _chat(sessions: sessionmaker[Session], settings: Settings, tenant: str) -> ChatFn:
@@ -126,9 +135,16 @@ def _chat(sessions: sessionmaker[Session], settings: Settings, tenant: str) -> C
     def chat(model: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> ChatReply:
         sent = {k: v for k, v in sampling.items() if v is not None}
         body = ChatCompletionRequest.model_validate({"model": model, "messages": messages, **sent})
-        answer = anyio.from_thread.run(partial(chat_services.complete, sessions, settings,
-                                               path="/chat/completions", body=body,
-                                               tenant=tenant))  # fmt: skip
+        answer = anyio.from_thread.run(
+            partial(
+                chat_services.complete,
+                sessions,
+                settings,
+                path="/chat/completions",
+                body=body,
+                tenant=tenant,
+            )
+        )
         data = json.loads(bytes(answer.body))
         if answer.status_code != 200:
             raise RuntimeError(f"{answer.status_code}: {data.get('error', {}).get('message')}")

@@ -176,12 +176,33 @@ def get_job(session: Session, *, job_id: str, tenant: str) -> Job:
 # The poll endpoints read plain rows through statements built once: on the ORM path, building a
 # select and loading a ``Job`` cost more than the query itself (docs/benchmarks.md).
 _POLL_JOB = select(
-    Job.id, Job.status, Job.spec, Job.effective_batch_size, Job.priority, Job.micro_batch_size,
-    Job.gradient_accumulation_steps, Job.dataset_format, Job.created_at, Job.started_at,
-    Job.finished_at, Job.attempts, Job.epoch, Job.step, Job.total_steps, Job.latest_metrics,
-    Job.error_code, Job.error_message, Job.summary, Job.outputs, Job.live_progress, Job.webhook_url, Job.name,
-    Job.job_metadata.label("job_metadata"), Job.tenant, Job.fine_tuning,
-).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))  # fmt: skip
+    Job.id,
+    Job.status,
+    Job.spec,
+    Job.effective_batch_size,
+    Job.priority,
+    Job.micro_batch_size,
+    Job.gradient_accumulation_steps,
+    Job.dataset_format,
+    Job.created_at,
+    Job.started_at,
+    Job.finished_at,
+    Job.attempts,
+    Job.epoch,
+    Job.step,
+    Job.total_steps,
+    Job.latest_metrics,
+    Job.error_code,
+    Job.error_message,
+    Job.summary,
+    Job.outputs,
+    Job.live_progress,
+    Job.webhook_url,
+    Job.name,
+    Job.job_metadata.label("job_metadata"),
+    Job.tenant,
+    Job.fine_tuning,
+).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))
 JOB_COLUMNS = _POLL_JOB.selected_columns  # what JobRead.of needs of a row
 _POLL_METRICS = (
     select(EpochMetric.record)

@@ -23,8 +23,9 @@ UPSTREAM_OWNER = "upstream"  # owned_by of a model an upstream server answers (c
 
 def _owned(job: Job) -> ModelObject:
     created = job.finished_at or job.created_at
-    return ModelObject(id=fine_tuned.name_of(job), created=int(created.timestamp()),
-                       owned_by=job.tenant)  # fmt: skip
+    return ModelObject(
+        id=fine_tuned.name_of(job), created=int(created.timestamp()), owned_by=job.tenant
+    )
 
 
 def _live(session: Session, *, tenant: str) -> list[Job]:
@@ -39,8 +40,10 @@ def list_models(session: Session, settings: Settings, *, tenant: str) -> list[Mo
     builtins = [
         ModelObject(id=m, created=BUILTIN_CREATED, owned_by="gradacc") for m in BUILTIN_MODELS
     ]
-    elsewhere = [ModelObject(id=m, created=0, owned_by=UPSTREAM_OWNER)
-                 for m in settings.serve_upstreams.listed_names()]  # fmt: skip
+    elsewhere = [
+        ModelObject(id=m, created=0, owned_by=UPSTREAM_OWNER)
+        for m in settings.serve_upstreams.listed_names()
+    ]
     return builtins + [_owned(job) for job in _live(session, tenant=tenant)] + elsewhere
 
 

@@ -47,8 +47,13 @@ def queue_prediction(
     since = utcnow() - timedelta(seconds=settings.serve_timeout_s)
     if count_waiting(session, tenant=tenant, since=since) >= settings.max_predicts_per_tenant:
         raise TooManyPredictions(settings.max_predicts_per_tenant)
-    prediction = create_prediction(session, job_id=job_id, tenant=tenant, step=body.checkpoint,
-                                   request=body.model_dump(exclude_none=True))  # fmt: skip
+    prediction = create_prediction(
+        session,
+        job_id=job_id,
+        tenant=tenant,
+        step=body.checkpoint,
+        request=body.model_dump(exclude_none=True),
+    )
     session.commit()
     return prediction
 

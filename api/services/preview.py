@@ -39,8 +39,14 @@ _CHILD = (
 )
 # How an allocation refused by RLIMIT_AS shows in the child's stderr: Python's MemoryError, a
 # shared library that cannot be mapped, torch's allocator, Rust's (tokenizers aborts) or C++'s.
-_OUT_OF_MEMORY = ("MemoryError", "Cannot allocate memory", "failed to map segment",
-                  "can't allocate memory", "memory allocation of", "bad_alloc")  # fmt: skip
+_OUT_OF_MEMORY = (
+    "MemoryError",
+    "Cannot allocate memory",
+    "failed to map segment",
+    "can't allocate memory",
+    "memory allocation of",
+    "bad_alloc",
+)
 
 
 def preview_file(
@@ -67,8 +73,9 @@ def _spec(body: PreviewRequest, file_id: str) -> JobSpec:
     except ValidationError as exc:
         error = exc.errors()[0]
         param = str(error["loc"][0]) if error["loc"] else None
-        raise InvalidRequest(_unprefixed(error["msg"].removeprefix("Value error, "), param),
-                             param=param) from None  # fmt: skip
+        raise InvalidRequest(
+            _unprefixed(error["msg"].removeprefix("Value error, "), param), param=param
+        ) from None
 
 
 def _unprefixed(message: str, param: str | None) -> str:
@@ -94,19 +101,29 @@ def _run(spec: dict[str, Any], rows: int, settings: Settings) -> dict[str, Any]:
     memory = settings.preview_memory_mb
     command = [sys.executable, "-c", _CHILD, str(memory * 2**20)]
     try:
-        done = subprocess.run(command, input=request, capture_output=True, text=True,
-                              timeout=settings.preview_timeout_s, check=False)  # fmt: skip
+        done = subprocess.run(
+            command,
+            input=request,
+            capture_output=True,
+            text=True,
+            timeout=settings.preview_timeout_s,
+            check=False,
+        )
     except subprocess.TimeoutExpired:  # the child is killed
-        raise InvalidRequest(f"the preview took over {settings.preview_timeout_s:g} s "
-                             "(GRADACC_PREVIEW_TIMEOUT_S); ask for fewer rows",
-                             param="rows") from None  # fmt: skip
+        raise InvalidRequest(
+            f"the preview took over {settings.preview_timeout_s:g} s "
+            "(GRADACC_PREVIEW_TIMEOUT_S); ask for fewer rows",
+            param="rows",
+        ) from None
     if done.returncode == BAD_PREVIEW:
         error = json.loads(done.stdout)["error"]
         raise InvalidRequest(_unprefixed(error["message"], error["param"]), param=error["param"])
     if done.returncode != 0 and any(sign in done.stderr for sign in _OUT_OF_MEMORY):
-        raise InvalidRequest(f"the preview needed more than {memory} MiB of address space "
-                             "(GRADACC_PREVIEW_MEMORY_MB); ask for fewer rows",
-                             param="rows")  # fmt: skip
+        raise InvalidRequest(
+            f"the preview needed more than {memory} MiB of address space "
+            "(GRADACC_PREVIEW_MEMORY_MB); ask for fewer rows",
+            param="rows",
+        )
     if done.returncode != 0:
         raise RuntimeError(f"the preview failed (exit {done.returncode}): {done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout)

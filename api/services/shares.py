@@ -42,12 +42,18 @@ class Share:
         with self._lock:
             held = self._held.get(tenant, 0)
             if held + amount > per_tenant.limit:
-                raise OverShare(f"this tenant holds {held} {self.name} of {per_tenant.limit}; "
-                                f"this request needs {amount}", code=self.code,
-                                setting=per_tenant.setting)  # fmt: skip
+                raise OverShare(
+                    f"this tenant holds {held} {self.name} of {per_tenant.limit}; "
+                    f"this request needs {amount}",
+                    code=self.code,
+                    setting=per_tenant.setting,
+                )
             if total is not None and self._total + amount > total.limit:
-                raise OverShare(f"this server runs {self._total} {self.name} of {total.limit}",
-                                code=self.code, setting=total.setting)  # fmt: skip
+                raise OverShare(
+                    f"this server runs {self._total} {self.name} of {total.limit}",
+                    code=self.code,
+                    setting=total.setting,
+                )
             self._held[tenant] = held + amount
             self._total += amount
         given_back = threading.Event()

@@ -36,8 +36,9 @@ async def forward(
 ) -> Response:
     """POST ``body`` to ``upstream``'s ``path``; its answer, or its stream, as ours."""
     timeout = httpx.Timeout(timeout_s + CONNECT_S, connect=CONNECT_S)
-    client = httpx.AsyncClient(base_url=upstream.base_url, headers=upstream.headers,
-                               timeout=timeout)  # fmt: skip
+    client = httpx.AsyncClient(
+        base_url=upstream.base_url, headers=upstream.headers, timeout=timeout
+    )
     try:
         answer = await client.send(client.build_request("POST", path, json=body), stream=stream)
     except httpx.HTTPError as exc:
@@ -55,8 +56,11 @@ async def forward(
             return as_openai_error(answer.status_code, content, label=upstream.label)
         kind = answer.headers.get("content-type", "application/json")
         return Response(content, status_code=answer.status_code, media_type=kind)
-    return StreamingResponse(_relay(answer, client), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache"})  # fmt: skip
+    return StreamingResponse(
+        _relay(answer, client),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache"},
+    )
 
 
 def as_openai_error(status: int, content: bytes, *, label: str = "the model server") -> Response:

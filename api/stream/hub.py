@@ -135,8 +135,9 @@ class StreamHub:
                 # Each shape its subscribers want, rendered once for all of them.
                 shapes = {subscriber.shape for subscriber in self.subscribers[job_id]}
                 texts = {shape: SHAPES[shape](row) for shape in shapes}
-                self._publish(Item(job_id, "job", 0, {"json": texts, "status": row.status,
-                                                      "row": row}))  # fmt: skip
+                self._publish(
+                    Item(job_id, "job", 0, {"json": texts, "status": row.status, "row": row})
+                )
 
     def _advance(self, item: Item) -> None:
         c = self.cursors.get(item.job_id)

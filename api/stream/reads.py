@@ -73,8 +73,12 @@ class Item:
 
 
 def _event(row: Any) -> dict[str, Any]:
-    return {"id": row.id, "created_at": int(row.created_at.timestamp()), "kind": row.kind,
-            "message": row.message}  # fmt: skip
+    return {
+        "id": row.id,
+        "created_at": int(row.created_at.timestamp()),
+        "kind": row.kind,
+        "message": row.message,
+    }
 
 
 def _after(table: Any, cursors: dict[str, Cursor], field: str, bounds: dict[str, int]) -> Any:

@@ -45,9 +45,12 @@ def found_format(columns: list[str]) -> ResolvedFormat | None:
     without a side are refused here, naming it, rather than kept as text nobody can train."""
     try:
         fmt = resolve_format(
-            columns, "auto", messages_column="messages", prompt_column="prompt",
+            columns,
+            "auto",
+            messages_column="messages",
+            prompt_column="prompt",
             completion_column="completion",
-        )  # fmt: skip
+        )
     except IncompletePairs as exc:
         raise InvalidRequest(f"{exc} (its columns: {', '.join(columns)})", param="file") from None
     return None if fmt == "text" and "text" not in columns else fmt

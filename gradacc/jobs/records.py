@@ -141,8 +141,10 @@ def record_step_metrics(
     if not records:
         return
     seq = next_stream_place(session, job_id=job_id)
-    rows = [{"job_id": job_id, "step": int(r["step"]), "record": r, "created_at": utcnow(),
-             "seq": seq} for r in records]  # fmt: skip
+    rows = [
+        {"job_id": job_id, "step": int(r["step"]), "record": r, "created_at": utcnow(), "seq": seq}
+        for r in records
+    ]
     upsert(session, StepMetric, rows, keys=["job_id", "step"], update=["record"])
     if metrics_events:
         # Replaced like the records themselves: a resume's steps are never listed twice.

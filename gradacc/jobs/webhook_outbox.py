@@ -57,8 +57,11 @@ def check_webhook_url(url: str, settings: Settings, *, param: str = "webhook_url
 
 # Global by the registry, yet they lead to an IPv4 address where the host has a NAT64 gateway or a
 # 6to4 relay (64:ff9b::7f00:1 is 127.0.0.1 there): refused rather than trusted to be absent.
-_TRANSLATED = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"),
-               ipaddress.ip_network("2002::/16"))  # fmt: skip
+_TRANSLATED = (
+    ipaddress.ip_network("64:ff9b::/96"),
+    ipaddress.ip_network("64:ff9b:1::/48"),
+    ipaddress.ip_network("2002::/16"),
+)
 
 
 def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:

@@ -47,8 +47,14 @@ RESULT_COLUMNS = {
 
 # The core's pair metrics (``trainer_core.accumulation.PAIR_METRICS``, not imported: it loads
 # torch, which the API never does; a test holds the two equal).
-PAIR_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
-                "logps/chosen", "logps/rejected")  # fmt: skip
+PAIR_METRICS = (
+    "rewards/chosen",
+    "rewards/rejected",
+    "rewards/margins",
+    "rewards/accuracies",
+    "logps/chosen",
+    "logps/rejected",
+)
 # record key -> OpenAI-style name, training's then evaluation's
 PAIR_NAMES = {
     **{key: "train_" + key.replace("/", "_") for key in PAIR_METRICS},
@@ -64,8 +70,15 @@ EVALUATION_NAMES = {
 
 
 # A reinforcement job's step metrics (``trainer_core.grpo.metrics``, and the loss's own)
-REINFORCEMENT_METRICS = ("reward_mean", "reward_std", "completion_length", "truncated_fraction",
-                         "clip_ratio", "kl", "grader_errors")  # fmt: skip
+REINFORCEMENT_METRICS = (
+    "reward_mean",
+    "reward_std",
+    "completion_length",
+    "truncated_fraction",
+    "clip_ratio",
+    "kl",
+    "grader_errors",
+)
 
 
 def _reinforcement_key(key: str) -> bool:

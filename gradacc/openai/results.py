@@ -23,8 +23,11 @@ RESULTS_NAME = "step_metrics.csv"
 def results_csv(steps: list[dict[str, Any]], epochs: list[dict[str, Any]]) -> str:
     """One row per step record; an epoch's evaluation fills the row of the step it ended at (a
     row of its own where no step record fell there, as in the metrics events)."""
-    at_step = {int(e["optimizer_steps"]): e for e in epochs
-               if "optimizer_steps" in e and e.get("eval_loss") is not None}  # fmt: skip
+    at_step = {
+        int(e["optimizer_steps"]): e
+        for e in epochs
+        if "optimizer_steps" in e and e.get("eval_loss") is not None
+    }
     by_step = {int(s["step"]): s for s in steps}
     by_step |= {step: {"step": step} for step in at_step if step not in by_step}
     columns = result_columns(steps)

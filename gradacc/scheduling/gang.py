@@ -74,8 +74,17 @@ def open_gang(
     (a worker lost) go first. Commits."""
     _lock(session, job_id)
     session.execute(delete(GangSlot).where(GangSlot.job_id == job_id))
-    session.add(GangSlot(job_id=job_id, node_rank=0, worker=worker, machine=machine, host=host,
-                         port=port, held_at=utcnow()))  # fmt: skip
+    session.add(
+        GangSlot(
+            job_id=job_id,
+            node_rank=0,
+            worker=worker,
+            machine=machine,
+            host=host,
+            port=port,
+            held_at=utcnow(),
+        )
+    )
     session.commit()
 
 
@@ -97,8 +106,17 @@ def join_gang(
         session.rollback()
         return "here"
     free = sorted(set(range(1, job.num_machines)) - {slot.node_rank for slot in slots})
-    session.add(GangSlot(job_id=job_id, node_rank=free[0], worker=worker, machine=machine,
-                         host=host, port=None, held_at=utcnow()))  # fmt: skip
+    session.add(
+        GangSlot(
+            job_id=job_id,
+            node_rank=free[0],
+            worker=worker,
+            machine=machine,
+            host=host,
+            port=None,
+            held_at=utcnow(),
+        )
+    )
     try:
         session.commit()
     except IntegrityError:  # a concurrent join took the rank or the machine (SQLite only)
@@ -162,17 +180,29 @@ def release_gang(
     releases = job.gang_releases + 1
     shortage = f"{live} live machines can hold it, it needs {job.num_machines}"
     if releases >= settings.gang_max_releases:
-        message = (f"released {releases} times while {shortage} "
-                   f"(GRADACC_GANG_MAX_RELEASES={settings.gang_max_releases})")  # fmt: skip
-        fail_job(session, job_id=job_id, code="gang_unsatisfiable", message=message,
-                 owned_by=worker)  # fmt: skip
+        message = (
+            f"released {releases} times while {shortage} "
+            f"(GRADACC_GANG_MAX_RELEASES={settings.gang_max_releases})"
+        )
+        fail_job(
+            session, job_id=job_id, code="gang_unsatisfiable", message=message, owned_by=worker
+        )
         session.commit()
         return "failed"
     delay = backoff_s(releases, wait_s=settings.gang_wait_s)
-    message = (f"gang released: {held}; {shortage} (release {releases} of at most "
-               f"{settings.gang_max_releases}); next try in {delay:g} s")  # fmt: skip
-    _requeue(session, job_id=job_id, worker=worker, message=message, every=True,
-             enqueued_at=None, gang_releases=releases)  # fmt: skip
+    message = (
+        f"gang released: {held}; {shortage} (release {releases} of at most "
+        f"{settings.gang_max_releases}); next try in {delay:g} s"
+    )
+    _requeue(
+        session,
+        job_id=job_id,
+        worker=worker,
+        message=message,
+        every=True,
+        enqueued_at=None,
+        gang_releases=releases,
+    )
     session.commit()
     return "backoff"
 
@@ -181,8 +211,14 @@ def _requeue(
     session: Session, *, job_id: str, worker: str, message: str, every: bool = False, **values: Any
 ) -> None:
     """Queued again, no attempt counted; its event (one per wait unless ``every``)."""
-    requeue_job(session, job_id=job_id, worker=worker, attempts=Job.attempts - 1,
-                released_at=utcnow(), **values)  # fmt: skip
+    requeue_job(
+        session,
+        job_id=job_id,
+        worker=worker,
+        attempts=Job.attempts - 1,
+        released_at=utcnow(),
+        **values,
+    )
     last = select(JobEvent.kind).where(JobEvent.job_id == job_id).order_by(JobEvent.id.desc())
     if every or session.scalar(last.limit(1)) != "gang_released":  # one per wait, not per round
         add_event(session, job_id=job_id, kind="gang_released", message=message)

@@ -131,8 +131,10 @@ class _Replay:
 
     def level(self, by_tenant: dict[str, deque[tuple[str, int]]]) -> Iterator[tuple[str, int]]:
         """(job id, position) of one priority's jobs, in the order they would start."""
-        heap = [(self.in_use.get(t, 0), self.turns.get(t, (0, 0)), q[0][0], t)
-                for t, q in by_tenant.items()]  # fmt: skip
+        heap = [
+            (self.in_use.get(t, 0), self.turns.get(t, (0, 0)), q[0][0], t)
+            for t, q in by_tenant.items()
+        ]
         heapq.heapify(heap)
         while heap:
             tenant = heapq.heappop(heap)[3]

@@ -24,8 +24,16 @@ def create_prediction(
     session: Session, *, job_id: str, tenant: str, step: int | None, request: dict[str, Any]
 ) -> str:
     prediction_id = new_prediction_id()
-    session.add(Prediction(id=prediction_id, job_id=job_id, tenant=tenant, step=step,
-                           request=request, status=P.PENDING))  # fmt: skip
+    session.add(
+        Prediction(
+            id=prediction_id,
+            job_id=job_id,
+            tenant=tenant,
+            step=step,
+            request=request,
+            status=P.PENDING,
+        )
+    )
     return prediction_id
 
 

@@ -31,8 +31,12 @@ from trainer_core.spec.job import JobSpec
 
 # Fields that change no result: a checkpoint of the same spec under other values still resumes.
 SAVE_POLICY_FIELDS = {
-    "save_strategy", "save_steps", "save_interval_seconds", "save_total_limit", "max_restarts",
-}  # fmt: skip
+    "save_strategy",
+    "save_steps",
+    "save_interval_seconds",
+    "save_total_limit",
+    "max_restarts",
+}
 
 
 def spec_fingerprint(spec: JobSpec) -> str:

@@ -61,8 +61,14 @@ def has_generation_markers(template: str) -> bool:
     return _GENERATION.search(template) is not None
 
 
-def _render(messages: list[dict[str, Any]], template: str, kwargs: dict[str, Any],
-            *, prompt: bool = False, spans: bool = False) -> tuple[str, list[Span]]:  # fmt: skip
+def _render(
+    messages: list[dict[str, Any]],
+    template: str,
+    kwargs: dict[str, Any],
+    *,
+    prompt: bool = False,
+    spans: bool = False,
+) -> tuple[str, list[Span]]:
     # Annotated "-> str" upstream, it returns (texts, generation spans per text).
     result: Any = render_jinja_template(
         conversations=[messages],
@@ -99,8 +105,14 @@ def conversation_spans(
 ) -> tuple[str, list[Span]]:
     """The rendered conversation and the character spans to train in it; ``tools``: the row's
     (OpenAI's function calling), passed to the template as ``tools``."""
-    row = rendered_row(messages, template, kwargs, assistant_only=assistant_only, tools=tools,
-                       train_empty_reasoning=train_empty_reasoning)  # fmt: skip
+    row = rendered_row(
+        messages,
+        template,
+        kwargs,
+        assistant_only=assistant_only,
+        tools=tools,
+        train_empty_reasoning=train_empty_reasoning,
+    )
     return row.text, row.spans
 
 
@@ -124,8 +136,10 @@ def rendered_row(
     except Exception as exc:  # a template that knows no tool calls meets content null
         if not calling:
             raise
-        raise ValueError(f"chat_template: it fails on this row's function calling ({exc}); give "
-                         "'chatml' or a template that renders tools and tool_calls") from exc  # fmt: skip
+        raise ValueError(
+            f"chat_template: it fails on this row's function calling ({exc}); give "
+            "'chatml' or a template that renders tools and tool_calls"
+        ) from exc
     if calling:
         check_tools_rendered(messages, text, lambda m, kw: _render(m, template, kw)[0], kwargs)
     if not assistant_only:
@@ -137,8 +151,13 @@ def rendered_row(
     return RenderedRow(text, spans, fallback=not marked, empty_reasoning=blocks)
 
 
-def _turn_spans(messages: list[dict[str, Any]], template: str, kwargs: dict[str, Any], text: str,
-                generated: list[Span] | None) -> list[Span]:  # fmt: skip
+def _turn_spans(
+    messages: list[dict[str, Any]],
+    template: str,
+    kwargs: dict[str, Any],
+    text: str,
+    generated: list[Span] | None,
+) -> list[Span]:
     """The trained assistant turns' spans (``turns``: one rule, marked or not)."""
     assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     trained = [i for i in assistants if messages[i].get("weight", 1) != 0]
@@ -175,8 +194,15 @@ def token_mask(offsets: Sequence[tuple[int, int]], spans: Sequence[Span]) -> np.
     return mask
 
 
-def _encoded(texts: list[str], spans: list[list[Span]], tokenizer_json: str, max_length: int,
-             *, first_row: int, refuse_longer: bool) -> pa.Table:  # fmt: skip
+def _encoded(
+    texts: list[str],
+    spans: list[list[Span]],
+    tokenizer_json: str,
+    max_length: int,
+    *,
+    first_row: int,
+    refuse_longer: bool,
+) -> pa.Table:
     """Tokenize (with offsets, no special tokens added: the text carries them), mask, truncate
     at ``max_length`` (or, with ``refuse_longer``, refuse a longer row, naming it), count what
     the truncation cut, and keep the rows with something to train."""
@@ -234,8 +260,11 @@ def encode_messages(
     """One ``map`` batch of conversations (``indices``: the rows' positions in the split), with
     each row's ``tools`` and ``parallel_tool_calls`` where the data has them."""
     first = indices[0] if indices else 0
-    columns = (batch.column(messages_column).to_pylist(), row_column(batch, "tools"),
-               row_column(batch, "parallel_tool_calls"))  # fmt: skip
+    columns = (
+        batch.column(messages_column).to_pylist(),
+        row_column(batch, "tools"),
+        row_column(batch, "parallel_tool_calls"),
+    )
     rows = [
         {
             messages_column: decoded_conversation(c),
@@ -248,16 +277,29 @@ def encode_messages(
     rendered = []
     for offset, row in enumerate(rows):
         try:
-            rendered.append(rendered_row(row[messages_column], template, template_kwargs,
-                                         assistant_only=assistant_only, tools=row["tools"],
-                                         train_empty_reasoning=train_empty_reasoning))  # fmt: skip
+            rendered.append(
+                rendered_row(
+                    row[messages_column],
+                    template,
+                    template_kwargs,
+                    assistant_only=assistant_only,
+                    tools=row["tools"],
+                    train_empty_reasoning=train_empty_reasoning,
+                )
+            )
         except ValueError as exc:
             raise ValueError(f"{exc} (row {first + offset + 1})") from exc
     blocks = sum(bool(r.empty_reasoning) for r in rendered)
     if blocks and train_empty_reasoning:
         log.warning(EMPTY_REASONING_TRAINED, blocks, first + 1)
-    return _encoded([r.text for r in rendered], [r.spans for r in rendered], tokenizer_json, max_length,
-                    first_row=indices[0] if indices else 0, refuse_longer=refuse_longer)  # fmt: skip
+    return _encoded(
+        [r.text for r in rendered],
+        [r.spans for r in rendered],
+        tokenizer_json,
+        max_length,
+        first_row=indices[0] if indices else 0,
+        refuse_longer=refuse_longer,
+    )
 
 
 def encode_prompt_completion(
@@ -274,12 +316,22 @@ def encode_prompt_completion(
 ) -> pa.Table:
     """One ``map`` batch of prompt-completion rows: the completion and the EOS are trained."""
     rows = batch.select([prompt_column, completion_column]).to_pylist()
-    _problems(rows, "prompt_column", indices[0] if indices else 0,
-              lambda row: prompt_completion_problems(row, prompt_column, completion_column))  # fmt: skip
+    _problems(
+        rows,
+        "prompt_column",
+        indices[0] if indices else 0,
+        lambda row: prompt_completion_problems(row, prompt_column, completion_column),
+    )
     texts, spans = [], []
     for row in rows:
         text = row[prompt_column] + row[completion_column] + eos_token
         texts.append(text)
         spans.append([(len(row[prompt_column]) if completion_only else 0, len(text))])
-    return _encoded(texts, spans, tokenizer_json, max_length,
-                    first_row=indices[0] if indices else 0, refuse_longer=refuse_longer)  # fmt: skip
+    return _encoded(
+        texts,
+        spans,
+        tokenizer_json,
+        max_length,
+        first_row=indices[0] if indices else 0,
+        refuse_longer=refuse_longer,
+    )

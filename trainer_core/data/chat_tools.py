@@ -32,29 +32,36 @@ def _with_parsed_calls(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "tool_calls": calls}
 
 
-def check_tools_rendered(messages: list[dict[str, Any]], text: str, render: Render,
-                         kwargs: dict[str, Any]) -> None:  # fmt: skip
+def check_tools_rendered(
+    messages: list[dict[str, Any]], text: str, render: Render, kwargs: dict[str, Any]
+) -> None:
     """A template that ignores a row's tools or an assistant's tool calls would train without
     them: refused (``text``: the row rendered; ``render``: the same template on other
     messages). Tools: rendering without them must change the text. A call: its name and its
     arguments' keys must be in the text, and rendering without the calls must change it."""
     if kwargs.get("tools") and text == render(messages, _without_tools(kwargs)):
-        raise ValueError("chat_template: it does not render the row's `tools` (the text is the "
-                         "same without them); give 'chatml' or a template that renders tools")  # fmt: skip
+        raise ValueError(
+            "chat_template: it does not render the row's `tools` (the text is the "
+            "same without them); give 'chatml' or a template that renders tools"
+        )
     for i, message in enumerate(messages):
         for j, call in enumerate(message.get("tool_calls") or []):
             function = call["function"]
             words = [function["name"], *function["arguments"]]
             if not all(word in text for word in words):
-                raise ValueError(f"chat_template: it does not render messages[{i}].tool_calls[{j}]"
-                                 f" (its name or arguments are not in the text); give 'chatml' "
-                                 "or a template that renders tool_calls")  # fmt: skip
+                raise ValueError(
+                    f"chat_template: it does not render messages[{i}].tool_calls[{j}]"
+                    f" (its name or arguments are not in the text); give 'chatml' "
+                    "or a template that renders tool_calls"
+                )
         if message.get("tool_calls"):
             bare = {k: v for k, v in message.items() if k != "tool_calls"}
             bare["content"] = message.get("content") or ""
             if text == render([*messages[:i], bare, *messages[i + 1 :]], kwargs):
-                raise ValueError(f"chat_template: it renders messages[{i}] the same without its "
-                                 "tool_calls; give 'chatml' or a template that renders them")  # fmt: skip
+                raise ValueError(
+                    f"chat_template: it renders messages[{i}] the same without its "
+                    "tool_calls; give 'chatml' or a template that renders them"
+                )
 
 
 def _without_tools(kwargs: dict[str, Any]) -> dict[str, Any]:

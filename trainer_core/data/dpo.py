@@ -72,8 +72,10 @@ def completion_text(
         text = pair.prompt_text + completion + eos
         return text, (len(pair.prompt_text), len(text))
     if not template:
-        raise ValueError("chat_template: the model has none to render a prompt of messages; give "
-                         "chat_template ('chatml' or a Jinja template)")  # fmt: skip
+        raise ValueError(
+            "chat_template: the model has none to render a prompt of messages; give "
+            "chat_template ('chatml' or a Jinja template)"
+        )
     messages = [*pair.prompt_messages, {"role": "assistant", "content": completion}]
     if pair.tools:
         kwargs = kwargs | {"tools": pair.tools}
@@ -95,12 +97,19 @@ def _pair_tokens(pair: PreferencePair, row: int, settings: dict[str, Any]) -> li
     cut_tokens = cut_items = 0
     limit = settings["max_length"]
     for completion in (pair.chosen, pair.rejected):
-        text, span = completion_text(pair, completion, settings["template"],
-                                     settings["template_kwargs"], settings["eos_token"])  # fmt: skip
+        text, span = completion_text(
+            pair,
+            completion,
+            settings["template"],
+            settings["template_kwargs"],
+            settings["eos_token"],
+        )
         ids, mask = _tokens(text, span, settings["tokenizer_json"])
         if len(ids) > limit and settings["refuse_longer"]:
-            raise ValueError(f"{ROW_ERROR} {row}: it is {len(ids)} tokens long; this job trains "
-                             f"on at most {limit} {TOO_LONG}: shorten it")  # fmt: skip
+            raise ValueError(
+                f"{ROW_ERROR} {row}: it is {len(ids)} tokens long; this job trains "
+                f"on at most {limit} {TOO_LONG}: shorten it"
+            )
         cut_tokens += max(0, len(ids) - limit)
         cut_items += int(mask[1:].sum()) - int(mask[1:limit].sum())
         out += [ids[:limit], mask[:limit]]
@@ -123,15 +132,18 @@ def encode_preference(
             raise ValueError(f"{ROW_ERROR} {number}: {exc}") from None
         encoded.append(_pair_tokens(pair, number, settings))
     chosen_ids, chosen_mask, rejected_ids, rejected_mask, cut_tokens, cut_items = (
-        list(part) for part in zip(*encoded, strict=True)
-    ) if encoded else ([], [], [], [], [], [])  # fmt: skip
+        (list(part) for part in zip(*encoded, strict=True)) if encoded else ([], [], [], [], [], [])
+    )
     chosen_items = np.asarray([int(m[1:].sum()) for m in chosen_mask], dtype=np.int32)
     rejected_items = np.asarray([int(m[1:].sum()) for m in rejected_mask], dtype=np.int32)
-    cut = {CUT_COLUMNS[0]: np.asarray(cut_tokens, dtype=np.int32),
-           CUT_COLUMNS[1]: np.asarray(cut_items, dtype=np.int32)}  # fmt: skip
+    cut = {
+        CUT_COLUMNS[0]: np.asarray(cut_tokens, dtype=np.int32),
+        CUT_COLUMNS[1]: np.asarray(cut_items, dtype=np.int32),
+    }
     keep = (chosen_items > 0) & (rejected_items > 0)
-    table = rows_table(chosen_ids, np.ones(len(encoded), dtype=np.int32), loss_mask=chosen_mask,
-                       cut=cut)  # fmt: skip
+    table = rows_table(
+        chosen_ids, np.ones(len(encoded), dtype=np.int32), loss_mask=chosen_mask, cut=cut
+    )
     table = table.append_column("rejected_ids", _lists(rejected_ids, np.int32))
     table = table.append_column("rejected_mask", _lists(rejected_mask, np.uint8))
     table = table.append_column("chosen_items", pa.array(chosen_items))
@@ -176,8 +188,9 @@ class PreferencePlan(EpochPlan):
     ) -> None:
         self.reference = reference  # None: the reference runs online, at each micro-step
         tokens = split.chosen_items
-        self._tokens = np.asarray(tokens.array if isinstance(tokens, IntColumn) else tokens,
-                                  dtype=np.int64)  # fmt: skip
+        self._tokens = np.asarray(
+            tokens.array if isinstance(tokens, IntColumn) else tokens, dtype=np.int64
+        )
         super().__init__(split, **plan)
         if self._lengths is not None:  # group a window's pairs by their longer completion
             self._lengths = np.maximum(self._lengths, row_lengths(split.rejected_ids))

@@ -45,8 +45,10 @@ def chat_template_of(spec: JobSpec, tokenizer: PreTrainedTokenizerBase) -> str:
     if not isinstance(template, str):  # None, or a dict of named templates
         raise ModelError(f"chat_template: {no_template(spec.model)}", param="chat_template")
     if len(template) > MAX_TEMPLATE_CHARS:  # an uploaded model's own: as long as a spec's may be
-        raise ModelError(f"chat_template: the model's is over {MAX_TEMPLATE_CHARS} characters",
-                         param="chat_template")  # fmt: skip
+        raise ModelError(
+            f"chat_template: the model's is over {MAX_TEMPLATE_CHARS} characters",
+            param="chat_template",
+        )
     return template
 
 
@@ -83,8 +85,9 @@ def encoding_for(
             "completion_only": spec.completion_only_loss,
             "refuse_longer": spec.overlong_rows == "refuse",
         }
-        return Encoding(fmt, spec.needed_columns(fmt), encode_prompt_completion, kwargs,
-                        with_indices=True)  # fmt: skip
+        return Encoding(
+            fmt, spec.needed_columns(fmt), encode_prompt_completion, kwargs, with_indices=True
+        )
     label = spec.resolved_label_column
     kwargs = common | {
         "text_column": spec.text_column,
@@ -109,8 +112,13 @@ def _preference_encoding(
     }
     if isinstance(template, str):
         kwargs["template"] = chat_template_of(spec, tokenizer)  # its checks (length)
-    return Encoding("preference", spec.needed_columns("preference"), encode_preference, kwargs,
-                    with_indices=True)  # fmt: skip
+    return Encoding(
+        "preference",
+        spec.needed_columns("preference"),
+        encode_preference,
+        kwargs,
+        with_indices=True,
+    )
 
 
 def check_columns(spec: JobSpec, fmt: ResolvedFormat, columns: Sequence[str], param: str) -> None:

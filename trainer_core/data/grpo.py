@@ -89,17 +89,23 @@ def rollout_split(rollouts: Rollouts, loss: PolicyLoss) -> RolloutSplit:
     items = [t if unit is None else (unit if t else 0) for t in trained]
     prompts, completions = rollouts.prompt_ids, rollouts.completion_ids
     return RolloutSplit(
-        [list(p) + list(c) for p, c in zip(prompts, completions, strict=True)], None, items,
-        [[0] * len(p) + m for p, m in zip(prompts, masks, strict=True)], loss=loss,
-        prompt_lengths=[len(p) for p in prompts], lengths=[len(c) for c in completions],
+        [list(p) + list(c) for p, c in zip(prompts, completions, strict=True)],
+        None,
+        items,
+        [[0] * len(p) + m for p, m in zip(prompts, masks, strict=True)],
+        loss=loss,
+        prompt_lengths=[len(p) for p in prompts],
+        lengths=[len(c) for c in completions],
         trained=trained,
-        old_logps=rollouts.old_logps, ref_logps=rollouts.ref_logps,
+        old_logps=rollouts.old_logps,
+        ref_logps=rollouts.ref_logps,
         advantages=rollouts.advantages,
-    )  # fmt: skip
+    )
 
 
-def _shifted(split: RolloutSplit, rows: list[int], values: Sequence[Sequence[float]],
-             width: int) -> torch.Tensor:  # fmt: skip
+def _shifted(
+    split: RolloutSplit, rows: list[int], values: Sequence[Sequence[float]], width: int
+) -> torch.Tensor:
     """Per-token values placed where the causal shift predicts each completion token: column
     p - 1 holds the value of the token at position p. 0 elsewhere."""
     out = torch.zeros((len(rows), width - 1), dtype=torch.float32)
@@ -160,8 +166,13 @@ class RolloutPlan(EpochPlan):
 
     split: RolloutSplit
 
-    def __init__(self, split: RolloutSplit, *,
-                 windows: Callable[[int], RolloutSplit] | None = None, **plan: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        split: RolloutSplit,
+        *,
+        windows: Callable[[int], RolloutSplit] | None = None,
+        **plan: Any,
+    ) -> None:
         self._windows, self._window = windows, -1  # the epoch whose rollouts ``split`` holds
         super().__init__(split, **plan)
 
@@ -185,8 +196,10 @@ class RolloutPlan(EpochPlan):
 
     def _take_window(self, epoch: int, split: RolloutSplit) -> None:
         if len(split) != len(self.split):
-            raise ValueError(f"window {epoch}: {len(split)} completions, the run's windows hold "
-                             f"{len(self.split)}")  # fmt: skip
+            raise ValueError(
+                f"window {epoch}: {len(split)} completions, the run's windows hold "
+                f"{len(self.split)}"
+            )
         self.split, self._window = split, epoch
         self._items = np.asarray(split.items, dtype=np.int64)
         self._full = self._counts = None

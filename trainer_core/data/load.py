@@ -146,8 +146,13 @@ def _prepared(spec: JobSpec) -> Prepared:
     return Prepared(train_ds, eval_ds, label_names, fmt, held_out)
 
 
-FIELDS_IN_ERRORS = ("text_column", "label_column", "messages_column", "prompt_column",
-                    "chat_template")  # fmt: skip
+FIELDS_IN_ERRORS = (
+    "text_column",
+    "label_column",
+    "messages_column",
+    "prompt_column",
+    "chat_template",
+)
 NO_TRUNCATION = {"rows": 0, "tokens": 0, "trained_tokens": 0}
 
 
@@ -174,8 +179,11 @@ def _truncation(folder: Path, files: list[str]) -> dict[str, int]:
     if CUT_COLUMNS[0] not in table.column_names:
         return NO_TRUNCATION
     tokens, items = (column_numpy(table.column(name)) for name in CUT_COLUMNS)
-    return {"rows": int((tokens > 0).sum()), "tokens": int(tokens.sum()),
-            "trained_tokens": int(items.sum())}  # fmt: skip
+    return {
+        "rows": int((tokens > 0).sum()),
+        "tokens": int(tokens.sum()),
+        "trained_tokens": int(items.sum()),
+    }
 
 
 def _build(
@@ -196,9 +204,14 @@ def _build(
             continue
         try:
             layout[name], kept = tokenize_to(
-                ds, folder, name, fingerprint, encoding.encode,
-                with_indices=encoding.with_indices, **encoding.kwargs,
-            )  # fmt: skip
+                ds,
+                folder,
+                name,
+                fingerprint,
+                encoding.encode,
+                with_indices=encoding.with_indices,
+                **encoding.kwargs,
+            )
         except Exception as exc:  # raised in a map worker: name the field it is about
             named = _field_error(exc, param)
             if named is None:
@@ -231,8 +244,9 @@ def _opened(folder: Path) -> JobData:
             rejected = ArrowRows(table.column("rejected_ids"))
             rejected_mask = ArrowRows(table.column("rejected_mask"))
             chosen_items = IntColumn(column_numpy(table.column("chosen_items")))
-            splits.append(PreferenceSplit(ids, None, items, mask, rejected, rejected_mask,
-                                          chosen_items))  # fmt: skip
+            splits.append(
+                PreferenceSplit(ids, None, items, mask, rejected, rejected_mask, chosen_items)
+            )
             continue
         splits.append(TokenizedSplit(ids, labels, items, mask))
     train, evaluation = splits
@@ -245,8 +259,15 @@ def _opened(folder: Path) -> JobData:
                 "max_seq_length: raise it, or check the trained parts of the rows)",
                 param="max_seq_length",
             )
-    return JobData(train, evaluation, layout["label_names"], layout.get("format", "text"),
-                   dropped, layout.get("truncated", {}), layout.get("held_out", 0))  # fmt: skip
+    return JobData(
+        train,
+        evaluation,
+        layout["label_names"],
+        layout.get("format", "text"),
+        dropped,
+        layout.get("truncated", {}),
+        layout.get("held_out", 0),
+    )
 
 
 def load_job_data(

@@ -101,9 +101,15 @@ class EpochPlan(Dataset[dict[str, Any]]):
     def full_plan(self, epoch: int) -> EpochIndex:
         if self._full is None or self._full[0] != epoch:
             order = epoch_permutation(len(self.split), self.seed, epoch)
-            index = EpochIndex(order, self._items, self.batch_size, self.accumulation,
-                               self._lengths, packed=self.packing is not None,
-                               ranks=self.world.size)  # fmt: skip
+            index = EpochIndex(
+                order,
+                self._items,
+                self.batch_size,
+                self.accumulation,
+                self._lengths,
+                packed=self.packing is not None,
+                ranks=self.world.size,
+            )
             self._full = (epoch, index)
         return self._full[1]
 

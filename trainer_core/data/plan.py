@@ -74,9 +74,10 @@ class EpochIndex(Sequence[MicroBatch]):
         self._starts = np.arange(0, len(order), window_rows)  # each window's first row
         self.window_items = self.window_sums(items)
         self.window_width = (  # each window's longest row: the width its rows are packed to
-            np.maximum.reduceat(lengths[order], self._starts) if packed and lengths is not None
-            and len(order) else None
-        )  # fmt: skip
+            np.maximum.reduceat(lengths[order], self._starts)
+            if packed and lengths is not None and len(order)
+            else None
+        )
 
     def window_sums(self, per_row: np.ndarray) -> np.ndarray:
         """Each window's sum of a per-row count (indexed by row), over every rank: the one

@@ -78,8 +78,9 @@ def conversation_end(text: str, render: Render, messages: list[dict[str, Any]]) 
     return _at_separator(text, _shared(text, prompted), len(text))
 
 
-def fallback_span(text: str, render: Render, messages: list[dict[str, Any]], i: int,
-                  body_end: int) -> Span:  # fmt: skip
+def fallback_span(
+    text: str, render: Render, messages: list[dict[str, Any]], i: int, body_end: int
+) -> Span:
     """Assistant message ``i``'s trained span in ``text`` (the whole conversation rendered), for a
     template without markers; ``body_end``: ``conversation_end`` of ``text``."""
     before = render(messages[:i], True)

@@ -28,9 +28,8 @@ import sys
 import traceback
 from typing import Any
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
-    1, 2, 4, 32, 4096, 16384, 1 << 18,
-)  # fmt: skip
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32  # mount(2)'s flags
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 MNT_DETACH = 2
 CLONE_NEWUSER = 0x10000000
 PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 38, 24
@@ -83,8 +82,10 @@ def build_root(mounts: list[str], disk_bytes: int) -> None:
     os.makedirs(root + "/scratch", mode=0o777)
     os.chmod(root + "/scratch", 0o777)  # the grader may run as another uid than the keeper
     os.mkdir(root + "/.old")
-    _check(LIBC.syscall(PIVOT_ROOT[platform.machine()], root.encode(), (root + "/.old").encode()),
-           "pivot_root")  # fmt: skip
+    _check(
+        LIBC.syscall(PIVOT_ROOT[platform.machine()], root.encode(), (root + "/.old").encode()),
+        "pivot_root",
+    )
     os.chdir("/")
     _check(LIBC.umount2(b"/.old", MNT_DETACH), "umount old root")
     os.rmdir("/.old")
@@ -194,8 +195,10 @@ def answer(written: bytes, status: int) -> dict[str, Any]:
         return {"signal": os.WTERMSIG(status)}
     lines = written.decode(errors="replace").strip().splitlines()
     if not lines:
-        return {"error": RUNTIME, "detail": f"the grader exited ({os.WEXITSTATUS(status)}) "
-                "without a score"}  # fmt: skip
+        return {
+            "error": RUNTIME,
+            "detail": f"the grader exited ({os.WEXITSTATUS(status)}) without a score",
+        }
     try:
         said = json.loads(lines[-1])
     except ValueError:

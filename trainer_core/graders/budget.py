@@ -31,8 +31,11 @@ ROOT = Path("/sys/fs/cgroup")
 SETTING = "GRADACC_GRADER_CGROUP"
 PERIOD_US = 100_000
 # v1 file names of each limit, by controller; v2 names them in one directory.
-V1_LIMITS = {"memory": ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
-             "pids": ("pids.max",), "cpu": ("cpu.cfs_period_us", "cpu.cfs_quota_us")}  # fmt: skip
+V1_LIMITS = {
+    "memory": ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
+    "pids": ("pids.max",),
+    "cpu": ("cpu.cfs_period_us", "cpu.cfs_quota_us"),
+}
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,10 @@ def find_hierarchy(setting: str) -> Hierarchy | None:
     if setting != "auto":
         folder = Path(setting)
         if not _v2_usable(folder):
-            raise ValueError(f"{SETTING}={setting} is not a writable cgroup v2 directory whose "
-                             "cgroup.subtree_control enables memory and pids")  # fmt: skip
+            raise ValueError(
+                f"{SETTING}={setting} is not a writable cgroup v2 directory whose "
+                "cgroup.subtree_control enables memory and pids"
+            )
         return Hierarchy(2, {"v2": folder})
     own = _own_cgroups()
     if "" in own and _v2_usable(ROOT / own[""].lstrip("/")):
@@ -119,8 +124,11 @@ def _limit(
         if "cpu" in enabled:
             _write(folder / "cpu.max", f"{quota} {PERIOD_US}")
         return
-    values = {"memory": (str(memory_bytes), str(memory_bytes)), "pids": (str(pids),),
-              "cpu": (str(PERIOD_US), quota)}[controller]  # fmt: skip
+    values = {
+        "memory": (str(memory_bytes), str(memory_bytes)),
+        "pids": (str(pids),),
+        "cpu": (str(PERIOD_US), quota),
+    }[controller]
     for index, (file, value) in enumerate(zip(V1_LIMITS[controller], values, strict=True)):
         _write(folder / file, value, optional=controller == "memory" and index == 1)
 

@@ -15,16 +15,26 @@ from trainer_core.graders.errors import GraderFailed
 from trainer_core.spec.graders import check_formula
 
 BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.Pow: operator.pow,
-}  # fmt: skip
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
 UNARY: dict[type[ast.unaryop], Callable[[float], float]] = {
-    ast.USub: operator.neg, ast.UAdd: operator.pos,
-}  # fmt: skip
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
 FUNCTIONS: dict[str, Callable[..., float]] = {
-    "min": min, "max": max, "abs": abs, "floor": math.floor, "ceil": math.ceil,
-    "exp": math.exp, "sqrt": math.sqrt, "log": math.log,
-}  # fmt: skip
+    "min": min,
+    "max": max,
+    "abs": abs,
+    "floor": math.floor,
+    "ceil": math.ceil,
+    "exp": math.exp,
+    "sqrt": math.sqrt,
+    "log": math.log,
+}
 
 
 def evaluate(formula: str, values: dict[str, float]) -> float:

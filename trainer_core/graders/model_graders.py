@@ -69,10 +69,16 @@ def score_model(
     grader: ScoreModelGrader, namespaces: dict[str, Any], chat: ChatFn, spent: SpentFn
 ) -> float:
     params = grader.sampling_params
-    sampling = {} if params is None else {
-        "max_completion_tokens": params.max_completions_tokens, "seed": params.seed,
-        "temperature": params.temperature, "top_p": params.top_p,
-    }  # fmt: skip
+    sampling = (
+        {}
+        if params is None
+        else {
+            "max_completion_tokens": params.max_completions_tokens,
+            "seed": params.seed,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+        }
+    )
     reply = _ask(chat, spent, grader.model, messages(grader.input, namespaces), sampling)
     value = _result(reply.text)
     try:

@@ -36,8 +36,14 @@ AS_USER = ("--user", "--map-root-user")  # not root: the namespaces need a user 
 MAX_ANSWER = 64 << 10  # the keeper's one line (a detail is cut at 2,000 characters)
 POLL_S = 0.1  # how often a waiting sandbox looks at its deadline and its cancel
 # One thread for the numeric libraries a grader may import: threads count as processes.
-ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-       "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # fmt: skip
+ENV = {
+    "PATH": "/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
 SIGNALS_OF_CPU = (signal.SIGXCPU, signal.SIGKILL)  # RLIMIT_CPU's soft and hard limits
 
 
@@ -86,16 +92,34 @@ def run_python(
     except ValueError as exc:
         raise GraderFailed("python_grader_server_error", f"sandbox_unavailable: {exc}") from None
     root = os.geteuid() == 0
-    command = [unshare, *(() if root else AS_USER), *NAMESPACES, "--", sys.executable, "-I",
-               str(CHILD)]  # fmt: skip
+    command = [
+        unshare,
+        *(() if root else AS_USER),
+        *NAMESPACES,
+        "--",
+        sys.executable,
+        "-I",
+        str(CHILD),
+    ]
     ends = time.monotonic() + limits.wall_s
     ends = ends if deadline is None else min(ends, deadline)
-    with grading_budget(hierarchy, memory_bytes=limits.memory_bytes, pids=limits.pids,
-                        cpus=limits.cpus) as budget:  # fmt: skip
-        job = {"source": source, "sample": sample, "item": item, "mounts": readonly_mounts(),
-               "cgroups": budget.procs_files, "uid": limits.uid if root else None,
-               "limits": {"cpu_s": limits.cpu_s, "memory_bytes": limits.memory_bytes,
-                          "disk_bytes": limits.disk_bytes, "pids": limits.pids}}  # fmt: skip
+    with grading_budget(
+        hierarchy, memory_bytes=limits.memory_bytes, pids=limits.pids, cpus=limits.cpus
+    ) as budget:
+        job = {
+            "source": source,
+            "sample": sample,
+            "item": item,
+            "mounts": readonly_mounts(),
+            "cgroups": budget.procs_files,
+            "uid": limits.uid if root else None,
+            "limits": {
+                "cpu_s": limits.cpu_s,
+                "memory_bytes": limits.memory_bytes,
+                "disk_bytes": limits.disk_bytes,
+                "pids": limits.pids,
+            },
+        }
         out, err, ended = _sandboxed(command, json.dumps(job).encode(), ends, cancel)
         return _answer(out, err, ended, budget, limits)
 
@@ -105,9 +129,15 @@ def _sandboxed(
 ) -> tuple[bytes, bytes, str]:
     """The keeper's answer and its stderr, each read to a cap, and how it ended: ``exited``,
     ``deadline``, ``cancelled`` or ``overflow`` (more than MAX_ANSWER: killed)."""
-    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, env=ENV, cwd="/",
-                          start_new_session=True) as proc:  # fmt: skip
+    with subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+        cwd="/",
+        start_new_session=True,
+    ) as proc:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         try:
             proc.stdin.write(job)
@@ -165,9 +195,12 @@ def _answer(out: bytes, err: bytes, ended: str, budget: Budget, limits: SandboxL
         raise GraderFailed("python_grader_server_error", "the sandbox wrote too much")
     lines = out.decode(errors="replace").strip().splitlines()
     if budget.out_of_memory():
-        raise GraderFailed("python_grader_runtime_error", "out of memory: the grader's "
-                           f"processes passed {limits.memory_bytes} bytes together "
-                           "(GRADACC_GRADER_MEMORY_BYTES)")  # fmt: skip
+        raise GraderFailed(
+            "python_grader_runtime_error",
+            "out of memory: the grader's "
+            f"processes passed {limits.memory_bytes} bytes together "
+            "(GRADACC_GRADER_MEMORY_BYTES)",
+        )
     if not lines:
         tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
         raise GraderFailed("python_grader_server_error", f"sandbox_unavailable: {tail[0]}")
@@ -175,8 +208,9 @@ def _answer(out: bytes, err: bytes, ended: str, budget: Budget, limits: SandboxL
     if "signal" in answer:
         if answer["signal"] in SIGNALS_OF_CPU:
             raise GraderFailed("unresponsive_reward_error", "the CPU time limit ran out")
-        raise GraderFailed("python_grader_runtime_error",
-                           f"the grader was killed by signal {answer['signal']}")  # fmt: skip
+        raise GraderFailed(
+            "python_grader_runtime_error", f"the grader was killed by signal {answer['signal']}"
+        )
     if "error" in answer:
         raise GraderFailed(answer["error"], answer["detail"])
     return float(answer["score"])

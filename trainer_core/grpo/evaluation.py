@@ -62,13 +62,24 @@ def _decoded(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> str:
 
 
 def _sample_row(prompt: str, output: str, truncated: bool, graded: Graded) -> dict[str, Any]:
-    return {"prompt": prompt, "output": output, "reward": graded.reward,
-            "sub_rewards": dict(graded.sub_rewards), "truncated": truncated,
-            "errors": [kind for kind, count in graded.errors.items() if count]}  # fmt: skip
+    return {
+        "prompt": prompt,
+        "output": output,
+        "reward": graded.reward,
+        "sub_rewards": dict(graded.sub_rewards),
+        "truncated": truncated,
+        "errors": [kind for kind, count in graded.errors.items() if count],
+    }
 
 
-def _chunk(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, rows: list[PromptRow],
-           settings: GrpoSettings, reward: Reward, seed: int) -> tuple[Sampled, list[Graded]]:  # fmt: skip
+def _chunk(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: list[PromptRow],
+    settings: GrpoSettings,
+    reward: Reward,
+    seed: int,
+) -> tuple[Sampled, list[Graded]]:
     encoded = [encode_prompt(tokenizer, row) for row in rows]
     sampled = sample_window(model, tokenizer, encoded, settings, seed)
     scores = [
@@ -91,16 +102,20 @@ def evaluate_policy(
     rows = list(prompts[: settings.eval_samples])
     chunks = [rows[start : start + EVAL_CHUNK] for start in range(0, len(rows), EVAL_CHUNK)]
     one = settings.model_copy(update={"group_size": 1})  # one completion per prompt
-    mine = [_chunk(model, tokenizer, chunks[c], one, reward, window_seed(seed, EVAL_STREAM + c))
-            for c in shard(list(range(len(chunks))), world)]  # fmt: skip
+    mine = [
+        _chunk(model, tokenizer, chunks[c], one, reward, window_seed(seed, EVAL_STREAM + c))
+        for c in shard(list(range(len(chunks))), world)
+    ]
     parts: list[tuple[Sampled, list[Graded]]] = gather_lists(mine, world)  # in chunk order
     prompt_ids = [ids for part, _ in parts for ids in part.prompt_ids]
     completions = [ids for part, _ in parts for ids in part.completion_ids]
     truncated = [cut for part, _ in parts for cut in part.truncated]
     texts = [text for part, _ in parts for text in part.texts]
     graded = [score for _, scores in parts for score in scores]
-    samples = [_sample_row(_decoded(tokenizer, ids), text, cut, score)
-               for ids, text, cut, score in zip(prompt_ids, texts, truncated, graded, strict=True)]  # fmt: skip
+    samples = [
+        _sample_row(_decoded(tokenizer, ids), text, cut, score)
+        for ids, text, cut, score in zip(prompt_ids, texts, truncated, graded, strict=True)
+    ]
     return Evaluated(window_metrics(completions, truncated, graded), samples)
 
 
@@ -143,8 +158,9 @@ class GrpoEvaluation:
     ) -> dict[str, Any]:
         if not self.due(step) or not self.validation:
             return {}
-        done = evaluate_policy(model, tokenizer, self.validation, self.settings, self.reward,
-                               self.seed, self.world)  # fmt: skip
+        done = evaluate_policy(
+            model, tokenizer, self.validation, self.settings, self.reward, self.seed, self.world
+        )
         self.evaluations.append(done)
         self.reports.append({"step": step, "scores": done.metrics, "samples": done.samples})
         return prefixed(done.metrics)

@@ -58,12 +58,14 @@ class JobPrompts:
     validation: list[PromptRow] | None
 
 
-def _rows(split: datasets.Dataset, spec: JobSpec, limit: int | None,
-          param: str) -> list[PromptRow]:  # fmt: skip
+def _rows(split: datasets.Dataset, spec: JobSpec, limit: int | None, param: str) -> list[PromptRow]:
     column = spec.messages_column
     if column not in split.column_names:
-        raise DatasetError(f"{param}: no column {column!r} (messages_column); its columns: "
-                           f"{', '.join(split.column_names)}", param=param)  # fmt: skip
+        raise DatasetError(
+            f"{param}: no column {column!r} (messages_column); its columns: "
+            f"{', '.join(split.column_names)}",
+            param=param,
+        )
     rows: list[dict[str, Any]] = []
     for row in split.select(range(min(limit or len(split), len(split)))):
         rest = {key: value for key, value in row.items() if key != column}

@@ -80,8 +80,9 @@ class GrpoRun:
 def window_count(spec: JobSpec, prompts: int, per_window: int) -> int:
     """``max_steps`` windows, else every whole window of prompts each epoch."""
     if per_window > prompts:
-        raise ValueError(f"effective_batch_size: a window needs {per_window} prompts, the data "
-                         f"holds {prompts}")  # fmt: skip
+        raise ValueError(
+            f"effective_batch_size: a window needs {per_window} prompts, the data holds {prompts}"
+        )
     return spec.max_steps or spec.num_train_epochs * (prompts // per_window)
 
 
@@ -94,8 +95,9 @@ def _reference(spec: JobSpec) -> torch.nn.Module:
     return model.to(device).train(False)
 
 
-def _record(step: int, window: WindowSamples | None, epoch_record: dict[str, Any],
-            grad_norm: Any) -> dict[str, Any]:  # fmt: skip
+def _record(
+    step: int, window: WindowSamples | None, epoch_record: dict[str, Any], grad_norm: Any
+) -> dict[str, Any]:
     """The step's metrics: the rewards' mean and std, each sub-grader's, the grader errors by
     kind, the sampled lengths (truncated ones included) and the share cut (``grpo_metrics``),
     and the loss's own (clip fraction, KL, the objective). A window sampled before a resume
@@ -115,15 +117,21 @@ class _WindowRecords(TrainingCallback):
     epoch is a window there) and its own step records are not. Ranks other than 0 run
     ``other_ranks``: the same records and evaluations (which all-gather), reported to no one."""
 
-    def __init__(self, callback: TrainingCallback, windows: PolicyWindows, run: GrpoRun,
-                 evaluation: GrpoEvaluation) -> None:  # fmt: skip
+    def __init__(
+        self,
+        callback: TrainingCallback,
+        windows: PolicyWindows,
+        run: GrpoRun,
+        evaluation: GrpoEvaluation,
+    ) -> None:
         self.callback, self.windows, self.run = callback, windows, run
         self.evaluation = evaluation
         self.grad_norms: dict[int, Any] = {}
         self.other_ranks = (
-            self if callback is NULL_CALLBACK
+            self
+            if callback is NULL_CALLBACK
             else _WindowRecords(NULL_CALLBACK, windows, run, evaluation)
-        )  # fmt: skip
+        )
 
     def on_start(self, info: dict[str, Any]) -> None:
         self.callback.on_start(info)
@@ -145,24 +153,31 @@ class _WindowRecords(TrainingCallback):
         window = self.windows.done.get(int(record["epoch"]) - 1)
         self.run.records.append(_record(step, window, record, self.grad_norms.pop(step, None)))
         if self.windows.model is not None:  # every eval_interval windows: the eval_ keys
-            self.run.records[-1] |= self.evaluation.after_step(step, self.windows.model,
-                                                               self.windows.tokenizer)  # fmt: skip
+            self.run.records[-1] |= self.evaluation.after_step(
+                step, self.windows.model, self.windows.tokenizer
+            )
         self.callback.on_step_metrics(self.run.records[-1])
 
 
-def _check_resumable(output_dir: Path, settings: GrpoSettings, prompts: Sequence[PromptRow],
-                     resume: bool) -> None:  # fmt: skip
+def _check_resumable(
+    output_dir: Path, settings: GrpoSettings, prompts: Sequence[PromptRow], resume: bool
+) -> None:
     """A resume must sample what the checkpoint's run would have: the same settings and prompts
     (the spec is checked by ``train``). Written on every start, checked on a resume."""
-    rows = json.dumps([[list(r.messages), dict(r.item)] for r in prompts], sort_keys=True,
-                      default=str)  # fmt: skip
-    run = {"settings": settings.model_dump(mode="json"),
-           "prompts": hashlib.sha256(rows.encode()).hexdigest()}  # fmt: skip
+    rows = json.dumps(
+        [[list(r.messages), dict(r.item)] for r in prompts], sort_keys=True, default=str
+    )
+    run = {
+        "settings": settings.model_dump(mode="json"),
+        "prompts": hashlib.sha256(rows.encode()).hexdigest(),
+    }
     path = output_dir / RUN_FILE
     if resume and path.exists() and json.loads(path.read_text()) != run:
-        raise JobError(f"output_dir: {output_dir} holds a GRPO run with other settings or "
-                       "prompts; resume it with its own, or start in a new output_dir",
-                       param="output_dir")  # fmt: skip
+        raise JobError(
+            f"output_dir: {output_dir} holds a GRPO run with other settings or "
+            "prompts; resume it with its own, or start in a new output_dir",
+            param="output_dir",
+        )
     if launched_world().is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(run, indent=2))
@@ -187,20 +202,31 @@ def train_grpo(
     output_dir, run = Path(output_dir), GrpoRun()
     windows_total = window_count(spec, len(prompts), per_window)
     _check_resumable(output_dir, settings, prompts, resume)
-    evaluation = GrpoEvaluation(validation, settings, reward, seed=spec.seed,
-                                output_dir=output_dir, world=launched_world())  # fmt: skip
+    evaluation = GrpoEvaluation(
+        validation, settings, reward, seed=spec.seed, output_dir=output_dir, world=launched_world()
+    )
     tokenizer = load_tokenizer(spec)
     # β > 0: the KL is to the starting model (as DPO's reference), frozen for the whole run.
-    windows = PolicyWindows(seed=spec.seed, settings=settings, prompts=prompts,
-                            tokenizer=tokenizer, reward=reward, per_window=per_window,
-                            world=launched_world(),
-                            reference=_reference(spec) if settings.beta else None,
-                            before_first=lambda model: evaluation.before_training(model, tokenizer))  # fmt: skip
+    windows = PolicyWindows(
+        seed=spec.seed,
+        settings=settings,
+        prompts=prompts,
+        tokenizer=tokenizer,
+        reward=reward,
+        per_window=per_window,
+        world=launched_world(),
+        reference=_reference(spec) if settings.beta else None,
+        before_first=lambda model: evaluation.before_training(model, tokenizer),
+    )
     shape = window_shape(prompts, tokenizer, settings, spec.effective_batch_size)
-    result = train(spec.model_copy(update={"max_steps": windows_total}), output_dir,
-                   callback=_WindowRecords(callback, windows, run, evaluation),
-                   should_stop=should_stop,
-                   resume=resume, rollouts=RolloutStream(shape, windows))  # fmt: skip
+    result = train(
+        spec.model_copy(update={"max_steps": windows_total}),
+        output_dir,
+        callback=_WindowRecords(callback, windows, run, evaluation),
+        should_stop=should_stop,
+        resume=resume,
+        rollouts=RolloutStream(shape, windows),
+    )
     run.samples = [windows.done[w].sampled for w in sorted(windows.done)]
     run.generated = [windows.done[w].generated for w in sorted(windows.done)]
     run.evaluations = evaluation.evaluations
@@ -225,12 +251,23 @@ def train_grpo_job(
     assert spec.grpo is not None  # method grpo: the spec requires it
     prompts = load_prompts(spec)
     if spec.grpo.eval_interval and not prompts.validation:
-        raise DatasetError("grpo.eval_interval: evaluating needs validation prompts, and the "
-                           "job has none: give eval_dataset", param="grpo.eval_interval")  # fmt: skip
+        raise DatasetError(
+            "grpo.eval_interval: evaluating needs validation prompts, and the "
+            "job has none: give eval_dataset",
+            param="grpo.eval_interval",
+        )
     reward = grader_reward(spec.grpo.grader, grading)
     out = Path(output_dir)
-    run = train_grpo(spec, spec.grpo, prompts.train, reward, out, callback=callback,
-                     should_stop=should_stop, resume=resume,
-                     validation=prompts.validation)  # fmt: skip
+    run = train_grpo(
+        spec,
+        spec.grpo,
+        prompts.train,
+        reward,
+        out,
+        callback=callback,
+        should_stop=should_stop,
+        resume=resume,
+        validation=prompts.validation,
+    )
     summary = dict(run.records[-1]) if run.records else {}
     return TrainResult(run.status, metrics=run.records, summary=summary, output_dir=out)

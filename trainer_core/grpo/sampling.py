@@ -70,25 +70,39 @@ def _cut(row: list[int], eos_id: int, limit: int) -> tuple[list[int], bool]:
 
 
 @torch.no_grad()
-def _generate(model: torch.nn.Module, prompts: list[list[int]], pad_id: int, eos_id: int,
-              settings: GrpoSettings, seed: int) -> list[list[int]]:  # fmt: skip
+def _generate(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    pad_id: int,
+    eos_id: int,
+    settings: GrpoSettings,
+    seed: int,
+) -> list[list[int]]:
     ids, mask = _left_padded(prompts, pad_id)
     device = next(model.parameters()).device
     # The global generator, forked so that sampling neither reads nor moves the run's stream.
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         out = cast(Any, model).generate(
-            input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True,
-            temperature=settings.temperature, top_k=0, top_p=1.0,
-            max_new_tokens=settings.max_completion_length, min_new_tokens=1,
-            pad_token_id=pad_id, eos_token_id=eos_id, use_cache=True,
-        )  # fmt: skip
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            do_sample=True,
+            temperature=settings.temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=settings.max_completion_length,
+            min_new_tokens=1,
+            pad_token_id=pad_id,
+            eos_token_id=eos_id,
+            use_cache=True,
+        )
     return [row.tolist() for row in out[:, ids.shape[1] :].cpu()]
 
 
 @torch.no_grad()
-def old_logps(model: torch.nn.Module, prompts: list[list[int]],
-              completions: list[list[int]]) -> list[list[float]]:  # fmt: skip
+def old_logps(
+    model: torch.nn.Module, prompts: list[list[int]], completions: list[list[int]]
+) -> list[list[float]]:
     """log π(token) of each completion token under the policy, one right-padded forward."""
     rows = [p + c for p, c in zip(prompts, completions, strict=True)]
     width = max(len(r) for r in rows)
@@ -97,8 +111,10 @@ def old_logps(model: torch.nn.Module, prompts: list[list[int]],
     mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
     logps = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), -1)
     taken = logps[:, :-1].gather(-1, ids[:, 1:, None])[..., 0].cpu()
-    return [taken[i, len(p) - 1 : len(p) - 1 + len(c)].tolist()
-            for i, (p, c) in enumerate(zip(prompts, completions, strict=True))]  # fmt: skip
+    return [
+        taken[i, len(p) - 1 : len(p) - 1 + len(c)].tolist()
+        for i, (p, c) in enumerate(zip(prompts, completions, strict=True))
+    ]
 
 
 def sample_window(
@@ -134,5 +150,9 @@ def sample_chunks(
     """``group_size`` completions of each prompt, one ``generate`` per chunk of prompts under the
     chunk's seed (``group_seed(seed, window, chunk)``): a chunk's completions are the same
     whichever chunks are sampled beside it, by this rank or another."""
-    return joined([sample_window(model, tokenizer, [list(p) for p in chunk], settings, seed)
-                   for chunk, seed in zip(chunks, seeds, strict=True)])  # fmt: skip
+    return joined(
+        [
+            sample_window(model, tokenizer, [list(p) for p in chunk], settings, seed)
+            for chunk, seed in zip(chunks, seeds, strict=True)
+        ]
+    )

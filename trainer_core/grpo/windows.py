@@ -60,11 +60,18 @@ class PolicyWindows:
     """The ``WindowSource`` of a GRPO run; ``done`` keeps what each window sampled."""
 
     def __init__(
-        self, *, seed: int, settings: GrpoSettings, prompts: Sequence[PromptRow],
-        tokenizer: PreTrainedTokenizerBase, reward: Reward, per_window: int, world: World,
+        self,
+        *,
+        seed: int,
+        settings: GrpoSettings,
+        prompts: Sequence[PromptRow],
+        tokenizer: PreTrainedTokenizerBase,
+        reward: Reward,
+        per_window: int,
+        world: World,
         reference: torch.nn.Module | None = None,
         before_first: Callable[[torch.nn.Module], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.seed, self.settings, self.prompts, self.tokenizer = seed, settings, prompts, tokenizer
         self.reward, self.per_window, self.world = reward, per_window, world
         self.reference, self.before_first = reference, before_first
@@ -82,21 +89,29 @@ class PolicyWindows:
             self.before_first(model)
         rows = window_prompts(self.prompts, index, self.per_window)
         size = self.settings.groups_per_call()
-        chunks = [list(range(start, min(start + size, self.per_window)))
-                  for start in range(0, self.per_window, size)]  # fmt: skip
+        chunks = [
+            list(range(start, min(start + size, self.per_window)))
+            for start in range(0, self.per_window, size)
+        ]
         my_chunks = shard(list(range(len(chunks))), self.world)  # whole chunks, contiguous
         mine = [g for c in my_chunks for g in chunks[c]]
         prompts = [[encode_prompt(self.tokenizer, rows[g]) for g in chunks[c]] for c in my_chunks]
-        sampled = sample_chunks(model, self.tokenizer, prompts, self.settings,
-                                [group_seed(self.seed, index, c) for c in my_chunks])  # fmt: skip
+        sampled = sample_chunks(
+            model,
+            self.tokenizer,
+            prompts,
+            self.settings,
+            [group_seed(self.seed, index, c) for c in my_chunks],
+        )
         items = [rows[g].item for g in mine for _ in range(self.settings.group_size)]
         scores = [self.reward(item, text) for item, text in zip(items, sampled.texts, strict=True)]
         ref = self._reference_logps(sampled)
         # The window's whole rollouts on every rank, in group order (ranks' shares in order).
         parts: list[tuple[Sampled, list[Any], list[list[float]] | None]]
         parts = gather_lists([(sampled, scores, ref)], self.world)
-        window = WindowSamples(joined([p[0] for p in parts]),
-                               [s for p in parts for s in p[1]], len(sampled.texts))  # fmt: skip
+        window = WindowSamples(
+            joined([p[0] for p in parts]), [s for p in parts for s in p[1]], len(sampled.texts)
+        )
         refs = None if ref is None else [r for p in parts for r in (p[2] or [])]
         split = self._split(window, refs)
         self.done[index], self._last = window, (index, split)
@@ -112,21 +127,34 @@ class PolicyWindows:
     def _split(self, window: WindowSamples, refs: list[list[float]] | None) -> RolloutSplit:
         settings, sampled = self.settings, window.sampled
         advantages = group_advantages(window.rewards, settings.group_size, settings.scale_rewards)
-        rollouts = Rollouts(sampled.prompt_ids, sampled.completion_ids, sampled.truncated,
-                            sampled.old_logps, advantages.tolist(), refs)  # fmt: skip
+        rollouts = Rollouts(
+            sampled.prompt_ids,
+            sampled.completion_ids,
+            sampled.truncated,
+            sampled.old_logps,
+            advantages.tolist(),
+            refs,
+        )
         return rollout_split(rollouts, settings)
 
 
 def window_shape(
-    prompts: Sequence[PromptRow], tokenizer: PreTrainedTokenizerBase, settings: GrpoSettings,
+    prompts: Sequence[PromptRow],
+    tokenizer: PreTrainedTokenizerBase,
+    settings: GrpoSettings,
     completions: int,
-) -> RolloutSplit:  # fmt: skip
+) -> RolloutSplit:
     """``completions`` rows as long as a window's can be (the longest prompt and a full budget of
     tokens): the run's counts, and what ``per_device_train_batch_size: auto`` probes."""
     longest = max((encode_prompt(tokenizer, row) for row in prompts), key=len)
     budget = settings.max_completion_length
     eos = int(tokenizer.eos_token_id)
-    rows = Rollouts([longest] * completions, [[eos] * budget] * completions,
-                    [False] * completions, [[0.0] * budget] * completions, [0.0] * completions,
-                    [[0.0] * budget] * completions if settings.beta else None)  # fmt: skip
+    rows = Rollouts(
+        [longest] * completions,
+        [[eos] * budget] * completions,
+        [False] * completions,
+        [[0.0] * budget] * completions,
+        [0.0] * completions,
+        [[0.0] * budget] * completions if settings.beta else None,
+    )
     return rollout_split(rows, settings)

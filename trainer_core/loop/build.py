@@ -79,9 +79,12 @@ def _join_world(spec: JobSpec, device: torch.device) -> tuple[World, torch.devic
 
 
 def load_inputs(
-    spec: JobSpec, *, data_cache: DataCache | None = None, loader_workers: int | None = None,
+    spec: JobSpec,
+    *,
+    data_cache: DataCache | None = None,
+    loader_workers: int | None = None,
     rollouts: RolloutSplit | RolloutStream | None = None,
-) -> Inputs:  # fmt: skip
+) -> Inputs:
     world, device = _join_world(spec, resolve_device(spec))
     check_precision(spec.mixed_precision, device)
     tokenizer = load_tokenizer(spec)
@@ -99,8 +102,15 @@ def load_inputs(
         # tiny models 4-7 % slower, on this 2-core CPU 20 %. Heavy custom collation may want 1.
         loader_workers = 0
     method: Method = spec.method if rollouts is None else "grpo"
-    return Inputs(device, tokenizer, data, world, loader_workers, method,
-                  None if stream is None else stream.source)  # fmt: skip
+    return Inputs(
+        device,
+        tokenizer,
+        data,
+        world,
+        loader_workers,
+        method,
+        None if stream is None else stream.source,
+    )
 
 
 def _micro_batch(
@@ -147,8 +157,15 @@ def build_context(
     world = inputs.world
     # The method's part of the run, chosen once (before restore(): DPO's reference is the
     # starting weights); it plans the epoch in its unit.
-    objective = objective_for(inputs.method, spec, data, model, inputs.device,
-                              pad_id=inputs.pad_id, windows=inputs.windows)  # fmt: skip
+    objective = objective_for(
+        inputs.method,
+        spec,
+        data,
+        model,
+        inputs.device,
+        pad_id=inputs.pad_id,
+        windows=inputs.windows,
+    )
     plan = objective.plan(Planned(b, k, spec.seed, inputs.pad_id, world, spec.groups_by_length))
     cuda = inputs.device.type == "cuda"
     loader = EpochLoader(plan, num_workers=inputs.loader_workers, pin_memory=cuda)
@@ -157,10 +174,24 @@ def build_context(
     optimizer = build_optimizer(model, spec)
     scheduler = build_scheduler(optimizer, spec, total_steps)
     ctx = RunContext(
-        spec, data, model, inputs.pad_id, inputs.device, loader, optimizer, scheduler,
-        output_dir, steps_per_epoch, total_steps, micro_batch_size=b, accumulation=k,
-        resumed=state, tokenizer=inputs.tokenizer, world=world, objective=objective,
-    )  # fmt: skip
+        spec,
+        data,
+        model,
+        inputs.pad_id,
+        inputs.device,
+        loader,
+        optimizer,
+        scheduler,
+        output_dir,
+        steps_per_epoch,
+        total_steps,
+        micro_batch_size=b,
+        accumulation=k,
+        resumed=state,
+        tokenizer=inputs.tokenizer,
+        world=world,
+        objective=objective,
+    )
     if state is not None:
         restore(ctx.checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler)
     return ctx, choice

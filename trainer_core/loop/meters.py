@@ -82,9 +82,15 @@ class LossMeter:
     def close_window(self) -> Window:
         """The optimizer stepped: the window's sums join the epoch's, and are returned for its
         step record."""
-        window = Window(self._window_sum, self._window_items, self._window_samples,
-                        self._window_hits, self._window_tokens, self._window_slots,
-                        self._window_sums)  # fmt: skip
+        window = Window(
+            self._window_sum,
+            self._window_items,
+            self._window_samples,
+            self._window_hits,
+            self._window_tokens,
+            self._window_slots,
+            self._window_sums,
+        )
         add_sums(self.sums, self._window_sums)
         self.loss_sum += self._window_sum
         self.loss_items += self._window_items

@@ -52,15 +52,21 @@ def packed_logits_gap(model: torch.nn.Module, device: torch.device, layout: Layo
     model.eval()
     try:
         with torch.no_grad():
-            inputs = {k: v.to(device) for k, v in forward_inputs(packed).items()
-                      if isinstance(v, torch.Tensor)} | {"use_cache": False}  # fmt: skip
+            inputs = {
+                k: v.to(device)
+                for k, v in forward_inputs(packed).items()
+                if isinstance(v, torch.Tensor)
+            } | {"use_cache": False}
             logits = model(**inputs).logits.float()
             gap = scale = torch.zeros((), device=device)
             for i, rows in enumerate(placed):
                 start = 0
                 for row in rows:
-                    alone = model(input_ids=torch.tensor([_ROWS[row]], device=device),
-                                  use_cache=False).logits[0].float()  # fmt: skip
+                    alone = (
+                        model(input_ids=torch.tensor([_ROWS[row]], device=device), use_cache=False)
+                        .logits[0]
+                        .float()
+                    )
                     mine = logits[i, start : start + len(_ROWS[row])]
                     gap = torch.maximum(gap, (mine - alone).abs().max())
                     scale = torch.maximum(scale, alone.abs().max())

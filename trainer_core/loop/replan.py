@@ -30,8 +30,17 @@ from trainer_core.spec.replan import (
     request,
 )
 
-__all__ = ["MAX_HALVINGS", "REPLAN_FILE", "RanksReplan", "Replan", "apply", "halved", "in_force",
-           "read", "request"]  # fmt: skip
+__all__ = [
+    "MAX_HALVINGS",
+    "REPLAN_FILE",
+    "RanksReplan",
+    "Replan",
+    "apply",
+    "halved",
+    "in_force",
+    "read",
+    "request",
+]
 
 
 def in_force(output_dir: Path, state: RunState | None) -> Replan | None:

@@ -128,12 +128,14 @@ def generated_samples(
         new = out[i, width:].tolist()
         if tokenizer.eos_token_id is not None and tokenizer.eos_token_id in new:
             new = new[: new.index(tokenizer.eos_token_id)]
-        samples.append({
-            "row": row,
-            "prompt": tokenizer.decode(prompt, skip_special_tokens=False),
-            "reference": tokenizer.decode(reference, skip_special_tokens=True),
-            "output": tokenizer.decode(new, skip_special_tokens=True),
-        })  # fmt: skip
+        samples.append(
+            {
+                "row": row,
+                "prompt": tokenizer.decode(prompt, skip_special_tokens=False),
+                "reference": tokenizer.decode(reference, skip_special_tokens=True),
+                "output": tokenizer.decode(new, skip_special_tokens=True),
+            }
+        )
     return samples
 
 
@@ -177,7 +179,13 @@ def evaluation_report(
     if not budget.allows(final):
         return {"samples": None}  # skipped: within the time budget, the next evaluation has them
     started = time.perf_counter()
-    samples = generated_samples(ctx.model, split, ctx.tokenizer, device=ctx.device, count=count,
-                                max_new_tokens=spec.eval_sample_max_new_tokens)  # fmt: skip
+    samples = generated_samples(
+        ctx.model,
+        split,
+        ctx.tokenizer,
+        device=ctx.device,
+        count=count,
+        max_new_tokens=spec.eval_sample_max_new_tokens,
+    )
     budget.spend(time.perf_counter() - started)
     return {"samples": samples}

@@ -217,8 +217,13 @@ class TrainingRun:
         # Every rank's share of the window (one small all-reduce, at logging steps only); a
         # single process sums only its own. .item(): a host sync, here only.
         steps = self.steps
-        sums = [window.loss_sum.item(), float(window.items), float(steps.samples),
-                float(steps.tokens), float(steps.slots)]  # fmt: skip
+        sums = [
+            window.loss_sum.item(),
+            float(window.items),
+            float(steps.samples),
+            float(steps.tokens),
+            float(steps.slots),
+        ]
         if window.hits is not None:
             sums.append(float(window.hits.item()))
         names = sorted(window.sums)  # pairs: rewards and log-probs, means over the window's pairs

@@ -54,8 +54,9 @@ def load_tokenizer(spec: JobSpec) -> PreTrainedTokenizerBase:
     else:
         try:
             source, revision = _source(spec.model)
-            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision,
-                                                      trust_remote_code=False)  # fmt: skip
+            tokenizer = AutoTokenizer.from_pretrained(
+                source, revision=revision, trust_remote_code=False
+            )
         except ModelError:
             raise
         except Exception as exc:

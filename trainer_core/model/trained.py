@@ -117,8 +117,11 @@ def stored_labels(folder: Path) -> dict[str, object]:
     if not file.is_file():
         return {}
     names: list[str] = json.loads(file.read_text(encoding="utf-8"))
-    return {"num_labels": len(names), "id2label": dict(enumerate(names)),
-            "label2id": {name: i for i, name in enumerate(names)}}  # fmt: skip
+    return {
+        "num_labels": len(names),
+        "id2label": dict(enumerate(names)),
+        "label2id": {name: i for i, name in enumerate(names)},
+    }
 
 
 def load_trained(
@@ -143,8 +146,9 @@ def load_base(folder: Path, auto: Any, *, label_kwargs: dict[str, object], depth
         return load_trained(_inside(folder), auto, label_kwargs=label_kwargs, depth=depth + 1)
     if (folder / BUILTIN_BASE).is_file():
         return build_builtin(*_builtin_base(folder), auto, label_kwargs)
-    return auto.from_pretrained(hub_base(folder / ADAPTER_CONFIG), trust_remote_code=False,
-                                **label_kwargs)  # fmt: skip
+    return auto.from_pretrained(
+        hub_base(folder / ADAPTER_CONFIG), trust_remote_code=False, **label_kwargs
+    )
 
 
 def base_key(folder: Path) -> tuple[object, ...]:
@@ -190,8 +194,11 @@ def add_adapter(model: Any, folder: Path, name: str) -> Any:
     else:
         model = get_peft_model(model, config, adapter_name=name)
     # A checkpoint's view: the whole peft state, its adapter named "default" (training's name).
-    state = {key.replace(".default.", f".{name}."): value
-             for key, value in load_file(str(folder / PEFT_STATE)).items() if "lora_" in key}  # fmt: skip
+    state = {
+        key.replace(".default.", f".{name}."): value
+        for key, value in load_file(str(folder / PEFT_STATE)).items()
+        if "lora_" in key
+    }
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or [key for key in missing if "lora_" in key and f".{name}." in key]:
         raise ModelError("model: the checkpoint does not fit its adapter config", param="model")

@@ -97,8 +97,9 @@ class IncompletePairs(ValueError):
     """Preference rows missing a field of every pair (``missing``, in the shape's order)."""
 
     def __init__(self, needed: Sequence[str], missing: list[str]) -> None:
-        super().__init__(f"preference rows need {', '.join(needed)}: no row has "
-                         f"{' or '.join(missing)}")  # fmt: skip
+        super().__init__(
+            f"preference rows need {', '.join(needed)}: no row has {' or '.join(missing)}"
+        )
         self.missing = missing
 
 
@@ -136,9 +137,12 @@ def resolve_format(
 
 
 def message_problems(
-    messages: Any, where: str = "messages", *, parallel_tool_calls: bool = True,
+    messages: Any,
+    where: str = "messages",
+    *,
+    parallel_tool_calls: bool = True,
     require_trained: bool = True,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """What is wrong with one row's conversation (each problem names its field), or []. An
     assistant message may make tool calls (then its content may be null), a ``tool`` message
     answers one made earlier (``trainer_core.spec.tools``). ``require_trained`` False: a prompt
@@ -160,8 +164,10 @@ def message_problems(
         calls = role == "assistant" and message.get("tool_calls") is not None
         content = message.get("content")
         if not isinstance(content, str) and not (calls and content is None):
-            problems.append(f"{field}.content: a string" + (" (or null, with tool_calls)"
-                                                             if role == "assistant" else ""))  # fmt: skip
+            problems.append(
+                f"{field}.content: a string"
+                + (" (or null, with tool_calls)" if role == "assistant" else "")
+            )
         weight = message.get("weight")  # None: absent (Arrow gives every message each key)
         if weight is not None:
             if role != "assistant":
@@ -175,15 +181,17 @@ def message_problems(
     return problems
 
 
-def _tool_fields(message: Mapping[str, Any], field: str, role: Any, call_ids: set[str],
-                 *, parallel: bool) -> list[str]:  # fmt: skip
+def _tool_fields(
+    message: Mapping[str, Any], field: str, role: Any, call_ids: set[str], *, parallel: bool
+) -> list[str]:
     """A message's ``tool_calls`` and ``tool_call_id``: on the roles that carry them, well made.
     None stands for absent (Arrow gives every message each key)."""
     problems = []
     if message.get("tool_calls") is not None:
         if role == "assistant":
-            problems += tool_call_problems(message["tool_calls"], f"{field}.tool_calls",
-                                           call_ids, parallel=parallel)  # fmt: skip
+            problems += tool_call_problems(
+                message["tool_calls"], f"{field}.tool_calls", call_ids, parallel=parallel
+            )
         else:
             problems.append(f"{field}.tool_calls: only assistant messages make tool calls")
     if role == "tool":

@@ -168,8 +168,9 @@ class DataFields(SpecBase):
             )
         return value
 
-    @field_validator("text_column", "label_column", "messages_column", "prompt_column",
-                     "completion_column")  # fmt: skip
+    @field_validator(
+        "text_column", "label_column", "messages_column", "prompt_column", "completion_column"
+    )
     @classmethod
     def _column_name(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
@@ -194,8 +195,10 @@ class DataFields(SpecBase):
         if fmt == "messages":
             return [("messages_column", self.messages_column)]
         if fmt == "prompt-completion":
-            return [("prompt_column", self.prompt_column),
-                    ("completion_column", self.completion_column)]  # fmt: skip
+            return [
+                ("prompt_column", self.prompt_column),
+                ("completion_column", self.completion_column),
+            ]
         label = self.resolved_label_column
         return [("text_column", self.text_column)] + ([("label_column", label)] if label else [])
 

@@ -54,9 +54,12 @@ class PreferenceFields(DataFields):
         examples=["sft"],
     )
     dpo_beta: float = Field(
-        default=0.1, gt=0, le=1000, description="dpo: the strength of the reference (β)",
+        default=0.1,
+        gt=0,
+        le=1000,
+        description="dpo: the strength of the reference (β)",
         examples=[0.1],
-    )  # fmt: skip
+    )
     dpo_loss: DpoLoss = Field(
         default="sigmoid",
         description="dpo: sigmoid (DPO), ipo (IPO, length-normalised log-ratios) or hinge; "
@@ -64,11 +67,13 @@ class PreferenceFields(DataFields):
         examples=["sigmoid"],
     )
     rpo_alpha: float | None = Field(
-        default=None, ge=0, le=1000,
+        default=None,
+        ge=0,
+        le=1000,
         description="dpo: weight of an NLL term on the chosen completions' tokens (RPO), a "
         "token mean over the window; none: off",
         examples=[None],
-    )  # fmt: skip
+    )
     reference_logprobs: ReferenceLogprobs = Field(
         default="cached",
         description="dpo: the reference's log-probs computed once per pair before training "
@@ -76,13 +81,15 @@ class PreferenceFields(DataFields):
         examples=["cached"],
     )
     chosen_column: str = Field(
-        default="chosen", description="preference (TRL rows): the chosen completion",
+        default="chosen",
+        description="preference (TRL rows): the chosen completion",
         examples=["chosen"],
-    )  # fmt: skip
+    )
     rejected_column: str = Field(
-        default="rejected", description="preference (TRL rows): the rejected completion",
+        default="rejected",
+        description="preference (TRL rows): the rejected completion",
         examples=["rejected"],
-    )  # fmt: skip
+    )
 
     @field_validator("dpo_loss", mode="before")
     @classmethod
@@ -123,8 +130,10 @@ class PreferenceFields(DataFields):
         for field in ("dataset", "eval_dataset"):
             source = getattr(self, field)
             if self.method != "grpo" and source in BUILTIN_PROMPT_DATASETS:
-                message = (f"{source} holds prompts (messages ending with a user turn, no "
-                           f"answer to train): train it with method grpo")  # fmt: skip
+                message = (
+                    f"{source} holds prompts (messages ending with a user turn, no "
+                    f"answer to train): train it with method grpo"
+                )
                 error = PydanticCustomError("value_error", message)
                 raise ValidationError.from_exception_data(
                     type(self).__name__, [InitErrorDetails(type=error, loc=(field,), input=source)]
@@ -145,8 +154,11 @@ class PreferenceFields(DataFields):
     def needed_columns(self, fmt: ResolvedFormat) -> list[tuple[str, str]]:
         if fmt != "preference":
             return super().needed_columns(fmt)
-        return [("prompt_column", self.prompt_column), ("chosen_column", self.chosen_column),
-                ("rejected_column", self.rejected_column)]  # fmt: skip
+        return [
+            ("prompt_column", self.prompt_column),
+            ("chosen_column", self.chosen_column),
+            ("rejected_column", self.rejected_column),
+        ]
 
     def missing_columns(self, fmt: ResolvedFormat, columns: Sequence[str]) -> list[tuple[str, str]]:
         if fmt == "preference" and set(OPENAI_COLUMNS) <= set(columns):
@@ -156,8 +168,11 @@ class PreferenceFields(DataFields):
     @property
     def columns(self) -> dict[str, str]:
         """The keyword arguments of ``preference_problems`` and ``normalise_preference_row``."""
-        return {"prompt_column": self.prompt_column, "chosen_column": self.chosen_column,
-                "rejected_column": self.rejected_column}  # fmt: skip
+        return {
+            "prompt_column": self.prompt_column,
+            "chosen_column": self.chosen_column,
+            "rejected_column": self.rejected_column,
+        }
 
 
 def _check_grpo_data(task: Any, fmt: Any, dataset: Any) -> None:
@@ -166,12 +181,15 @@ def _check_grpo_data(task: Any, fmt: Any, dataset: Any) -> None:
     if task != "causal-lm":
         raise ValueError("grpo trains task causal-lm")
     if fmt not in (None, "auto", "messages"):
-        raise ValueError(f"grpo trains prompts (messages ending with a user turn), and "
-                         f"dataset_format is {fmt!r}")  # fmt: skip
+        raise ValueError(
+            f"grpo trains prompts (messages ending with a user turn), and dataset_format is {fmt!r}"
+        )
     if dataset in BUILTIN_DATASET_FORMATS and dataset not in BUILTIN_PROMPT_DATASETS:
-        raise ValueError(f"grpo trains prompts (messages ending with a user turn); {dataset} "
-                         "holds whole conversations: upload a prompt file, or "
-                         f"use {', '.join(BUILTIN_PROMPT_DATASETS)}")  # fmt: skip
+        raise ValueError(
+            f"grpo trains prompts (messages ending with a user turn); {dataset} "
+            "holds whole conversations: upload a prompt file, or "
+            f"use {', '.join(BUILTIN_PROMPT_DATASETS)}"
+        )
 
 
 @dataclass(frozen=True)
@@ -228,8 +246,9 @@ def _openai_problems(row: Mapping[str, Any]) -> list[str]:
         return ["input: an object with messages"]
     problems = _prompt_problems(source.get("messages"), "input.messages")
     tools = source.get("tools")
-    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, Mapping)
-                                                                    for t in tools)):  # fmt: skip
+    if tools is not None and not (
+        isinstance(tools, list) and all(isinstance(t, Mapping) for t in tools)
+    ):
         problems.append("input.tools: a list of tool objects")
     for column in OPENAI_COLUMNS[1:]:
         problems += _completion_problems(row.get(column), column)
@@ -251,9 +270,12 @@ def _trl_problems(row: Mapping[str, Any], prompt: str, chosen: str, rejected: st
 
 
 def preference_problems(
-    row: Any, *, prompt_column: str = "prompt", chosen_column: str = "chosen",
+    row: Any,
+    *,
+    prompt_column: str = "prompt",
+    chosen_column: str = "chosen",
     rejected_column: str = "rejected",
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """What is wrong with one row (each problem names its field path), or []."""
     if not isinstance(row, Mapping):
         return ["a JSON object per line"]
@@ -272,21 +294,30 @@ def _content(value: str | list[dict[str, Any]]) -> str:
 
 
 def normalise_preference_row(
-    row: Mapping[str, Any], *, prompt_column: str = "prompt", chosen_column: str = "chosen",
+    row: Mapping[str, Any],
+    *,
+    prompt_column: str = "prompt",
+    chosen_column: str = "chosen",
     rejected_column: str = "rejected",
-) -> PreferencePair:  # fmt: skip
+) -> PreferencePair:
     """The row as a ``PreferencePair``; raises ``ValueError`` naming the first problem."""
-    columns = {"prompt_column": prompt_column, "chosen_column": chosen_column,
-               "rejected_column": rejected_column}  # fmt: skip
+    columns = {
+        "prompt_column": prompt_column,
+        "chosen_column": chosen_column,
+        "rejected_column": rejected_column,
+    }
     problems = preference_problems(row, **columns)
     if problems:
         raise ValueError(problems[0])
     if "input" in row:
         source = row["input"]
         return PreferencePair(
-            [dict(m) for m in source["messages"]], None, _content(row["preferred_output"]),
-            _content(row["non_preferred_output"]), source.get("tools"),
-        )  # fmt: skip
+            [dict(m) for m in source["messages"]],
+            None,
+            _content(row["preferred_output"]),
+            _content(row["non_preferred_output"]),
+            source.get("tools"),
+        )
     prompt = row[prompt_column]
     messages = None if isinstance(prompt, str) else [dict(m) for m in prompt]
     text = prompt if isinstance(prompt, str) else None

@@ -24,9 +24,18 @@ TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 # A template names ``namespace.path``: a dotted path whose steps may index lists (``a.b[0].c``).
 VARIABLE = re.compile(r"^(item|sample)((?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])*)$")
 TextMetric = Literal[
-    "cosine", "fuzzy_match", "bleu", "gleu", "meteor",
-    "rouge_1", "rouge_2", "rouge_3", "rouge_4", "rouge_5", "rouge_l",
-]  # fmt: skip
+    "cosine",
+    "fuzzy_match",
+    "bleu",
+    "gleu",
+    "meteor",
+    "rouge_1",
+    "rouge_2",
+    "rouge_3",
+    "rouge_4",
+    "rouge_5",
+    "rouge_l",
+]
 # Metrics that need data or a model this server does not have: refused by name, not guessed.
 UNSERVED_METRICS = {
     "cosine": "it needs an embedding model, and none is configured on this server",
@@ -203,8 +212,9 @@ class MultiGrader(_Grader):
         if isinstance(value, dict) and isinstance(value.get("type"), str):
             return {str(value.get("name", "grader")): value}
         if isinstance(value, dict) and len(value) > MAX_SUB_GRADERS:  # before parsing each one
-            raise ValueError(f"{len(value)} graders; a multi grader holds at most "
-                             f"{MAX_SUB_GRADERS}")  # fmt: skip
+            raise ValueError(
+                f"{len(value)} graders; a multi grader holds at most {MAX_SUB_GRADERS}"
+            )
         return value
 
     @model_validator(mode="after")
@@ -226,8 +236,21 @@ def check_formula(formula: str, names: set[str]) -> ast.expr:
             isinstance(node.func, ast.Name) and node.func.id in FORMULA_FUNCTIONS
         ):
             raise ValueError(f"calculate_output may call only {sorted(FORMULA_FUNCTIONS)}")
-        allowed = (ast.BinOp, ast.UnaryOp, ast.Call, ast.Name, ast.Constant, ast.Load,
-                   ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.USub, ast.UAdd)  # fmt: skip
+        allowed = (
+            ast.BinOp,
+            ast.UnaryOp,
+            ast.Call,
+            ast.Name,
+            ast.Constant,
+            ast.Load,
+            ast.Add,
+            ast.Sub,
+            ast.Mult,
+            ast.Div,
+            ast.Pow,
+            ast.USub,
+            ast.UAdd,
+        )
         if not isinstance(node, allowed) or (
             isinstance(node, ast.Constant) and not isinstance(node.value, int | float)
         ):

@@ -120,19 +120,25 @@ class GrpoSettings(PolicyLoss):
     )
     temperature: float = Field(default=1.0, gt=0, le=10, description="the sampling temperature")
     generation_batch: int = Field(
-        default=64, ge=1, le=4096,
+        default=64,
+        ge=1,
+        le=4096,
         description="at most this many completions per generate call: a window's groups are "
         "sampled in chunks of max(1, generation_batch // group_size) groups, each chunk under "
         "its own seed; what is sampled depends on it, never on b, K or the ranks",
-    )  # fmt: skip
+    )
     eval_interval: int = Field(
-        default=0, ge=0, le=1_000_000,
+        default=0,
+        ge=0,
+        le=1_000_000,
         description="evaluate on the validation prompts every this many windows; 0: never",
-    )  # fmt: skip
+    )
     eval_samples: int = Field(
-        default=8, ge=1, le=4096,
+        default=8,
+        ge=1,
+        le=4096,
         description="validation prompts per evaluation (the first ones), one completion each",
-    )  # fmt: skip
+    )
     num_iterations: int = Field(
         default=1, description="optimizer passes over each window's rollouts; only 1 is built"
     )

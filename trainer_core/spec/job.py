@@ -23,8 +23,14 @@ from trainer_core.spec.grpo import GrpoFields
 from trainer_core.spec.run_fields import RunFields
 from trainer_core.spec.training_fields import TrainingFields
 
-__all__ = ["BUILTIN_DATASETS", "BUILTIN_MODELS", "COLUMN_PATTERN", "HUB_ID_PATTERN", "JobSpec",
-           "example_spec"]  # fmt: skip
+__all__ = [
+    "BUILTIN_DATASETS",
+    "BUILTIN_MODELS",
+    "COLUMN_PATTERN",
+    "HUB_ID_PATTERN",
+    "JobSpec",
+    "example_spec",
+]
 
 
 # Fields are collected from the last base to the first: data (and preference), grpo, batch,
@@ -39,11 +45,15 @@ class JobSpec(RunFields, TrainingFields, BatchFields, GrpoFields, PreferenceFiel
         if self.merge_lora and self.lora is None:
             raise ValueError("merge_lora needs lora")
         if self.method == "dpo" and self.per_device_train_batch_size == "auto":
-            raise ValueError("per_device_train_batch_size: give a number of pairs for dpo (the "
-                             "'auto' probe measures rows of one sequence, a pair has two)")  # fmt: skip
+            raise ValueError(
+                "per_device_train_batch_size: give a number of pairs for dpo (the "
+                "'auto' probe measures rows of one sequence, a pair has two)"
+            )
         if self.method == "grpo" and self.per_device_train_batch_size == "auto":
-            raise ValueError("per_device_train_batch_size: give a number of completions for "
-                             "grpo (the 'auto' probe measures dataset rows, not rollouts)")  # fmt: skip
+            raise ValueError(
+                "per_device_train_batch_size: give a number of completions for "
+                "grpo (the 'auto' probe measures dataset rows, not rollouts)"
+            )
         b = self.per_device_train_batch_size
         if b != "auto" and self.gradient_accumulation_steps is None:
             assert self.effective_batch_size is not None  # resolved with b

@@ -37,10 +37,13 @@ def prompt_problems(row: Mapping[str, Any], messages_column: str = "messages") -
     parallel = row.get("parallel_tool_calls")
     messages = row.get(messages_column)
     problems = tools_problems(row.get("tools")) + parallel_problems(parallel)
-    problems += message_problems(messages, messages_column, require_trained=False,
-                                 parallel_tool_calls=parallel is not False)  # fmt: skip
+    problems += message_problems(
+        messages, messages_column, require_trained=False, parallel_tool_calls=parallel is not False
+    )
     if not problems and isinstance(messages, list) and not ends_with_user(messages):
         last = messages[-1].get("role")  # a list of messages: message_problems found none wrong
-        problems.append(f"{messages_column}: the last message must be a user turn, the one the "
-                        f"model answers (got {last})")  # fmt: skip
+        problems.append(
+            f"{messages_column}: the last message must be a user turn, the one the "
+            f"model answers (got {last})"
+        )
     return problems

@@ -34,9 +34,14 @@ def halved(micro_batch: int, tried: list[int]) -> int | None:
 
 
 def request(
-    output_dir: Path, *, micro_batch: int, effective: int, world: int, tried: list[int],
+    output_dir: Path,
+    *,
+    micro_batch: int,
+    effective: int,
+    world: int,
+    tried: list[int],
     exhausted: str,
-) -> RanksReplan:  # fmt: skip
+) -> RanksReplan:
     """Write the re-plan every rank starts again with; the exception to raise."""
     smaller = halved(micro_batch, tried)
     if smaller is None:

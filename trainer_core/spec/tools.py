@@ -42,8 +42,9 @@ def tools_problems(tools: Any, where: str = "tools") -> list[str]:
             continue
         name = function.get("name")
         if not isinstance(name, str) or not NAME.fullmatch(name):
-            problems.append(f"{field}.function.name: 1 to 64 letters, digits, '_' or '-' "
-                            f"(got {name!r})")  # fmt: skip
+            problems.append(
+                f"{field}.function.name: 1 to 64 letters, digits, '_' or '-' (got {name!r})"
+            )
         elif name in names:
             problems.append(f"{field}.function.name: {name!r} is declared twice")
         else:
@@ -80,12 +81,15 @@ def tool_call_problems(calls: Any, field: str, ids: set[str], *, parallel: bool)
     """An assistant message's ``tool_calls`` (``field``: its path); the ids it makes are added
     to ``ids``, the calls a later ``tool`` message may answer."""
     if not isinstance(calls, list) or not calls:
-        return [f"{field}: a non-empty list of {{id, type: 'function', function: {{name, "
-                "arguments}}"]  # fmt: skip
+        return [
+            f"{field}: a non-empty list of {{id, type: 'function', function: {{name, arguments}}}}"
+        ]
     problems = []
     if not parallel and len(calls) > 1:
-        problems.append(f"{field}: {len(calls)} calls in one message, but parallel_tool_calls is "
-                        "false (one call a message)")  # fmt: skip
+        problems.append(
+            f"{field}: {len(calls)} calls in one message, but parallel_tool_calls is "
+            "false (one call a message)"
+        )
     for j, call in enumerate(calls):
         at = f"{field}[{j}]"
         if not isinstance(call, Mapping):
@@ -107,8 +111,10 @@ def tool_call_problems(calls: Any, field: str, ids: set[str], *, parallel: bool)
         if not isinstance(function.get("name"), str) or not function["name"]:
             problems.append(f"{at}.function.name: a non-empty string")
         if arguments_object(function.get("arguments")) is None:
-            problems.append(f"{at}.function.arguments: must be a JSON string of an object, like "
-                            f"{ARGUMENTS_EXAMPLE} (got {_short(function.get('arguments'))})")  # fmt: skip
+            problems.append(
+                f"{at}.function.arguments: must be a JSON string of an object, like "
+                f"{ARGUMENTS_EXAMPLE} (got {_short(function.get('arguments'))})"
+            )
     return problems
 
 
@@ -132,10 +138,14 @@ def template_refusal(template: str, *, tools: bool, tool_calls: bool) -> str | N
     (None: it reads them; rendering, in the worker, checks the rest). A template that never
     reads ``tools`` or ``tool_calls`` would drop them without a word."""
     if tools and "tools" not in template:
-        return ("the chat template never reads `tools`: the file's tools would not be rendered; "
-                "give chat_template 'chatml' or a template that renders tools")  # fmt: skip
+        return (
+            "the chat template never reads `tools`: the file's tools would not be rendered; "
+            "give chat_template 'chatml' or a template that renders tools"
+        )
     if tool_calls and "tool_calls" not in template:
-        return ("the chat template never reads a message's `tool_calls`: the assistant's tool "
-                "calls would not be trained; give chat_template 'chatml' or a template that "
-                "renders them")  # fmt: skip
+        return (
+            "the chat template never reads a message's `tool_calls`: the assistant's tool "
+            "calls would not be trained; give chat_template 'chatml' or a template that "
+            "renders them"
+        )
     return None

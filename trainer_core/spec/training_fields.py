@@ -37,19 +37,27 @@ class TrainingFields(SpecBase):
         default="linear", description="The schedule after warm-up", examples=["linear"]
     )
     max_grad_norm: float = Field(
-        default=1.0, ge=0, le=1e6, description="Clip the gradient norm; 0 disables clipping",
+        default=1.0,
+        ge=0,
+        le=1e6,
+        description="Clip the gradient norm; 0 disables clipping",
         examples=[1.0],
-    )  # fmt: skip
+    )
     seed: int = Field(
-        default=42, ge=0, le=2**32 - 1, description="Seeds weights, shuffling and dropout",
+        default=42,
+        ge=0,
+        le=2**32 - 1,
+        description="Seeds weights, shuffling and dropout",
         examples=[42],
-    )  # fmt: skip
+    )
     max_seq_length: int = Field(
-        default=128, ge=2, le=32768,
+        default=128,
+        ge=2,
+        le=32768,
         description="Tokens per sample, at most the model's context (longer is cut, or refused "
         "with overlong_rows 'refuse'); /v1/fine_tuning/jobs: the model's context by default",
         examples=[128],
-    )  # fmt: skip
+    )
     overlong_rows: Literal["truncate", "refuse"] = Field(
         default="truncate",
         description="A chat or prompt-completion row longer than max_seq_length: cut (a warning "
@@ -125,8 +133,9 @@ class TrainingFields(SpecBase):
         if value and info.data.get("task", "causal-lm") != "causal-lm":
             raise ValueError("packing needs task causal-lm (a classifier's rows are not packed)")
         if value and info.data.get("method", "sft") != "sft":
-            raise ValueError("packing needs method sft (DPO's pairs and GRPO's rollouts are "
-                             "not packed)")  # fmt: skip
+            raise ValueError(
+                "packing needs method sft (DPO's pairs and GRPO's rollouts are not packed)"
+            )
         return value
 
     @property

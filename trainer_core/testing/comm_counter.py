@@ -38,5 +38,9 @@ class CommCounter:
         return default_hooks.allreduce_hook(process_group, bucket)
 
     def counts(self) -> dict[str, int]:
-        return {"models": self.models, "syncs": self.syncs, "buckets": self.buckets,
-                "bytes": self.bytes}  # fmt: skip
+        return {
+            "models": self.models,
+            "syncs": self.syncs,
+            "buckets": self.buckets,
+            "bytes": self.bytes,
+        }

@@ -249,8 +249,9 @@ def _apply(session: Session, job_id: str, entry: Entry) -> None:
         return
     if entry["kind"] == "steps":
         records = entry["records"]
-        record_step_metrics(session, job_id=job_id, records=records,
-                            metrics_events=job.api is not None)  # fmt: skip
+        record_step_metrics(
+            session, job_id=job_id, records=records, metrics_events=job.api is not None
+        )
         job.live_progress = {k: records[-1].get(k) for k in LIVE_KEYS}
         # A step recorded is a step done, though progress (written once a second) may lag: a
         # GRPO run records each window's step at its end, and reports no epochs.

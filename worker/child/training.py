@@ -36,6 +36,13 @@ def run_training(
     # upstream server.
     grading = Grading(chat=upstream_chat(settings.serve_upstreams), limits=sandbox_limits(settings))
     cache = DataCache(settings.data_cache_dir, settings.data_cache_max_bytes)
-    return run_job(spec, settings.jobs_dir / job_id, callback=callback, should_stop=should_stop,
-                   resume=True, grading=grading, data_cache=cache,
-                   loader_workers=settings.loader_workers)  # fmt: skip
+    return run_job(
+        spec,
+        settings.jobs_dir / job_id,
+        callback=callback,
+        should_stop=should_stop,
+        resume=True,
+        grading=grading,
+        data_cache=cache,
+        loader_workers=settings.loader_workers,
+    )

@@ -68,13 +68,20 @@ def open_and_gather(settings: Settings, app: Celery, *, job: JobShape, worker: s
     host = settings.resolved_advertise_host()
     with session_scope(settings) as session:
         port = rendezvous_port(settings)
-        open_gang(session, job_id=job.id, worker=worker, machine=settings.machine, host=host,
-                  port=port)  # fmt: skip
+        open_gang(
+            session, job_id=job.id, worker=worker, machine=settings.machine, host=host, port=port
+        )
     per_node = job.processes_per_machine
     for _ in range(job.num_machines - 1):
         send_join(app, settings, job.id, per_node)
-    log.info("job %s: gang of %d opened on %s (rendezvous %s:%d)",
-             job.id, job.num_machines, settings.machine, host, port)  # fmt: skip
+    log.info(
+        "job %s: gang of %d opened on %s (rendezvous %s:%d)",
+        job.id,
+        job.num_machines,
+        settings.machine,
+        host,
+        port,
+    )
     return gather(settings, app, job_id=job.id, worker=worker, node0=True)
 
 
@@ -89,14 +96,20 @@ def gather(settings: Settings, app: Celery, *, job_id: str, worker: str, node0: 
                 update_running_job(session, job_id=job_id, heartbeat_at=utcnow())
                 session.commit()
             ends = gang_deadline(session, job_id=job_id, wait_s=settings.gang_wait_s)
-            older = older_gathering(session, job_id=job_id, machine=settings.machine,
-                                    devices=settings.devices, wait_s=settings.gang_wait_s)  # fmt: skip
+            older = older_gathering(
+                session,
+                job_id=job_id,
+                machine=settings.machine,
+                devices=settings.devices,
+                wait_s=settings.gang_wait_s,
+            )
             expired = ends is None or utcnow() >= ends
             why = _why_let_go(settings, job_id=job_id, expired=expired, older=older)
             if why is not None:
                 if node0:
-                    released = release_gang(session, job_id=job_id, worker=worker, why=why,
-                                            settings=settings)  # fmt: skip
+                    released = release_gang(
+                        session, job_id=job_id, worker=worker, why=why, settings=settings
+                    )
                     if released == "released":  # queued again: it counts on a message
                         send_or_leave(app, settings, job_id)
                     let_go = released != "complete"
@@ -137,8 +150,14 @@ def join_and_run(
     """A join message (or a yield to an older gang): take a slot, wait, run this node with
     ``executor`` (the ``local`` one: it starts this machine's training process)."""
     with session_scope(settings) as session:
-        joined = join_gang(session, job_id=job_id, worker=worker, machine=settings.machine,
-                           host=settings.resolved_advertise_host(), wait_s=settings.gang_wait_s)  # fmt: skip
+        joined = join_gang(
+            session,
+            job_id=job_id,
+            worker=worker,
+            machine=settings.machine,
+            host=settings.resolved_advertise_host(),
+            wait_s=settings.gang_wait_s,
+        )
         job = session.get(Job, job_id)
         per_node = 1 if job is None else job.processes_per_machine
         shape = JobShape(job_id, 1 if job is None else job.num_machines, per_node)
@@ -161,8 +180,9 @@ def join_and_run(
     placement = placement_of(settings, shape)
     registry.mark_job(settings, job_id)
     try:
-        return supervise(settings, job_id=job_id, owner=owner, executor=executor,
-                         placement=placement)  # fmt: skip
+        return supervise(
+            settings, job_id=job_id, owner=owner, executor=executor, placement=placement
+        )
     finally:
         registry.mark_job(settings, None)
         end_of_node(settings, job_id=job_id)

@@ -60,8 +60,12 @@ def _supervise(process: subprocess.Popen[bytes]) -> None:
         if time.monotonic() - started > STABLE_S:
             backoff.reset()
         delay = backoff.next_delay()
-        log.warning("predict server (pid %d) exited with %s; starting another in %.0f s",
-                    process.pid, code, delay)  # fmt: skip
+        log.warning(
+            "predict server (pid %d) exited with %s; starting another in %.0f s",
+            process.pid,
+            code,
+            delay,
+        )
         if _stopping.wait(delay):
             return
         with _lock:

@@ -46,8 +46,14 @@ def reconcile_jobs(
         )
         stale = now - timedelta(seconds=settings.stale_after_s)
         orphaned = (Job.status == JobStatus.RUNNING) & (Job.heartbeat_at < stale)
-        query = select(Job.id, Job.status, failed_attempts(), Job.enqueued_at,
-                       Job.gang_releases, Job.released_at)  # fmt: skip
+        query = select(
+            Job.id,
+            Job.status,
+            failed_attempts(),
+            Job.enqueued_at,
+            Job.gang_releases,
+            Job.released_at,
+        )
         # In id order: each job's events lock its stream (gradacc.jobs.records.next_stream_place), and two
         # reconcilers taking those locks in one order cannot deadlock.
         for job_id, status, failures, enqueued_at, releases, released_at in session.execute(

@@ -47,9 +47,13 @@ def worker_name() -> str:
 
 
 def supervise(
-    settings: Settings, *, job_id: str, executor: Executor, placement: Placement,
+    settings: Settings,
+    *,
+    job_id: str,
+    executor: Executor,
+    placement: Placement,
     owner: str | None = None,
-) -> str:  # fmt: skip
+) -> str:
     """Train the job (``executor`` starts it as placed) and watch it until it ends; its
     outcome. ``owner``: node 0's worker, when this worker holds another node of a gang job
     (``gradacc.scheduling.gang``): it watches the job as node 0's (a cancel, a take-over) but

@@ -66,8 +66,9 @@ def join_gang(job_id: str) -> None:
     app = current_app._get_current_object()
     settings = get_settings()
     local = LocalExecutor(settings, app)  # join messages are the local executor's gang admission
-    outcome = gang_node.join_and_run(settings, app, job_id=job_id, worker=worker_name(),
-                                     executor=local)  # fmt: skip
+    outcome = gang_node.join_and_run(
+        settings, app, job_id=job_id, worker=worker_name(), executor=local
+    )
     log.info("join message for job %s: %s", job_id, outcome)
 
 

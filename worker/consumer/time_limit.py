@@ -42,8 +42,7 @@ class TimeLimit:
         if self.asked or not limit or time.monotonic() - self.started < limit:
             return False
         self.asked = True
-        message = (f"ran longer than GRADACC_MAX_JOB_SECONDS ({limit:g} s): stopping at a "
-                   "checkpoint")  # fmt: skip
+        message = f"ran longer than GRADACC_MAX_JOB_SECONDS ({limit:g} s): stopping at a checkpoint"
         log.warning("job %s %s", self.job_id, message)
         try:
             with session_scope(self.settings) as session:
@@ -63,7 +62,5 @@ def fail_timed_out(session: Session, *, settings: Settings, job_id: str, worker:
         return False
     kept = kept_checkpoints(settings.jobs_dir / job_id)
     where = f"its checkpoint of step {kept[0][0]} is kept" if kept else "no checkpoint was written"
-    message = (f"ran longer than GRADACC_MAX_JOB_SECONDS ({settings.max_job_seconds:g} s); "
-               f"{where}")  # fmt: skip
-    return fail_job(session, job_id=job_id, code=TIME_LIMIT, message=message,
-                    owned_by=worker)  # fmt: skip
+    message = f"ran longer than GRADACC_MAX_JOB_SECONDS ({settings.max_job_seconds:g} s); {where}"
+    return fail_job(session, job_id=job_id, code=TIME_LIMIT, message=message, owned_by=worker)

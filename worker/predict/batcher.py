@@ -63,9 +63,16 @@ class Row:
             self.generator.manual_seed((self.seed * 8 + self.index) % 2**63)
 
 
-def choices(loaded: Any, prompt: list[int], sampling: Sampling, *, n: int = 1,
-            seed: int | None = None, deadline: float,
-            cancelled: Callable[[], bool] = lambda: False) -> list[Row]:  # fmt: skip
+def choices(
+    loaded: Any,
+    prompt: list[int],
+    sampling: Sampling,
+    *,
+    n: int = 1,
+    seed: int | None = None,
+    deadline: float,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> list[Row]:
     """The ``n`` rows of one request, sharing one event queue. Choice ``i`` draws from
     ``seed`` and ``i`` (a random seed when none is given)."""
     events: queue.SimpleQueue[Event | BaseException] = queue.SimpleQueue()

@@ -117,8 +117,12 @@ class ModelCache:
         return self.base_loads + self.adapter_loads
 
     def stats(self) -> dict[str, int]:
-        return {"base_loads": self.base_loads, "adapter_loads": self.adapter_loads,
-                "bases": len(self._bases), "adapters": len(self._adapters)}  # fmt: skip
+        return {
+            "base_loads": self.base_loads,
+            "adapter_loads": self.adapter_loads,
+            "bases": len(self._bases),
+            "adapters": len(self._adapters),
+        }
 
     def get(self, folder: Path, *, causal: bool, device: torch.device) -> Loaded:
         """The model in ``folder``: an adapter on its shared base, or whole."""
@@ -177,8 +181,13 @@ class ModelCache:
         if loaded.adapter is not None:
             self._adapters.move_to_end((key, loaded.adapter))
         _trim(self._bases, self.capacity, key, self._drop_base, "bases")
-        _trim(self._adapters, self.adapter_capacity, (key, loaded.adapter),
-              lambda pair: self._drop_adapter(*pair), "adapters")  # fmt: skip
+        _trim(
+            self._adapters,
+            self.adapter_capacity,
+            (key, loaded.adapter),
+            lambda pair: self._drop_adapter(*pair),
+            "adapters",
+        )
         return loaded
 
     def _drop_base(self, key: BaseKey) -> None:
@@ -203,14 +212,19 @@ class ModelCache:
             del self._views[view]
 
 
-def _trim(entries: OrderedDict[Any, Any], capacity: int, keep: Any, drop: Callable[[Any], None],
-          what: str) -> None:  # fmt: skip
+def _trim(
+    entries: OrderedDict[Any, Any], capacity: int, keep: Any, drop: Callable[[Any], None], what: str
+) -> None:
     """Drop the least recently used unpinned entries (never ``keep``, the one just asked for)
     until ``capacity``; over it, with a warning, while every other one is in use."""
     while len(entries) > capacity:
         free = [k for k, entry in entries.items() if not entry.pins and k != keep]
         if not free:
-            log.warning("%d %s loaded, over the %d allowed: every other one is in use",
-                        len(entries), what, capacity)  # fmt: skip
+            log.warning(
+                "%d %s loaded, over the %d allowed: every other one is in use",
+                len(entries),
+                what,
+                capacity,
+            )
             return
         drop(free[0])

@@ -17,8 +17,9 @@ def classify(loaded: Loaded, inputs: list[str], max_length: int) -> dict[str, An
     names = loaded.model.config.id2label
     data = []
     for text in inputs:
-        encoded = loaded.tokenizer(text, truncation=True, max_length=max_length,
-                                   return_tensors="pt").to(loaded.device)  # fmt: skip
+        encoded = loaded.tokenizer(
+            text, truncation=True, max_length=max_length, return_tensors="pt"
+        ).to(loaded.device)
         probs = loaded.model(**encoded).logits[0].float().softmax(-1).cpu()
         best = int(probs.argmax())
         scores = {names[i]: float(p) for i, p in enumerate(probs)}

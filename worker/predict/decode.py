@@ -53,11 +53,18 @@ class Decode:
     def rows(self) -> int:
         return int(self.mask.shape[0])
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-                 cache: Any) -> tuple[torch.Tensor, Any]:  # fmt: skip
+    def _forward(
+        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
+    ) -> tuple[torch.Tensor, Any]:
         # logits_to_keep=1, as generate does: the head's product over the last position only.
-        out = self.loaded.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
-                         use_cache=True, logits_to_keep=1)  # fmt: skip
+        out = self.loaded.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         return out.logits[:, -1, :].to(dtype=torch.float32, copy=True), out.cache
 
     def admit(self, prompts: list[list[int]], device: torch.device) -> bool:
@@ -67,8 +74,9 @@ class Decode:
             return False
         longest = max(len(p) for p in prompts)
         ids = torch.tensor([[0] * (longest - len(p)) + p for p in prompts], device=device)
-        mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts],
-                            device=device)  # fmt: skip
+        mask = torch.tensor(
+            [[0] * (longest - len(p)) + [1] * len(p) for p in prompts], device=device
+        )
         logits, cache = self._forward(ids, mask, _positions(mask), DynamicCache())
         if not self.rows:
             self.cache, self.mask, self.logits = cache, mask, logits

@@ -29,8 +29,10 @@ class Engine:
     def __init__(self, settings: Settings, device: Callable[[], torch.device]) -> None:
         self.settings, self.device = settings, device
         self.lock = threading.Lock()  # held while a model is loaded or used
-        self.limits = RenderLimits(timeout_s=settings.predict_render_timeout_s,
-                                   memory_bytes=settings.predict_render_memory_mb * 2**20)  # fmt: skip
+        self.limits = RenderLimits(
+            timeout_s=settings.predict_render_timeout_s,
+            memory_bytes=settings.predict_render_memory_mb * 2**20,
+        )
         self._cache: ModelCache | None = None
         self._batcher: Batcher | None = None
         self._making = threading.Lock()  # two first requests make one batcher
@@ -59,8 +61,9 @@ class Engine:
         if self._cache is None:
             from worker.predict.cache import ModelCache
 
-            self._cache = ModelCache(self.settings.predict_cache_models,
-                                     self.settings.predict_cache_adapters)  # fmt: skip
+            self._cache = ModelCache(
+                self.settings.predict_cache_models, self.settings.predict_cache_adapters
+            )
         return self._cache
 
     def load(self, served: ServedModel) -> Loaded:

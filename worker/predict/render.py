@@ -113,8 +113,12 @@ def _read(fd: int, *, deadline: float) -> tuple[bytes, bool]:
     return b"".join(chunks), False
 
 
-def chat_prompt(tokenizer: Any, messages: list[dict[str, Any]], limits: RenderLimits,
-                tools: list[dict[str, Any]] | None = None) -> str:  # fmt: skip
+def chat_prompt(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    limits: RenderLimits,
+    tools: list[dict[str, Any]] | None = None,
+) -> str:
     """What ``apply_chat_template`` makes of the conversation (and ``tools``), rendered under
     ``limits``: the template is the model's, so the tenant's (``worker.predict.render``). A tool
     call's ``arguments`` reach it as the object they encode, as in training
@@ -127,7 +131,10 @@ def chat_prompt(tokenizer: Any, messages: list[dict[str, Any]], limits: RenderLi
     shown = template_messages(messages)
 
     def render() -> str:
-        return str(tokenizer.apply_chat_template(shown, tools=tools or None, tokenize=False,
-                                                 add_generation_prompt=True))  # fmt: skip
+        return str(
+            tokenizer.apply_chat_template(
+                shown, tools=tools or None, tokenize=False, add_generation_prompt=True
+            )
+        )
 
     return render_limited(render, limits)

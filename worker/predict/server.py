@@ -60,8 +60,13 @@ def _take(settings: Settings, worker: str) -> tuple[Task | None, str | None]:
             session.commit()
             return None, exc.message
         spec = job.spec
-        task = Task(taken.id, dict(taken.request), folder, spec.get("task") == "causal-lm",
-                    int(spec.get("max_seq_length", 128)))  # fmt: skip
+        task = Task(
+            taken.id,
+            dict(taken.request),
+            folder,
+            spec.get("task") == "causal-lm",
+            int(spec.get("max_seq_length", 128)),
+        )
         session.commit()
         return task, None
 
@@ -148,8 +153,9 @@ def serve(settings: Settings, worker: str, stop: threading.Event) -> None:
     address = _Address(settings, worker)
     # torch and transformers are imported beside the loop, not before it: the loop answers
     # "model gone" at once, and the first real request waits only for what is left of the import.
-    threading.Thread(target=_import_and_listen, args=(engine, address), name="predict-imports",
-                     daemon=True).start()  # fmt: skip
+    threading.Thread(
+        target=_import_and_listen, args=(engine, address), name="predict-imports", daemon=True
+    ).start()
     log.info("predict server of %s ready (up to %d models)", worker, settings.predict_cache_models)
     while not stop.is_set() and os.getppid() == parent:  # the worker went: so does this
         try:

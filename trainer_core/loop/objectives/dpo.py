@@ -89,9 +89,12 @@ def cached_reference(
 
 
 def reference_for(
-    spec: JobSpec, model: torch.nn.Module, split: PreferenceSplit, pad_id: int,
+    spec: JobSpec,
+    model: torch.nn.Module,
+    split: PreferenceSplit,
+    pad_id: int,
     device: torch.device,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """The cached reference of ``split`` (computed on its first use, from ``model``, which must
     hold the starting weights then)."""
     if len(split) and spec.model not in split.reference:
@@ -105,9 +108,15 @@ class DpoObjective:
     LoRA) is a frozen copy of it, and the eval split's reference is cached from it now."""
 
     def __init__(
-        self, spec: JobSpec, model: torch.nn.Module, train: PreferenceSplit,
-        evaluation: TokenizedSplit, device: torch.device, *, pad_id: int,
-    ) -> None:  # fmt: skip
+        self,
+        spec: JobSpec,
+        model: torch.nn.Module,
+        train: PreferenceSplit,
+        evaluation: TokenizedSplit,
+        device: torch.device,
+        *,
+        pad_id: int,
+    ) -> None:
         self.spec, self.train, self.device, self.pad_id = spec, train, device, pad_id
         self.loss = pair_loss(spec)
         # An empty eval split is a plain one; one with rows holds pairs, as the train split.
@@ -149,8 +158,9 @@ class DpoObjective:
             model.train(was_training)
         names = ["loss", "nll", "tokens", *PAIR_METRICS]
         # host sync: once per evaluation
-        totals = dict(zip(names, sum_over_ranks([float(sums.get(n, 0)) for n in names], world),
-                          strict=True))  # fmt: skip
+        totals = dict(
+            zip(names, sum_over_ranks([float(sums.get(n, 0)) for n in names], world), strict=True)
+        )
         pairs = len(split)
         eval_loss = totals["loss"] / pairs
         if self.spec.rpo_alpha:
@@ -168,15 +178,20 @@ class DpoObjective:
         for start in range(0, len(rows), size):
             chunk = rows[start : start + size]
             batch = collate_pairs(split, chunk, self.pad_id, reference)
-            tensors = {k: v.to(self.device) for k, v in batch.items()
-                       if isinstance(v, torch.Tensor)}  # fmt: skip
-            logits = model(input_ids=tensors["input_ids"],
-                           attention_mask=tensors["attention_mask"]).logits  # fmt: skip
+            tensors = {
+                k: v.to(self.device) for k, v in batch.items() if isinstance(v, torch.Tensor)
+            }
+            logits = model(
+                input_ids=tensors["input_ids"], attention_mask=tensors["attention_mask"]
+            ).logits
             nll = token_nll(logits, tensors["labels"])
             trained = (tensors["labels"][:, 1:] != IGNORE_INDEX).sum(-1)
             losses, metrics = pair_losses(-nll.sum(-1), tensors["ref_logps"], trained, self.loss)
-            parts = {"loss": losses, "nll": nll[: len(chunk)].sum(-1),
-                     "tokens": trained[: len(chunk)]}  # fmt: skip
+            parts = {
+                "loss": losses,
+                "nll": nll[: len(chunk)].sum(-1),
+                "tokens": trained[: len(chunk)],
+            }
             for name, value in (parts | metrics).items():
                 sums[name] = sums.get(name, 0) + value.double().sum()
         return sums

@@ -20,12 +20,16 @@ from trainer_core.spec.job import JobSpec
 
 class GrpoObjective:
     def __init__(
-        self, spec: JobSpec, split: RolloutSplit, model: torch.nn.Module,
+        self,
+        spec: JobSpec,
+        split: RolloutSplit,
+        model: torch.nn.Module,
         source: WindowSource | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if spec.packing:
-            raise JobError("packing: rollouts are not packed; train them without packing",
-                           param="packing")  # fmt: skip
+            raise JobError(
+                "packing: rollouts are not packed; train them without packing", param="packing"
+            )
         self.split, self.loss = split, split.loss
         # A stream's epoch e is window e, sampled from this model when that epoch starts.
         self.model, self.source = model, source

@@ -20,9 +20,14 @@ from trainer_core.spec.job import JobSpec
 
 class SftObjective:
     def __init__(
-        self, spec: JobSpec, data: JobData, model: torch.nn.Module, device: torch.device, *,
+        self,
+        spec: JobSpec,
+        data: JobData,
+        model: torch.nn.Module,
+        device: torch.device,
+        *,
         pad_id: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.spec, self.data, self.device, self.pad_id = spec, data, device, pad_id
         self.causal = spec.task == "causal-lm"
         self.layout = packing_layout(model) if spec.packing else None

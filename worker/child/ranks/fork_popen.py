@@ -20,8 +20,13 @@ from typing import Any, NoReturn
 
 _PR_SET_PDEATHSIG = 1
 _DEFAULT_SIGNALS = (
-    signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD,
-)  # fmt: skip
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGCHLD,
+)
 
 
 def die_with_parent() -> None:

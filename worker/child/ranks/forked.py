@@ -62,9 +62,14 @@ def fork_ranks() -> None:
 
 
 def _handler(
-    entrypoint: str, args: tuple[Any, ...], env: dict[str, str], stdout: str | None,
-    stderr: str | None, local_rank_id: int, numa_options: Any = None,
-) -> SubprocessHandler:  # fmt: skip
+    entrypoint: str,
+    args: tuple[Any, ...],
+    env: dict[str, str],
+    stdout: str | None,
+    stderr: str | None,
+    local_rank_id: int,
+    numa_options: Any = None,
+) -> SubprocessHandler:
     forkable = _rank_args((entrypoint, *map(str, args))) is not None
     if not forkable or numa_options is not None or _cuda_touched():
         return SubprocessHandler(entrypoint, args, env, stdout, stderr, local_rank_id, numa_options)

@@ -72,11 +72,14 @@ class Rendezvous:
     def arguments(self, job_id: str) -> list[str]:
         is_host = "true" if self.node_rank == 0 else "false"
         return [
-            f"--nnodes={self.num_machines}", f"--node-rank={self.node_rank}",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint={self.endpoint}", f"--rdzv-id={job_id}",
+            f"--nnodes={self.num_machines}",
+            f"--node-rank={self.node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={self.endpoint}",
+            f"--rdzv-id={job_id}",
             f"--rdzv-conf=is_host={is_host},join_timeout={self.join_timeout_s}",
             f"--local-addr={self.local_addr}",
-        ]  # fmt: skip
+        ]
 
 
 def torchrun_command(
@@ -85,9 +88,16 @@ def torchrun_command(
     """``num_processes``: this node's ranks (``--standalone`` without a rendezvous)."""
     where = ["--standalone"] if rendezvous is None else rendezvous.arguments(job_id)
     return [
-        sys.executable, "-m", "worker.child.ranks.agent", str(failures), *where,
-        f"--nproc_per_node={num_processes}", "-m", "worker.child.ranks.main", job_id,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "worker.child.ranks.agent",
+        str(failures),
+        *where,
+        f"--nproc_per_node={num_processes}",
+        "-m",
+        "worker.child.ranks.main",
+        job_id,
+    ]
 
 
 def launch_ranks(
@@ -118,9 +128,12 @@ def launch_ranks(
 
 
 def _gang_failed(
-    settings: Settings, job_id: str, failed: list[dict[str, Any]], per_node: int,
+    settings: Settings,
+    job_id: str,
+    failed: list[dict[str, Any]],
+    per_node: int,
     rendezvous: Rendezvous,
-) -> int:  # fmt: skip
+) -> int:
     """A rank of a job over several machines failed: every node's torchrun stops (the others'
     ranks fail in their next collective). Only node 0 decides, once, with every node's failures
     in hand: a restart (or a re-plan) hands the job on through the queue (``RESTART``), and the

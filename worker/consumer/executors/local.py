@@ -38,8 +38,9 @@ class LocalExecutor:
             return Admission(gang_node.placement_of(settings, job))
         gang_node.end_of_gang(settings, job_id=job.id, worker=worker)
         if gathered.outcome == "yielded" and gathered.older is not None:
-            ran = gang_node.join_and_run(settings, self.app, job_id=gathered.older,
-                                         worker=worker, executor=self)  # fmt: skip
+            ran = gang_node.join_and_run(
+                settings, self.app, job_id=gathered.older, worker=worker, executor=self
+            )
             return Admission(None, ran)
         return Admission(None, f"gang {gathered.outcome}")
 

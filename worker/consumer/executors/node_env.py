@@ -22,6 +22,7 @@ from worker.consumer.executors.ray_node import SECRETS_FILE
 
 # The settings the training processes read (worker.child and what it imports; a test keeps this
 # list whole), by their field names. Not LOCAL_ONLY's: a node has its own machine.
+# (A table: left to the formatter, thirty names one a line would double the file.)
 NODE_SETTINGS = frozenset({
     "data_cache_max_bytes", "data_roots", "executor", "gang_max_releases", "gang_wait_s",
     "grader_cgroup", "grader_cpu_s", "grader_cpus", "grader_memory_bytes", "grader_pids",
@@ -34,8 +35,15 @@ NODE_SETTINGS = frozenset({
 # Test-only switches (trainer_core.testing.failpoints): a test holds a node's run as any other.
 FAILPOINTS = "GRADACC_FAILPOINT_"
 # The hub's variables that say where its cache is and whether to go online: no secret in them.
-HUB_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_CACHE",
-                 "HF_DATASETS_OFFLINE", "HF_ENDPOINT", "TRANSFORMERS_OFFLINE")  # fmt: skip
+HUB_VARIABLES = (
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_CACHE",
+    "HF_DATASETS_OFFLINE",
+    "HF_ENDPOINT",
+    "TRANSFORMERS_OFFLINE",
+)
 
 
 @dataclass(frozen=True)
@@ -47,18 +55,26 @@ class NodeEnvironment:
 def node_environment(settings: Settings, environ: dict[str, str]) -> NodeEnvironment:
     """From the driver's settings and environment (``os.environ``)."""
     names = {f"GRADACC_{field.upper()}" for field in NODE_SETTINGS}
-    plain = {name: value for name, value in environ.items()
-             if name in names or name.startswith(FAILPOINTS)}  # fmt: skip
+    plain = {
+        name: value
+        for name, value in environ.items()
+        if name in names or name.startswith(FAILPOINTS)
+    }
     plain |= {name: environ[name] for name in HUB_VARIABLES if name in environ}
     plain["GRADACC_HOME"] = str(settings.home.resolve())
     secrets = {"GRADACC_DATABASE_URL": settings.resolved_database_url()}
     if settings.serve_upstreams.routes:  # their keys resolved: the names in api_key_env are ours
-        secrets["GRADACC_SERVE_UPSTREAMS"] = json.dumps({
-            route.pattern: route.server.model_dump(mode="json", exclude_none=True)
-            | ({"api_key": route.server.api_key.get_secret_value()} if route.server.api_key
-               else {})
-            for route in settings.serve_upstreams.routes
-        })  # fmt: skip
+        secrets["GRADACC_SERVE_UPSTREAMS"] = json.dumps(
+            {
+                route.pattern: route.server.model_dump(mode="json", exclude_none=True)
+                | (
+                    {"api_key": route.server.api_key.get_secret_value()}
+                    if route.server.api_key
+                    else {}
+                )
+                for route in settings.serve_upstreams.routes
+            }
+        )
     if environ.get("HF_TOKEN"):
         secrets["HF_TOKEN"] = environ["HF_TOKEN"]
     return NodeEnvironment(plain, secrets)

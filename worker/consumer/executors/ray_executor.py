@@ -91,8 +91,13 @@ def _real_streams() -> Iterator[None]:
 
 
 def _init(settings: Settings) -> None:
-    ray.init(address=bootstrap_address(settings), namespace="gradacc", log_to_driver=False,
-             logging_level=logging.WARNING, configure_logging=False)  # fmt: skip
+    ray.init(
+        address=bootstrap_address(settings),
+        namespace="gradacc",
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+        configure_logging=False,
+    )
 
 
 class RayExecutor:
@@ -107,8 +112,9 @@ class RayExecutor:
         connect(self.settings)
         resource = device_resource(live_nodes(self.settings))
         bundles = [{resource: float(job.processes_per_machine)}] * job.num_machines
-        group = placement_group(bundles, strategy="STRICT_SPREAD",
-                                name=f"gradacc-{job.id}-{job.attempts}")  # fmt: skip
+        group = placement_group(
+            bundles, strategy="STRICT_SPREAD", name=f"gradacc-{job.id}-{job.attempts}"
+        )
         waited = self._wait_ready(group, job_id=job.id, worker=worker)
         if waited != "ready":
             remove_placement_group(group)
@@ -116,12 +122,15 @@ class RayExecutor:
                 self._requeue(job, worker=worker)
             return Admission(None, f"placement group {waited}")
         self._groups[job.id] = group
-        host, port = ray.get(node_address.options(num_cpus=0, scheduling_strategy=_bundle(group, 0)).remote())  # fmt: skip
+        host, port = ray.get(
+            node_address.options(num_cpus=0, scheduling_strategy=_bundle(group, 0)).remote()
+        )
         nodes = ray.util.placement_group_table(group)["bundles_to_node_id"]
         machines = tuple(str(nodes[index]) for index in range(job.num_machines))
         rendezvous = f"{host}:{port}" if job.num_machines > 1 else None
-        placement = Placement(job.id, job.num_machines, job.processes_per_machine, rendezvous,
-                              machines)  # fmt: skip
+        placement = Placement(
+            job.id, job.num_machines, job.processes_per_machine, rendezvous, machines
+        )
         log.info("job %s: placed on Ray nodes %s (rendezvous %s)", job.id, machines, rendezvous)
         return Admission(placement)
 
@@ -145,8 +154,13 @@ class RayExecutor:
         wait = f"{self.settings.gang_wait_s:g} s"
         message = f"the Ray cluster did not place its {job.num_machines} nodes within {wait}"
         with session_scope(self.settings) as session:
-            queued = requeue_job(session, job_id=job.id, worker=worker,
-                                 attempts=Job.attempts - 1, released_at=utcnow())  # fmt: skip
+            queued = requeue_job(
+                session,
+                job_id=job.id,
+                worker=worker,
+                attempts=Job.attempts - 1,
+                released_at=utcnow(),
+            )
             if queued:
                 add_event(session, job_id=job.id, kind="placement_waiting", message=message)
             session.commit()
@@ -160,16 +174,28 @@ class RayExecutor:
         per_node = placement.processes_per_machine
         gpus = "GPU" in group.bundle_specs[0]
         asks = {"num_gpus": per_node, "num_cpus": 0} if gpus else {"num_cpus": per_node}
-        logs = [log_path, *(log_path.with_name(f"{TRAIN_LOG}.ray-node{n}")
-                            for n in range(1, placement.num_machines))]  # fmt: skip
+        logs = [
+            log_path,
+            *(
+                log_path.with_name(f"{TRAIN_LOG}.ray-node{n}")
+                for n in range(1, placement.num_machines)
+            ),
+        ]
         env = node_environment(self.settings, dict(os.environ))
         secrets = write_secrets(self.settings.jobs_dir / placement.job_id, env.secrets)
         refs = [
             run_node.options(scheduling_strategy=_bundle(group, node), **asks).remote(
-                placement.job_id, node, placement.num_machines, placement.rendezvous or "-",
-                str(logs[node]), self.settings.kill_grace_s, env.plain, str(secrets))
+                placement.job_id,
+                node,
+                placement.num_machines,
+                placement.rendezvous or "-",
+                str(logs[node]),
+                self.settings.kill_grace_s,
+                env.plain,
+                str(secrets),
+            )
             for node in range(placement.num_machines)
-        ]  # fmt: skip
+        ]
         return RayExecution(self.settings, placement.job_id, group, refs, logs)
 
     def release(self, placement: Placement, *, worker: str) -> None:
@@ -195,9 +221,13 @@ class RayExecution:
     pid: int | None = None  # none of it runs on the worker's machine
 
     def __init__(
-        self, settings: Settings, job_id: str, group: PlacementGroup, refs: list[Any],
+        self,
+        settings: Settings,
+        job_id: str,
+        group: PlacementGroup,
+        refs: list[Any],
         logs: list[Path],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.settings = settings
         self.job_id = job_id
         self.group = group

@@ -43,22 +43,40 @@ def node_address() -> tuple[str, int]:
 
 @ray.remote(max_retries=0)
 def run_node(
-    job_id: str, node_rank: int, num_machines: int, rendezvous: str, log_path: str, grace_s: float,
-    env: dict[str, str], secrets_path: str,
-) -> int:  # fmt: skip
+    job_id: str,
+    node_rank: int,
+    num_machines: int,
+    rendezvous: str,
+    log_path: str,
+    grace_s: float,
+    env: dict[str, str],
+    secrets_path: str,
+) -> int:
     """Node ``node_rank`` of the job until it exits; its exit status. ``env``: the driver's
     settings (``node_env.node_environment``), with the secrets of ``secrets_path``, over the
     node's own environment."""
     env = {**env, **json.loads(Path(secrets_path).read_text())}
     address = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
-    command = [sys.executable, "-m", "worker.child.placed", job_id, str(node_rank),
-               str(num_machines), rendezvous, address]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "worker.child.placed",
+        job_id,
+        str(node_rank),
+        str(num_machines),
+        rendezvous,
+        address,
+    ]
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=die_with_parent, env={**os.environ, **env},
-        )  # fmt: skip
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+            env={**os.environ, **env},
+        )
     try:
         while True:
             try:

@@ -61,13 +61,16 @@ def max_tokens_param(body: dict[str, Any]) -> str:
     )
 
 
-def sampling_of(body: dict[str, Any], kind: Kind, *, prompt_tokens: int, context: int,
-                limit: int) -> Sampling:  # fmt: skip
+def sampling_of(
+    body: dict[str, Any], kind: Kind, *, prompt_tokens: int, context: int, limit: int
+) -> Sampling:
     """The request's sampling. An explicit max above ``limit`` or past the model's context is a
     400 naming it; none given: what the context leaves, up to ``limit``."""
     if prompt_tokens >= context:
-        raise invalid(kind.prompt_param, f"the prompt is {prompt_tokens} tokens; this model's "
-                      f"context is {context}")  # fmt: skip
+        raise invalid(
+            kind.prompt_param,
+            f"the prompt is {prompt_tokens} tokens; this model's context is {context}",
+        )
     param = max_tokens_param(body)
     asked = body.get(param)
     room = context - prompt_tokens
@@ -76,17 +79,24 @@ def sampling_of(body: dict[str, Any], kind: Kind, *, prompt_tokens: int, context
     elif isinstance(asked, bool) or not isinstance(asked, int) or not 1 <= asked <= limit:
         raise invalid(param, f"must be from 1 to {limit} (GRADACC_SERVE_MAX_COMPLETION_TOKENS)")
     elif asked > room:
-        raise invalid(param, f"the prompt ({prompt_tokens} tokens) and {asked} more exceed this "
-                      f"model's context of {context} tokens")  # fmt: skip
+        raise invalid(
+            param,
+            f"the prompt ({prompt_tokens} tokens) and {asked} more exceed this "
+            f"model's context of {context} tokens",
+        )
     else:
         max_tokens = asked
     stop = body.get("stop")
     stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
     if not all(isinstance(s, str) for s in stops) or len(stops) > 4:
         raise invalid("stop", "must be a string or up to 4 strings")
-    return Sampling(max_tokens=max_tokens, temperature=_number(body, "temperature", 1.0, 0, 2),
-                    top_p=_number(body, "top_p", 1.0, 0, 1), stop=stops,
-                    top_logprobs=_top_logprobs(body, kind))  # fmt: skip
+    return Sampling(
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 1.0, 0, 2),
+        top_p=_number(body, "top_p", 1.0, 0, 1),
+        stop=stops,
+        top_logprobs=_top_logprobs(body, kind),
+    )
 
 
 def _top_logprobs(body: dict[str, Any], kind: Kind) -> int | None:
@@ -103,16 +113,20 @@ def new_id(kind: Kind) -> str:
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def _chat_logprobs(found: list[TokenLogprob]) -> dict[str, Any]:
     def entry(token: str, logprob: float) -> dict[str, Any]:
         return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
 
-    content = [entry(t.token, t.logprob) | {"top_logprobs": [entry(a, b) for a, b in t.top]}
-               for t in found]  # fmt: skip
+    content = [
+        entry(t.token, t.logprob) | {"top_logprobs": [entry(a, b) for a, b in t.top]} for t in found
+    ]
     return {"content": content, "refusal": None}
 
 
@@ -121,8 +135,12 @@ def _text_logprobs(found: list[TokenLogprob], offset: int) -> dict[str, Any]:
     for t in found:
         offsets.append(at)
         at += len(t.token)
-    return {"tokens": [t.token for t in found], "token_logprobs": [t.logprob for t in found],
-            "top_logprobs": [dict(t.top) for t in found], "text_offset": offsets}  # fmt: skip
+    return {
+        "tokens": [t.token for t in found],
+        "token_logprobs": [t.logprob for t in found],
+        "top_logprobs": [dict(t.top) for t in found],
+        "text_offset": offsets,
+    }
 
 
 def logprobs_of(kind: Kind, found: list[TokenLogprob], *, wanted: bool, offset: int = 0) -> Any:
@@ -131,14 +149,24 @@ def logprobs_of(kind: Kind, found: list[TokenLogprob], *, wanted: bool, offset: 
     return _chat_logprobs(found) if kind.chat else _text_logprobs(found, offset)
 
 
-def answer(kind: Kind, model: str, done: list[Completion], prompt_tokens: int,
-           wanted_logprobs: bool, *, calls: bool = False) -> dict[str, Any]:  # fmt: skip
+def answer(
+    kind: Kind,
+    model: str,
+    done: list[Completion],
+    prompt_tokens: int,
+    wanted_logprobs: bool,
+    *,
+    calls: bool = False,
+) -> dict[str, Any]:
     """``calls``: the text's ``<tool_call>`` blocks become ``message.tool_calls``
     (``worker.predict.tool_calls``)."""
     choices = []
     for index, c in enumerate(done):
-        choice: dict[str, Any] = {"index": index, "finish_reason": c.finish_reason,
-                                  "logprobs": logprobs_of(kind, c.logprobs, wanted=wanted_logprobs)}  # fmt: skip
+        choice: dict[str, Any] = {
+            "index": index,
+            "finish_reason": c.finish_reason,
+            "logprobs": logprobs_of(kind, c.logprobs, wanted=wanted_logprobs),
+        }
         if kind.chat:
             choice["message"] = {"role": "assistant", "content": c.text, "refusal": None}
             parsed = parse(c.text) if calls else None
@@ -149,30 +177,58 @@ def answer(kind: Kind, model: str, done: list[Completion], prompt_tokens: int,
             choice["text"] = c.text
         choices.append(choice)
     spent = sum(len(c.tokens) for c in done)
-    return {"id": new_id(kind), "object": kind.object, "created": int(time.time()), "model": model,
-            "choices": choices, "usage": usage(prompt_tokens, spent),
-            "system_fingerprint": None}  # fmt: skip
+    return {
+        "id": new_id(kind),
+        "object": kind.object,
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": usage(prompt_tokens, spent),
+        "system_fingerprint": None,
+    }
 
 
-def chunk(kind: Kind, ident: str, model: str, choices: list[dict[str, Any]],
-          with_usage: bool) -> dict[str, Any]:  # fmt: skip
-    body = {"id": ident, "object": kind.chunk_object, "created": int(time.time()), "model": model,
-            "choices": choices, "system_fingerprint": None}  # fmt: skip
+def chunk(
+    kind: Kind, ident: str, model: str, choices: list[dict[str, Any]], with_usage: bool
+) -> dict[str, Any]:
+    body = {
+        "id": ident,
+        "object": kind.chunk_object,
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "system_fingerprint": None,
+    }
     if with_usage:
         body["usage"] = None  # OpenAI: null on every chunk but the last one
     return body
 
 
-def chunk_choice(kind: Kind, index: int, text: str | None, *, finish_reason: str | None = None,
-                 logprobs: Any = None, role: bool = False,
-                 tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
+def chunk_choice(
+    kind: Kind,
+    index: int,
+    text: str | None,
+    *,
+    finish_reason: str | None = None,
+    logprobs: Any = None,
+    role: bool = False,
+    tool_calls: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     if kind.chat:
         delta: dict[str, Any] = {"role": "assistant"} if role else {}
         if text is not None:
             delta["content"] = text
         if tool_calls:
             delta["tool_calls"] = call_deltas(tool_calls)
-        return {"index": index, "delta": delta, "logprobs": logprobs,
-                "finish_reason": finish_reason}  # fmt: skip
-    return {"index": index, "text": text or "", "logprobs": logprobs,
-            "finish_reason": finish_reason}  # fmt: skip
+        return {
+            "index": index,
+            "delta": delta,
+            "logprobs": logprobs,
+            "finish_reason": finish_reason,
+        }
+    return {
+        "index": index,
+        "text": text or "",
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+    }

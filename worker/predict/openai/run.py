@@ -83,8 +83,15 @@ def parses_calls_for(loaded: Loaded, body: dict[str, Any]) -> bool:
     return wanted and parses_calls(loaded.tokenizer.chat_template)
 
 
-def run_request(engine: Engine, kind: Kind, served: ServedModel, body: dict[str, Any],
-                reply: Reply, *, deadline: float) -> None:  # fmt: skip
+def run_request(
+    engine: Engine,
+    kind: Kind,
+    served: ServedModel,
+    body: dict[str, Any],
+    reply: Reply,
+    *,
+    deadline: float,
+) -> None:
     """Answer one request: its model loaded (by the batcher's thread, between decode steps: a
     load may add an adapter to a base that a batch is using), its rows run in the batcher. The
     model is pinned from its load to the request's end: another request's load cannot evict it
@@ -102,16 +109,19 @@ def run_request(engine: Engine, kind: Kind, served: ServedModel, body: dict[str,
         loaded.unpin()
 
 
-def predict_generation(engine: Engine, loaded: Loaded, request: dict[str, Any], *,
-                       deadline: float) -> dict[str, Any]:  # fmt: skip
+def predict_generation(
+    engine: Engine, loaded: Loaded, request: dict[str, Any], *, deadline: float
+) -> dict[str, Any]:
     """``/predict``'s request on a causal LM, run as the chat (``messages``) or text (``prompt``)
     completion it is: ``max_new_tokens`` as ``max_tokens``, greedy unless ``temperature``, seed
     0 unless given. Its answer: ``text``, and a chat's ``message``."""
     kind = CHAT if "messages" in request else TEXT
     body: dict[str, Any] = {key: request[key] for key in ("messages", "prompt") if key in request}
-    body |= {"max_tokens": int(request.get("max_new_tokens", 64)),
-             "temperature": float(request.get("temperature", 0.0)),
-             "seed": int(request.get("seed", 0))}  # fmt: skip
+    body |= {
+        "max_tokens": int(request.get("max_new_tokens", 64)),
+        "temperature": float(request.get("temperature", 0.0)),
+        "seed": int(request.get("seed", 0)),
+    }
     collected = Collected()
     _run_loaded(engine, kind, "predict", body, collected, loaded, deadline)
     (choice,) = collected.body["choices"]
@@ -121,22 +131,42 @@ def predict_generation(engine: Engine, loaded: Loaded, request: dict[str, Any], 
     return {"text": text, "message": {"role": "assistant", "content": text}}
 
 
-def _run_loaded(engine: Engine, kind: Kind, name: str, body: dict[str, Any],
-                reply: Reply, loaded: Loaded, deadline: float) -> None:  # fmt: skip
+def _run_loaded(
+    engine: Engine,
+    kind: Kind,
+    name: str,
+    body: dict[str, Any],
+    reply: Reply,
+    loaded: Loaded,
+    deadline: float,
+) -> None:
     ids = prompt_ids(engine, loaded, kind, body)
-    sampling = sampling_of(body, kind, prompt_tokens=len(ids), context=context_of(loaded),
-                           limit=engine.settings.serve_max_completion_tokens)  # fmt: skip
+    sampling = sampling_of(
+        body,
+        kind,
+        prompt_tokens=len(ids),
+        context=context_of(loaded),
+        limit=engine.settings.serve_max_completion_tokens,
+    )
     n = body.get("n") or 1
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 8:
         raise invalid("n", "must be from 1 to 8")
     seed, calls = body.get("seed"), kind.chat and parses_calls_for(loaded, body)
     if body.get("stream"):
-        rows = choices(loaded, ids, sampling, n=n, seed=_seed(seed), deadline=deadline,
-                       cancelled=lambda: _parked_or_gone(reply))  # fmt: skip
+        rows = choices(
+            loaded,
+            ids,
+            sampling,
+            n=n,
+            seed=_seed(seed),
+            deadline=deadline,
+            cancelled=lambda: _parked_or_gone(reply),
+        )
         _stream(engine, kind, name, rows, sampling, body, reply, calls=calls)
         return
-    rows = choices(loaded, ids, sampling, n=n, seed=_seed(seed), deadline=deadline,
-                   cancelled=reply.gone)  # fmt: skip
+    rows = choices(
+        loaded, ids, sampling, n=n, seed=_seed(seed), deadline=deadline, cancelled=reply.gone
+    )
     done = engine.batcher.complete(rows)
     if any(c.timed_out for c in done):
         raise ServeError(504, "timeout", TIMEOUT)
@@ -157,8 +187,17 @@ def _parked_or_gone(reply: Reply) -> bool:
     return reply.gone()
 
 
-def _stream(engine: Engine, kind: Kind, model: str, rows: list[Row], sampling: Sampling,
-            body: dict[str, Any], reply: Reply, *, calls: bool) -> None:  # fmt: skip
+def _stream(
+    engine: Engine,
+    kind: Kind,
+    model: str,
+    rows: list[Row],
+    sampling: Sampling,
+    body: dict[str, Any],
+    reply: Reply,
+    *,
+    calls: bool,
+) -> None:
     """The rows' events as chunks as they come; the choices' pieces interleave (by index).
     ``calls``: each choice's text passes through a ``Held`` (its calls come whole at its end)."""
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -185,8 +224,12 @@ def _stream(engine: Engine, kind: Kind, model: str, rows: list[Row], sampling: S
         if done is None:
             continue
         if done.cancelled:
-            log.info("a stream stopped: its client went away after %d of %d tokens (%.2f s)",
-                     len(done.tokens), sampling.max_tokens, time.monotonic() - started)  # fmt: skip
+            log.info(
+                "a stream stopped: its client went away after %d of %d tokens (%.2f s)",
+                len(done.tokens),
+                sampling.max_tokens,
+                time.monotonic() - started,
+            )
         elif done.timed_out:
             timed_out = True
         else:
@@ -209,5 +252,6 @@ def _last(kind: Kind, index: int, finish_reason: str, held: Held | None) -> dict
         return chunk_choice(kind, index, None, finish_reason=finish_reason)
     parsed = held.finish()
     reason = "tool_calls" if parsed.tool_calls else finish_reason
-    return chunk_choice(kind, index, parsed.content or None, finish_reason=reason,
-                        tool_calls=parsed.tool_calls)  # fmt: skip
+    return chunk_choice(
+        kind, index, parsed.content or None, finish_reason=reason, tool_calls=parsed.tool_calls
+    )
