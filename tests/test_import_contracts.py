@@ -66,6 +66,19 @@ def lint_with(tmp_path: Path, plant: dict[str, str]) -> subprocess.CompletedProc
             {"api/services/files.py": "import api.routes.files"},
             "api.services is not allowed to import api.routes",
         ),
+        # the graders are the core's and torch-free, and nothing below GRPO's driver reaches up
+        (
+            {"trainer_core/graders/run.py": "import torch"},
+            "trainer_core.graders is not allowed to import torch",
+        ),
+        (
+            {"trainer_core/graders/sandbox.py": "import trainer_core.loop.run"},
+            "trainer_core.graders is not allowed to import trainer_core.loop",
+        ),
+        (
+            {"trainer_core/loop/objectives/grpo.py": "import trainer_core.grpo.windows"},
+            "trainer_core.loop is not allowed to import trainer_core.grpo",
+        ),
         # torchrun's processes are their own room: the child's outcome does not reach into them
         (
             {"worker/child/outcome.py": "import worker.child.ranks.launcher"},

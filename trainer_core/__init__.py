@@ -1,7 +1,8 @@
-"""gradacc's training core: exact gradient accumulation in three backends.
+"""gradacc's training core: exact gradient accumulation in three backends, for every method.
 
-``from trainer_core import train`` imports torch lazily, so importing the package (or its spec)
-stays cheap for the API.
+``run_job`` (``trainer_core.entry``) is a job's one entry, whatever its method; ``train`` is the
+loop's. ``from trainer_core import run_job, train`` imports torch lazily, so importing the package
+(or its spec, or its graders) stays cheap for the API.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from trainer_core.spec.callbacks import TrainingCallback, TrainResult
 from trainer_core.spec.job import JobSpec
 
 if TYPE_CHECKING:
+    from trainer_core.entry import run_job
     from trainer_core.train import train
 
-__all__ = ["JobSpec", "TrainResult", "TrainingCallback", "train"]
+__all__ = ["JobSpec", "TrainResult", "TrainingCallback", "run_job", "train"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +24,8 @@ def __getattr__(name: str) -> Any:
         from trainer_core.train import train
 
         return train
+    if name == "run_job":
+        from trainer_core.entry import run_job
+
+        return run_job
     raise AttributeError(name)

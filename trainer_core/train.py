@@ -1,4 +1,6 @@
-"""The one entry point: ``train(spec, output_dir, ...) -> TrainResult``.
+"""The training loop's entry: ``train(spec, output_dir, ...) -> TrainResult``. (A job's entry,
+whatever its method, is ``trainer_core.entry.run_job``: SFT and DPO come here directly; GRPO's
+driver, ``trainer_core.grpo``, samples and grades its windows and comes here once, with them.)
 
 It loads the data once, builds the run's context (model, micro-batch, epoch plan, optimizer,
 scheduler), resumes from ``output_dir/checkpoint`` when one exists, runs the backend, and writes

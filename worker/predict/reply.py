@@ -69,11 +69,11 @@ class Collected(Reply):
 
     def __init__(self) -> None:  # no handler: nothing is written
         self.started, self.closed = False, False
-        self.status: int | None = None
+        self.code: int | None = None  # the HTTP status it would have been sent with
         self.body: dict[str, Any] = {}
 
     def json(self, status: int, body: dict[str, Any]) -> None:
-        self.status, self.body, self.started = status, body, True
+        self.code, self.body, self.started = status, body, True
 
     def gone(self) -> bool:
         return False
