@@ -182,13 +182,15 @@ class DataFields(SpecBase):
 
     def format_for(self, columns: Sequence[str]) -> ResolvedFormat:
         """The format rows of these columns are read in (``dataset_format`` "auto": found)."""
-        return resolve_format(
-            columns,
-            self.dataset_format,
-            messages_column=self.messages_column,
-            prompt_column=self.prompt_column,
-            completion_column=self.completion_column,
-        )
+        return resolve_format(columns, self.dataset_format, **self.format_columns())
+
+    def format_columns(self) -> dict[str, str]:
+        """The column fields a format is found by (a method's fields may add theirs)."""
+        return {
+            "messages_column": self.messages_column,
+            "prompt_column": self.prompt_column,
+            "completion_column": self.completion_column,
+        }
 
     def needed_columns(self, fmt: ResolvedFormat) -> list[tuple[str, str]]:
         """(spec field, column) that rows of this format must have."""

@@ -19,12 +19,13 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from trainer_core.spec.chat import OPENAI_PREFERENCE_COLUMNS, ROLES, ResolvedFormat, resolve_format
+from trainer_core.spec.chat import OPENAI_PREFERENCE_COLUMNS, ROLES, ResolvedFormat
 from trainer_core.spec.data_fields import DataFields
 from trainer_core.spec.fields import (
     BUILTIN_DATASET_FORMATS,
     BUILTIN_PROMPT_DATASETS,
     check_column,
+    refuse_inexact,
 )
 
 Method = Literal["sft", "dpo", "grpo"]
@@ -94,12 +95,8 @@ class PreferenceFields(DataFields):
     @field_validator("dpo_loss", mode="before")
     @classmethod
     def _per_pair_loss(cls, value: Any) -> Any:
-        if isinstance(value, str) and value in COUPLED_LOSSES:
-            raise ValueError(
-                f"{value!r} is not trained: {COUPLED_LOSSES[value]}, so its gradient changes "
-                "with the micro-batch size; choose sigmoid, ipo or hinge (a loss per pair)"
-            )
-        return value
+        choose = "its gradient changes with the micro-batch size: choose sigmoid, ipo or hinge (a loss per pair)"
+        return refuse_inexact(value, COUPLED_LOSSES, choose)
 
     @field_validator("method")
     @classmethod
@@ -140,16 +137,11 @@ class PreferenceFields(DataFields):
                 )
         return self
 
-    def format_for(self, columns: Sequence[str]) -> ResolvedFormat:
-        return resolve_format(
-            columns,
-            self.dataset_format,
-            messages_column=self.messages_column,
-            prompt_column=self.prompt_column,
-            completion_column=self.completion_column,
-            chosen_column=self.chosen_column,
-            rejected_column=self.rejected_column,
-        )
+    def format_columns(self) -> dict[str, str]:
+        return super().format_columns() | {
+            "chosen_column": self.chosen_column,
+            "rejected_column": self.rejected_column,
+        }
 
     def needed_columns(self, fmt: ResolvedFormat) -> list[tuple[str, str]]:
         if fmt != "preference":

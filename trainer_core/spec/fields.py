@@ -142,3 +142,11 @@ def check_chat_template(value: str) -> str:
     if "messages" not in value:
         raise ValueError("a chat template renders `messages`; this one never reads them")
     return value
+
+
+def refuse_inexact(value: object, refused: dict[str, str], choose: str) -> object:
+    """A loss of ``refused`` (by name: why its gradient changes with the cut of a window) is a
+    ValueError saying why and what to ``choose`` instead; any other value passes."""
+    if isinstance(value, str) and value in refused:
+        raise ValueError(f"{value!r} is not trained: {refused[value]}; {choose}")
+    return value

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from trainer_core.spec.fields import refuse_inexact
 from trainer_core.spec.graders import Grader
 from trainer_core.spec.spec_base import SpecBase
 
@@ -92,12 +93,8 @@ class PolicyLoss(BaseModel):
     @field_validator("loss_type", mode="before")
     @classmethod
     def _window_exact(cls, value: Any) -> Any:
-        if isinstance(value, str) and value in PARTITION_DEPENDENT:
-            raise ValueError(
-                f"{value!r} is not trained: {PARTITION_DEPENDENT[value]}; choose dapo (its "
-                "window-exact counterpart), grpo or dr_grpo"
-            )
-        return value
+        choose = "choose dapo (its window-exact counterpart), grpo or dr_grpo"
+        return refuse_inexact(value, PARTITION_DEPENDENT, choose)
 
     @property
     def lower_clip(self) -> float:
