@@ -147,15 +147,6 @@ def micro_step_loss(model: torch.nn.Module, batch: dict[str, Any], causal: bool)
 # term is a token mean over the window, with its own count, never a micro-batch's.
 
 PairLossKind = Literal["sigmoid", "ipo", "hinge"]
-# What is measured of each pair; a window's (an evaluation's) mean of each over its pairs.
-PAIR_METRICS = (
-    "rewards/chosen",
-    "rewards/rejected",
-    "rewards/margins",
-    "rewards/accuracies",
-    "logps/chosen",
-    "logps/rejected",
-)
 Reference = Callable[[dict[str, Any]], torch.Tensor]  # a batch -> the reference's s(y), (2B,)
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer_core.spec.dpo import PAIR_METRICS
+
 # spec field -> the OpenAI field that sets it (a fine-tuning job's errors name that field)
 OPENAI_FIELDS = {
     "model": "model",
@@ -45,16 +47,6 @@ RESULT_COLUMNS = {
 }
 
 
-# The core's pair metrics (``trainer_core.accumulation.PAIR_METRICS``, not imported: it loads
-# torch, which the API never does; a test holds the two equal).
-PAIR_METRICS = (
-    "rewards/chosen",
-    "rewards/rejected",
-    "rewards/margins",
-    "rewards/accuracies",
-    "logps/chosen",
-    "logps/rejected",
-)
 # record key -> OpenAI-style name, training's then evaluation's
 PAIR_NAMES = {
     **{key: "train_" + key.replace("/", "_") for key in PAIR_METRICS},

@@ -41,9 +41,10 @@ EPOCH = {"epoch": 1, "optimizer_steps": 4, "train_loss": 0.6, "eval_loss": 0.55,
 
 
 def test_the_names_are_the_cores() -> None:
+    """One list (``trainer_core.spec.dpo``) for the core's meters and the API's names."""
     from trainer_core.accumulation import PAIR_METRICS as CORE  # loads torch: not in the API
 
-    assert CORE == PAIR_METRICS
+    assert CORE is PAIR_METRICS
 
 
 def test_a_dpo_jobs_events_checkpoints_and_results_carry_the_pair_metrics(

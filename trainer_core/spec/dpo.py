@@ -34,6 +34,16 @@ ReferenceLogprobs = Literal["cached", "online"]
 OPENAI_COLUMNS = OPENAI_PREFERENCE_COLUMNS
 # Losses that couple the pairs of a micro-batch: a pair's loss depends on which other pairs share
 # its micro-batch, so no division by the window's pair count makes accumulation exact.
+# What is measured of each pair; a window's (an evaluation's) mean of each over its pairs (the
+# core's meters and the API's OpenAI names read this one list).
+PAIR_METRICS = (
+    "rewards/chosen",
+    "rewards/rejected",
+    "rewards/margins",
+    "rewards/accuracies",
+    "logps/chosen",
+    "logps/rejected",
+)
 COUPLED_LOSSES = {
     "aot": "it sorts the log-ratios across the pairs of a micro-batch",
     "aot_pair": "it sorts the log-ratios across the pairs of a micro-batch",
