@@ -42,7 +42,7 @@ EPOCH = {"epoch": 1, "optimizer_steps": 4, "train_loss": 0.6, "eval_loss": 0.55,
 
 def test_the_names_are_the_cores() -> None:
     """One list (``trainer_core.spec.dpo``) for the core's meters and the API's names."""
-    from trainer_core.accumulation import PAIR_METRICS as CORE  # loads torch: not in the API
+    from trainer_core.loop.objectives.dpo import PAIR_METRICS as CORE  # torch: not in the API
 
     assert CORE is PAIR_METRICS
 

@@ -27,7 +27,6 @@ import torch
 
 from trainer_core.accumulation import (
     IGNORE_INDEX,
-    PAIR_METRICS,
     MicroStep,
     PairLoss,
     pair_losses,
@@ -38,6 +37,7 @@ from trainer_core.data.dpo import PreferencePlan, collate_pairs
 from trainer_core.data.loader import Planned
 from trainer_core.data.splits import PreferenceSplit, TokenizedSplit
 from trainer_core.distributed import World, shard, sum_over_ranks
+from trainer_core.spec.dpo import PAIR_METRICS
 from trainer_core.spec.job import JobSpec
 
 REFERENCE_PAIRS = 16  # pairs per forward when caching: fixed, so the cache is the same for all b
