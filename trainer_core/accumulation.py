@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
+from trainer_core.chunked_head import chunked_nll_sum, chunked_token_nll
 from trainer_core.spec.grpo import PolicyLoss
 from trainer_core.testing.failpoints import check_out_of_memory
 
@@ -120,18 +121,38 @@ class MicroStep:
 COUNT_HITS = "count_hits"  # a batch key: the run wants this window's token accuracy
 
 
-def micro_step_loss(model: torch.nn.Module, batch: dict[str, Any], causal: bool) -> MicroStep:
+def micro_step_loss(
+    model: torch.nn.Module, batch: dict[str, Any], causal: bool, chunk: int | None = None
+) -> MicroStep:
     """The micro-step's loss and what the meters keep. The model gets no labels: its own loss
     would be a per-micro-batch mean, which is exactly what accumulation must avoid. Token hits
     are counted (on the device, one argmax) only when the batch asks: the run asks in the
-    windows whose step it records."""
+    windows whose step it records. ``chunk``: a causal LM's head applied that many tokens at a
+    time (``chunked_head``), the same sum without the whole logits."""
     check_out_of_memory(int(batch["input_ids"].shape[0]))  # a test-only failpoint (failpoints.py)
+    counting = causal and bool(batch.get(COUNT_HITS))
+    if causal and chunk:
+        total, argmax = chunked_nll_sum(
+            model, forward_inputs(batch), batch["labels"], chunk, predicted=counting
+        )
+        target = batch["labels"][:, 1:]
+        hits = ((argmax == target) & (target != IGNORE_INDEX)).sum() if argmax is not None else None
+        return MicroStep(total / batch["n_window_items"], total.detach(), hits)
     outputs = model(**forward_inputs(batch))
     total = summed_loss(outputs.logits, batch["labels"], causal)
-    hits = None
-    if causal and batch.get(COUNT_HITS):
-        hits = token_hits(outputs.logits.detach(), batch["labels"])
+    hits = token_hits(outputs.logits.detach(), batch["labels"]) if counting else None
     return MicroStep(total / batch["n_window_items"], total.detach(), hits)
+
+
+def sequence_token_nll(
+    model: torch.nn.Module, batch: dict[str, Any], chunk: int | None = None
+) -> torch.Tensor:
+    """(B, T-1) each label's negative log-likelihood after the shift (0 where untrained), from
+    whole logits or a chunk of tokens at a time (``chunk``): what DPO and GRPO are made of."""
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    if chunk:
+        return chunked_token_nll(model, inputs, batch["labels"], chunk)[0]
+    return token_nll(model(**inputs).logits, batch["labels"])
 
 
 # --- Pairs ----------------------------------------------------------------------------------
@@ -214,15 +235,18 @@ def pair_losses(
 
 
 def pair_micro_step(
-    model: torch.nn.Module, batch: dict[str, Any], loss: PairLoss, reference: Reference | None
+    model: torch.nn.Module,
+    batch: dict[str, Any],
+    loss: PairLoss,
+    reference: Reference | None,
+    chunk: int | None = None,
 ) -> MicroStep:
     """The micro-step of a batch of pairs (``collate_pairs``): its share of the window's loss,
     to back-propagate, and the detached sums the meters keep (``summed`` / N_W is the window's
     loss, RPO term included). ``reference``: None when the batch carries cached log-probs."""
     check_pairs_whole(batch["pair_ids"])
     check_out_of_memory(int(batch["pair_ids"].shape[0]) // 2)  # failpoint (failpoints.py): pairs
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    nll = token_nll(logits, batch["labels"])
+    nll = sequence_token_nll(model, batch, chunk)
     trained = (batch["labels"][:, 1:] != IGNORE_INDEX).sum(-1)
     ref = batch["ref_logps"] if reference is None else reference(batch)
     losses, metrics = pair_losses(-nll.sum(-1), ref, trained, loss)
@@ -276,14 +300,13 @@ def policy_token_losses(
 
 
 def rollout_micro_step(
-    model: torch.nn.Module, batch: dict[str, Any], loss: PolicyLoss
+    model: torch.nn.Module, batch: dict[str, Any], loss: PolicyLoss, chunk: int | None = None
 ) -> MicroStep:
     """A micro-batch of completions (``collate_rollouts``): its share of the window's loss, and
     the metric sums, each scaled so the meters' division by the window's items gives its own
     mean: clip_ratio and kl over trained tokens, completion_length over completions."""
     check_out_of_memory(int(batch["input_ids"].shape[0]))  # failpoint (failpoints.py): rows
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    logps = -token_nll(logits, batch["labels"])
+    logps = -sequence_token_nll(model, batch, chunk)
     mask = (batch["labels"][:, 1:] != IGNORE_INDEX).to(logps.dtype)
     losses, metrics = policy_token_losses(logps, mask, batch, loss)
     summed = (losses.sum(-1) * batch["row_weight"].to(logps.dtype)).sum()

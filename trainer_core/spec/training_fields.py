@@ -116,6 +116,16 @@ class TrainingFields(SpecBase):
         examples=[True],
     )
 
+    loss_chunk_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 20,
+        description="A causal LM's head applied this many tokens at a time, recomputed in the "
+        "backward: the [tokens x vocabulary] logits are never held whole (the same loss; for "
+        "large vocabularies and long rows). Unset: whole logits",
+        examples=[1024],
+    )
+
     packing: bool = Field(
         default=False,
         description="Lay each micro-batch's rows end to end in one padding-free row: position "
@@ -135,6 +145,15 @@ class TrainingFields(SpecBase):
         if value and info.data.get("method", "sft") != "sft":
             raise ValueError(
                 "packing needs method sft (DPO's pairs and GRPO's rollouts are not packed)"
+            )
+        return value
+
+    @field_validator("loss_chunk_tokens")
+    @classmethod
+    def _chunks_of_tokens(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("task", "causal-lm") != "causal-lm":
+            raise ValueError(
+                "loss_chunk_tokens needs task causal-lm (a classifier has no vocabulary-wide head)"
             )
         return value
 

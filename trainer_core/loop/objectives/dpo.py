@@ -33,6 +33,7 @@ from trainer_core.accumulation import (
     pair_micro_step,
     token_nll,
 )
+from trainer_core.chunked_head import check_head
 from trainer_core.data.dpo import PreferencePlan, collate_pairs
 from trainer_core.data.loader import Planned
 from trainer_core.data.splits import PreferenceSplit, TokenizedSplit
@@ -118,7 +119,9 @@ class DpoObjective:
         pad_id: int,
     ) -> None:
         self.spec, self.train, self.device, self.pad_id = spec, train, device, pad_id
-        self.loss = pair_loss(spec)
+        self.loss, self.chunk = pair_loss(spec), spec.loss_chunk_tokens
+        if self.chunk:
+            check_head(model, device, spec.model)
         # An empty eval split is a plain one; one with rows holds pairs, as the train split.
         self.eval = evaluation if len(evaluation) else None
         if self.eval is not None:
@@ -139,7 +142,7 @@ class DpoObjective:
         return PreferencePlan(self.train, reference=self.reference, **planned.kwargs())
 
     def micro_step(self, model: torch.nn.Module, batch: dict[str, Any]) -> MicroStep:
-        return pair_micro_step(model, batch, self.loss, self.online)
+        return pair_micro_step(model, batch, self.loss, self.online, self.chunk)
 
     def evaluate(
         self, model: torch.nn.Module, world: World, predicted: list[int]

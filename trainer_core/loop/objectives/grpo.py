@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from trainer_core.accumulation import MicroStep, rollout_micro_step
+from trainer_core.chunked_head import check_head
 from trainer_core.data.grpo import RolloutPlan, RolloutSplit, WindowSource
 from trainer_core.data.loader import Planned
 from trainer_core.distributed import World
@@ -30,7 +31,9 @@ class GrpoObjective:
             raise JobError(
                 "packing: rollouts are not packed; train them without packing", param="packing"
             )
-        self.split, self.loss = split, split.loss
+        self.split, self.loss, self.chunk = split, split.loss, spec.loss_chunk_tokens
+        if self.chunk:
+            check_head(model, next(model.parameters()).device, spec.model)
         # A stream's epoch e is window e, sampled from this model when that epoch starts.
         self.model, self.source = model, source
 
@@ -43,7 +46,7 @@ class GrpoObjective:
         return RolloutPlan(self.split, windows=windows, **planned.kwargs())
 
     def micro_step(self, model: torch.nn.Module, batch: dict[str, Any]) -> MicroStep:
-        return rollout_micro_step(model, batch, self.loss)
+        return rollout_micro_step(model, batch, self.loss, self.chunk)
 
     def evaluate(
         self, model: torch.nn.Module, world: World, predicted: list[int]

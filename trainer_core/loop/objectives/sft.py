@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from trainer_core.accumulation import MicroStep, micro_step_loss
+from trainer_core.chunked_head import check_head
 from trainer_core.data.load import JobData
 from trainer_core.data.loader import EpochPlan, Planned
 from trainer_core.distributed import World
@@ -30,6 +31,9 @@ class SftObjective:
     ) -> None:
         self.spec, self.data, self.device, self.pad_id = spec, data, device, pad_id
         self.causal = spec.task == "causal-lm"
+        self.chunk = spec.loss_chunk_tokens
+        if self.chunk:  # before any step: a model whose logits are not its head's is refused
+            check_head(model, device, spec.model)
         self.layout = packing_layout(model) if spec.packing else None
         if self.layout is not None:  # before any step: a model that lets packed rows mix
             check_rows_isolated(model, device, spec.model, self.layout)
@@ -38,7 +42,7 @@ class SftObjective:
         return EpochPlan(self.data.train, packing=self.layout, **planned.kwargs())
 
     def micro_step(self, model: torch.nn.Module, batch: dict[str, Any]) -> MicroStep:
-        return micro_step_loss(model, batch, self.causal)
+        return micro_step_loss(model, batch, self.causal, self.chunk)
 
     def evaluate(
         self, model: torch.nn.Module, world: World, predicted: list[int]
