@@ -139,9 +139,9 @@ def _chunks(
         if grads is None:
             continue
         kept = labels[part] != IGNORE_INDEX
-        rows = torch.nonzero(kept).squeeze(-1)
         dlogits = logits.softmax(-1)
-        dlogits[rows, labels[part][rows]] -= 1
+        one_hot = kept.to(dlogits.dtype).unsqueeze(-1)  # 0 where ignored (its index: any)
+        dlogits.scatter_add_(1, labels[part].clamp(min=0).unsqueeze(-1), -one_hot)
         dlogits *= (kept if scale is None else scale[part] * kept).unsqueeze(-1)
         grads.add(part, dlogits, hidden, weight)
     return nll

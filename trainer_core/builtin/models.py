@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from transformers import (
+    AutoConfig,
     BertConfig,
     GPT2Config,
     PretrainedConfig,
@@ -17,6 +18,7 @@ from transformers import (
 )
 
 from trainer_core.spec.chat import BUILTIN_TEMPLATES
+from trainer_core.spec.shapes import SHAPES
 
 ASSETS = Path(__file__).parent / "assets"
 MAX_POSITIONS = 512
@@ -24,7 +26,7 @@ CHAT_SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>"]  # ChatML's turn markers, s
 
 
 def builtin_tokenizer(name: str) -> PreTrainedTokenizerBase:
-    if name == "builtin:tiny-chat":
+    if name == "builtin:tiny-chat" or name in SHAPES:
         # ChatML with generation markers and function calling (spec.chat.CHATML_TEMPLATE); a
         # turn ends with <|im_end|>, which is also what generation stops at (its EOS).
         return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
@@ -34,7 +36,7 @@ def builtin_tokenizer(name: str) -> PreTrainedTokenizerBase:
             unk_token="<|endoftext|>",
             pad_token="<|endoftext|>",
             additional_special_tokens=CHAT_SPECIAL_TOKENS,
-            chat_template=BUILTIN_TEMPLATES[name],
+            chat_template=BUILTIN_TEMPLATES["builtin:tiny-chat"],
             model_max_length=MAX_POSITIONS,
         )
     if name == "builtin:tiny-bert":
@@ -58,7 +60,17 @@ def builtin_tokenizer(name: str) -> PreTrainedTokenizerBase:
 
 
 def builtin_config(name: str, tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
-    """Configs of well under 1M parameters, with every dropout at zero (runs compare bit for bit)."""
+    """Configs of well under 1M parameters, with every dropout at zero (runs compare bit for bit);
+    a shape's config as its model's repository states it (``spec.shapes``), with the tokenizer's
+    special tokens."""
+    if name in SHAPES:
+        fields = dict(SHAPES[name])
+        ids = {
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        }
+        return AutoConfig.for_model(fields.pop("model_type"), **fields, **ids)
     if name == "builtin:tiny-bert":
         return BertConfig(
             vocab_size=len(tokenizer),

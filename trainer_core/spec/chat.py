@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from trainer_core.spec.shapes import SHAPES
 from trainer_core.spec.tools import (
     answer_problems,
     parallel_problems,
@@ -74,7 +75,8 @@ def template_text(chat_template: str) -> str:
 
 
 # The built-in models' own templates (their tokenizers are built with them: builtin/models.py).
-BUILTIN_TEMPLATES = {"builtin:tiny-chat": CHATML_TEMPLATE}
+# The shapes (``spec.shapes``) take tiny-chat's tokenizer, template included.
+BUILTIN_TEMPLATES = {"builtin:tiny-chat": CHATML_TEMPLATE, **dict.fromkeys(SHAPES, CHATML_TEMPLATE)}
 
 
 def known_template(chat_template: str | None, model: str) -> str | None:

@@ -1,0 +1,110 @@
+"""A job's memory plan per device, before it trains: the states counted from its model's
+parameters (``trainer_core.spec.memory``), and the activations of one micro-batch measured on
+the model itself, run on fake tensors (``FakeTensorMode``: shapes and dtypes, no data, no
+memory; an 8B's forward takes seconds): every tensor autograd saves for the backward, counted
+once per storage, with and without gradient checkpointing.
+
+The peak of a step is the states, then the larger of the gradients and what the backward starts
+from (the activations, the logits and their gradient): gradients grow layer by layer as the
+activations are freed, so the two meet at an end. A LoRA run is measured with its base frozen
+and its targeted layers trainable (an adapter's own activations are of rank r: negligible).
+Compared with the peak measured on this machine's CPU in bench/memory_plan.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, PretrainedConfig
+
+from trainer_core.spec.job import JobSpec
+from trainer_core.spec.memory import LORA_DEFAULTS, MemoryPlan, state_bytes
+
+
+def plan_memory(
+    spec: JobSpec,
+    config: PretrainedConfig,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    device_bytes: int | None = None,
+    shards: int = 1,
+) -> MemoryPlan:
+    """The plan of ``spec``'s model (``config``) at ``micro_batch`` rows of ``seq_len`` tokens
+    (a DPO row is two sequences)."""
+    fields = config.to_dict()
+    lora = None if spec.lora is None else (spec.lora.r, tuple(spec.lora.target_modules or ()))
+    four_bit = bool(getattr(spec, "load_in_4bit", False))
+    states = state_bytes(fields, optimizer=spec.optim, lora=lora, four_bit=four_bit, shards=shards)
+    rows = micro_batch * (2 if spec.method == "dpo" else 1)
+    acts = {
+        mode: _saved_bytes(config, spec, rows, seq_len, checkpointing=mode)
+        for mode in (False, True)
+    }
+    return MemoryPlan(
+        weights=states.weights,
+        gradients=states.gradients,
+        optimizer=states.optimizer,
+        activations=acts[False],
+        activations_checkpointed=acts[True],
+        logits=_logits_bytes(fields, spec, rows, seq_len),
+        checkpointing=spec.gradient_checkpointing,
+        device=device_bytes,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        shards=shards,
+    )
+
+
+def _logits_bytes(fields: dict[str, Any], spec: JobSpec, rows: int, seq_len: int) -> int:
+    """Whole logits: the fp32 logits and their gradient. In chunks: a chunk's logits, softmax and
+    gradient, and the head's weight gradient summed in fp32 beside the model's own."""
+    vocab, hidden = int(fields["vocab_size"]), int(fields.get("hidden_size") or fields["n_embd"])
+    chunk = spec.loss_chunk_tokens
+    if chunk is None:
+        return 2 * 4 * rows * seq_len * vocab
+    return 3 * 4 * min(chunk, rows * seq_len) * vocab + 4 * vocab * hidden
+
+
+def _saved_bytes(
+    config: PretrainedConfig, spec: JobSpec, rows: int, seq_len: int, *, checkpointing: bool
+) -> int:
+    """What one forward of ``rows`` x ``seq_len`` saves for the backward, on fake tensors; with
+    checkpointing, the blocks' inputs and one block recomputed in the backward."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    seen: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        seen[id(storage)] = storage.nbytes()
+        return tensor
+
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec.mixed_precision == "bf16")
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model: Any = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+        _trainable_as_the_job(model, spec, str(config.model_type))
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        model.train()
+        ids = torch.zeros((rows, seq_len), dtype=torch.long)
+        with autocast, torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            model.get_decoder()(input_ids=ids, attention_mask=torch.ones_like(ids))
+    saved = sum(seen.values())
+    if not checkpointing:
+        return saved
+    full = _saved_bytes(config, spec, rows, seq_len, checkpointing=False)
+    return saved + full // max(1, int(config.num_hidden_layers))  # one block recomputed
+
+
+def _trainable_as_the_job(model: Any, spec: JobSpec, model_type: str) -> None:
+    """With LoRA, the base frozen and the targeted layers' weights trainable: their inputs are
+    saved as an adapter's are, and a frozen layer saves nothing for its weight."""
+    if spec.lora is None and not getattr(spec, "load_in_4bit", False):
+        return
+    names = set(spec.lora.target_modules or ()) if spec.lora else set()
+    names = names or set(LORA_DEFAULTS.get(model_type, ()))
+    for name, parameter in model.named_parameters():
+        parts = name.split(".")
+        parameter.requires_grad_(len(parts) > 1 and parts[-2] in names)
