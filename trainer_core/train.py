@@ -47,6 +47,7 @@ from trainer_core.loop.context import RunContext
 from trainer_core.loop.notices import start_warnings
 from trainer_core.loop.run import TrainingRun
 from trainer_core.loop.stopping import TrainingPreempted
+from trainer_core.model.memory_plan import job_plan
 from trainer_core.spec.batching import accumulation_for
 from trainer_core.spec.callbacks import (
     NULL_CALLBACK,
@@ -83,7 +84,16 @@ def _start_info(ctx: RunContext) -> dict[str, Any]:
         "dataset_format": ctx.data.format,
         "rows_without_trained_tokens": ctx.data.dropped,
         "warnings": start_warnings(ctx),
+        "memory_plan": _memory_plan(ctx),
     }
+
+
+def _memory_plan(ctx: RunContext) -> dict[str, Any] | None:
+    """The job's memory plan per device (rank 0 reports it)."""
+    if not ctx.world.is_main:
+        return None
+    plan = job_plan(ctx.spec, ctx.model, micro_batch=ctx.micro_batch_size, device=ctx.device)
+    return None if plan is None else plan.as_dict() | {"line": plan.line()}
 
 
 def _log_start(ctx: RunContext, info: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import PreTrainedModel
 
+from trainer_core.model.quantized import frozen_4bit_keys
 from trainer_core.spec.outputs import CHECKPOINT_STATE, step_of
 
 WEIGHTS = "model.safetensors"
@@ -146,11 +147,13 @@ def best_checkpoint(latest: Path, step: int) -> Path:
 def load_weights(path: Path, model: PreTrainedModel) -> None:
     """Load model weights; a key the snapshot dropped must be tied to a loaded tensor (GPT-2's
     lm_head is its embedding). A LoRA model's checkpoint holds its whole state dict too, under
-    peft's names: the adapters, the new head and the frozen base it was built on."""
+    peft's names: the adapters, the new head and the frozen base it was built on (but a 4-bit
+    base's quantized weights, which the base makes again)."""
     loaded = load_file(str(path / WEIGHTS))
     missing, unexpected = model.load_state_dict(loaded, strict=False)
     params = dict(model.state_dict())
     loaded_ptrs = {params[k].data_ptr() for k in loaded if k in params}
-    untied = [k for k in missing if params[k].data_ptr() not in loaded_ptrs]
+    frozen = frozen_4bit_keys(model)  # a 4-bit base's, left out of the checkpoint
+    untied = [k for k in missing if params[k].data_ptr() not in loaded_ptrs and k not in frozen]
     if unexpected or untied:
         raise RuntimeError(f"checkpoint does not fit the model: {unexpected or untied}")

@@ -41,6 +41,7 @@ from trainer_core.checkpoint.format import (
     recover_interrupted_swap,
     rng_state,
 )
+from trainer_core.model.quantized import frozen_4bit_keys
 from trainer_core.spec.outputs import CHECKPOINT_STATE, step_of
 
 if TYPE_CHECKING:
@@ -108,9 +109,10 @@ def snapshot(
 ) -> Snapshot:
     weights: dict[str, torch.Tensor] = {}
     seen: set[int] = set()
+    frozen = frozen_4bit_keys(model)  # a 4-bit base's: made again from the base on resume
     for name, tensor in model.state_dict().items():
         # Tied weights (GPT-2's lm_head = wte) are stored once, as save_pretrained does.
-        if tensor.data_ptr() in seen:
+        if tensor.data_ptr() in seen or name in frozen:
             continue
         seen.add(tensor.data_ptr())
         weights[name] = staging.copy(f"model/{name}", tensor)

@@ -25,6 +25,7 @@ from trainer_core.loop.objectives import objective_for
 from trainer_core.model.load import load_model, load_tokenizer
 from trainer_core.model.optim import build_optimizer, build_scheduler
 from trainer_core.model.precision import check_precision
+from trainer_core.model.quantized import is_quantized
 from trainer_core.spec.batching import accumulation_for
 from trainer_core.spec.dpo import Method
 from trainer_core.spec.errors import JobError
@@ -150,8 +151,9 @@ def build_context(
     if state is not None and halved is not None:
         state = replan.apply(state, halved)
     data = inputs.data
-    model = load_model(spec, inputs.tokenizer, data.label_names)
-    model.to(inputs.device)  # type: ignore[arg-type]
+    model = load_model(spec, inputs.tokenizer, data.label_names, inputs.device)
+    if not is_quantized(model):  # a 4-bit base is placed as it is quantized
+        model.to(inputs.device)  # type: ignore[arg-type]
     choice = _micro_batch(spec, state, model, inputs, halved)
     b, k = choice.size, choice.accumulation
     world = inputs.world

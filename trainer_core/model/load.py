@@ -21,6 +21,7 @@ from transformers import (
 from transformers.utils.peft_utils import find_adapter_config_file
 
 from trainer_core.builtin.models import builtin_tokenizer
+from trainer_core.model.quantized import four_bit_config, load_4bit, ready_for_adapters, requantized
 from trainer_core.model.trained import (
     build_builtin,
     check_trained,
@@ -29,7 +30,7 @@ from trainer_core.model.trained import (
     load_trained,
 )
 from trainer_core.spec.chat import template_text
-from trainer_core.spec.errors import ModelError
+from trainer_core.spec.errors import JobError, ModelError
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.sources import classify_source, local_path, shadowed
 
@@ -131,30 +132,45 @@ def _label_kwargs(label_names: list[str]) -> dict[str, object]:
     }
 
 
-def _pretrained(spec: JobSpec, auto: Any, kwargs: dict[str, object]) -> Any:
+def _pretrained(spec: JobSpec, auto: Any, kwargs: dict[str, object], device: torch.device) -> Any:
     source, revision = _source(spec.model)
     if classify_source(spec.model) != "local":
+        if spec.load_in_4bit:
+            return load_4bit(auto, source, device, revision=revision, **kwargs)
         return auto.from_pretrained(source, revision=revision, trust_remote_code=False, **kwargs)
     # A fine-tuned model's adapters are merged into their base: a job trained from it starts
     # from its weights. A built-in base is made from its own job's seed: the new weights of
     # this job (adapters, a head) follow this job's seed again.
     model = load_trained(Path(source), auto, label_kwargs=kwargs)
+    if spec.load_in_4bit:
+        model = requantized(model, auto, device)
     torch.manual_seed(spec.seed)
     return model
 
 
 def load_model(
-    spec: JobSpec, tokenizer: PreTrainedTokenizerBase, label_names: list[str] | None
+    spec: JobSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    label_names: list[str] | None,
+    device: torch.device | None = None,
 ) -> PreTrainedModel:
+    """``device``: where a 4-bit base is quantized and placed (the others move after)."""
     torch.manual_seed(spec.seed)  # new weights (a built-in model, a fresh head) follow the seed
     auto = AutoModelForCausalLM if spec.task == "causal-lm" else AutoModelForSequenceClassification
     kwargs = _label_kwargs(label_names) if label_names is not None else {}
+    device = device or torch.device("cpu")
+    if spec.load_in_4bit:
+        four_bit_config(device)  # refused before anything loads where it cannot run
     if classify_source(spec.model) == "builtin":
         model = build_builtin(spec.model, spec.seed, auto, kwargs, tokenizer)
+        if spec.load_in_4bit:
+            model = requantized(model, auto, device)
     else:
         try:
-            model = _pretrained(spec, auto, kwargs)
+            model = _pretrained(spec, auto, kwargs, device)
         except ModelError:
+            raise
+        except JobError:
             raise
         except Exception as exc:
             raise unavailable(f"a {spec.task} model from", spec.model, exc) from exc
@@ -162,7 +178,9 @@ def load_model(
         model.config.pad_token_id = tokenizer.pad_token_id
     if tokenizer.pad_token_id is not None and tokenizer.pad_token_id >= model.config.vocab_size:
         raise ModelError("model: tokenizer and model vocabularies disagree", param="model")
-    if spec.gradient_checkpointing:
+    if spec.load_in_4bit:  # peft's preparation, checkpointing included when asked
+        model = ready_for_adapters(model, spec.gradient_checkpointing)
+    elif spec.gradient_checkpointing:
         # Re-computes activations in backward instead of keeping them; non-reentrant, so frozen
         # inputs (LoRA) still get gradients.
         model.activation_checkpointing_enable(

@@ -13,13 +13,16 @@ Compared with the peak measured on this machine's CPU in bench/memory_plan.py.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from trainer_core.spec.job import JobSpec
-from trainer_core.spec.memory import LORA_DEFAULTS, MemoryPlan, state_bytes
+from trainer_core.spec.memory import LORA_DEFAULTS, MemoryPlan, inventory, state_bytes
+
+log = logging.getLogger(__name__)
 
 
 def plan_memory(
@@ -85,8 +88,9 @@ def _saved_bytes(
     with FakeTensorMode(allow_non_fake_inputs=True):
         model: Any = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
         _trainable_as_the_job(model, spec, str(config.model_type))
-        if checkpointing:
-            model.gradient_checkpointing_enable()
+        if checkpointing:  # transformers 5's name, and the one before it
+            enable = getattr(model, "activation_checkpointing_enable", None)
+            (enable or model.gradient_checkpointing_enable)()
         model.train()
         ids = torch.zeros((rows, seq_len), dtype=torch.long)
         with autocast, torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
@@ -108,3 +112,27 @@ def _trainable_as_the_job(model: Any, spec: JobSpec, model_type: str) -> None:
     for name, parameter in model.named_parameters():
         parts = name.split(".")
         parameter.requires_grad_(len(parts) > 1 and parts[-2] in names)
+
+
+def job_plan(
+    spec: JobSpec, model: Any, *, micro_batch: int, device: torch.device, shards: int = 1
+) -> MemoryPlan | None:
+    """The plan of a running job's model (its config; a LoRA model's base's), at its
+    ``max_seq_length``, against the device's memory (a GPU's; none on the CPU). None where no
+    plan is made: a classifier, a family whose parameters are not counted here."""
+    config = getattr(model, "config", None)
+    if spec.task != "causal-lm" or config is None or inventory(config.to_dict()) is None:
+        return None
+    total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    try:
+        return plan_memory(
+            spec,
+            config,
+            micro_batch=micro_batch,
+            seq_len=spec.max_seq_length,
+            device_bytes=total,
+            shards=shards,
+        )
+    except Exception as exc:  # a plan is advice: never the reason a job fails
+        log.warning("no memory plan for %s: %s: %s", spec.model, type(exc).__name__, exc)
+        return None

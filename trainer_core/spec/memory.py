@@ -100,7 +100,7 @@ class MemoryPlan:
         }
 
     def line(self) -> str:
-        """One line for an event: each part in GiB."""
+        """One line for an event: each part in GiB (MiB under one)."""
         acts = self.activations_checkpointed if self.checkpointing else self.activations
         parts = [
             f"weights {_gib(self.weights)}",
@@ -114,7 +114,7 @@ class MemoryPlan:
 
 
 def _gib(value: int) -> str:
-    return f"{value / 2**30:.2f} GiB"
+    return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
 
 
 def inventory(config: Mapping[str, Any]) -> Inventory | None:

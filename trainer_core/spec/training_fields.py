@@ -183,6 +183,26 @@ class TrainingFields(SpecBase):
         description="With lora: also save the adapters merged into a plain model",
         examples=[False],
     )
+    load_in_4bit: bool = Field(
+        default=False,
+        description="QLoRA: the frozen base's linear layers held in 4 bits (bitsandbytes nf4, "
+        "computed in bf16), the adapters trained in fp32; needs lora. The merged model is the "
+        "adapters on the full-precision base (GET .../artifacts/model?merged=true)",
+        examples=[True],
+    )
+
+    @field_validator("load_in_4bit")
+    @classmethod
+    def _four_bit_base_for_adapters(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("lora") is None:
+            raise ValueError("load_in_4bit needs lora: a 4-bit base is frozen, adapters train")
+        if value and info.data.get("merge_lora"):
+            raise ValueError(
+                "load_in_4bit: the adapters are merged into the full-precision "
+                "base on download (artifacts/model?merged=true), not into 4 bits "
+                "here: leave merge_lora false"
+            )
+        return value
 
     @field_validator("mixed_precision")
     @classmethod

@@ -182,6 +182,9 @@ class DatabaseCallback(TrainingCallback):
             step=int(info.get("start_step") or 0),
             dataset_format=info.get("dataset_format"),
         )
+        plan = info.get("memory_plan")
+        if plan:
+            self._update(("memory_plan", str(plan["line"])))
         for warning in info.get("warnings") or []:
             self._update(("warning", str(warning)))
 
