@@ -83,6 +83,14 @@ def shard(rows: list[int], world: World) -> list[int]:
     return rows[start:end]
 
 
+def collective_rows(rows: int, world: World, batch_size: int) -> int:
+    """How far every rank steps through its share of ``rows`` in batches of ``batch_size``: the
+    largest share's batches, so that each rank runs as many forwards (a sharded model's forward
+    is a collective: a rank with a batch fewer would leave the others waiting)."""
+    largest = -(-rows // world.size)
+    return -(-largest // batch_size) * batch_size
+
+
 # Called with each DDP model a backend trains (the bench and the tests count all-reduces with a
 # communication hook on it); empty in production.
 _ddp_observers: list[Callable[[DistributedDataParallel], None]] = []

@@ -38,6 +38,7 @@ from transformers.utils import logging as hf_logging
 
 from trainer_core.backends import get_backend
 from trainer_core.checkpoint.format import best_checkpoint, load_weights
+from trainer_core.checkpoint.sharded import load_shards
 from trainer_core.data.cache import DataCache
 from trainer_core.data.grpo import RolloutSplit, RolloutStream
 from trainer_core.distributed import barrier
@@ -48,6 +49,7 @@ from trainer_core.loop.notices import start_warnings
 from trainer_core.loop.run import TrainingRun
 from trainer_core.loop.stopping import TrainingPreempted
 from trainer_core.model.memory_plan import job_plan
+from trainer_core.model.sharding import full_state_dict, is_sharded
 from trainer_core.spec.batching import accumulation_for
 from trainer_core.spec.callbacks import (
     NULL_CALLBACK,
@@ -92,7 +94,15 @@ def _memory_plan(ctx: RunContext) -> dict[str, Any] | None:
     """The job's memory plan per device (rank 0 reports it)."""
     if not ctx.world.is_main:
         return None
-    plan = job_plan(ctx.spec, ctx.model, micro_batch=ctx.micro_batch_size, device=ctx.device)
+    shards = ctx.world.size if ctx.spec.sharding == "fsdp" else 1
+    plan = job_plan(
+        ctx.spec,
+        ctx.model,
+        micro_batch=ctx.micro_batch_size,
+        device=ctx.device,
+        shards=shards,
+        accumulation=ctx.accumulation,
+    )
     return None if plan is None else plan.as_dict() | {"line": plan.line()}
 
 
@@ -132,12 +142,14 @@ def _batch_info(ctx: RunContext, choice: MicroBatchChoice, tried: list[int]) -> 
     }
 
 
-def _save_model(ctx: RunContext) -> dict[str, str]:
+def _save_model(ctx: RunContext, whole: dict[str, torch.Tensor] | None = None) -> dict[str, str]:
+    """The final model (rank 0). ``whole``: a sharded model's state, gathered whole."""
     if ctx.spec.lora is not None:
         from trainer_core.model.lora import save_outputs
 
-        return save_outputs(ctx.model, ctx.tokenizer, ctx.output_dir, merge=ctx.spec.merge_lora)
-    ctx.model.save_pretrained(ctx.output_dir / MODEL_DIR, safe_serialization=True)
+        merge = ctx.spec.merge_lora
+        return save_outputs(ctx.model, ctx.tokenizer, ctx.output_dir, merge=merge, whole=whole)
+    ctx.model.save_pretrained(ctx.output_dir / MODEL_DIR, safe_serialization=True, state_dict=whole)
     ctx.tokenizer.save_pretrained(ctx.output_dir / MODEL_DIR)
     return {"model_dir": str(ctx.output_dir / MODEL_DIR)}
 
@@ -166,9 +178,12 @@ def _finish(
     }
     if status == "completed":
         summary |= run.selection.summary(run.stop_reason)
+    sharded = is_sharded(ctx.model)
+    if status == "completed" and sharded:  # every rank gathers the model, rank 0 writes it
+        summary |= _save_sharded(ctx, run)
     if not ctx.world.is_main:
         return summary  # rank 0 writes the run's files
-    if status == "completed":
+    if status == "completed" and not sharded:
         best = run.selection.state.best_step
         if run.selection.load_best and best is not None:
             load_weights(best_checkpoint(ctx.checkpoint_dir, best), ctx.model)
@@ -176,6 +191,21 @@ def _finish(
         summary |= _save_model(ctx)
     (ctx.output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def _save_sharded(ctx: RunContext, run: TrainingRun) -> dict[str, Any]:
+    """A sharded model consolidated: the best checkpoint's shards loaded when selecting, the
+    whole state gathered to rank 0's CPU memory, written as any model (the plain safetensors
+    folder download, serving and the merged export read)."""
+    saved: dict[str, Any] = {}
+    best = run.selection.state.best_step
+    if run.selection.load_best and best is not None:
+        load_shards(best_checkpoint(ctx.checkpoint_dir, best), ctx.model, None)
+        saved["model_step"] = best
+    whole = full_state_dict(ctx.model)
+    if ctx.world.is_main:
+        saved |= _save_model(ctx, whole)
+    return saved
 
 
 def _out_of_memory(ctx: RunContext, tried: list[int]) -> OutOfMemory:

@@ -24,8 +24,10 @@ from accelerate.data_loader import prepare_data_loader
 from accelerate.state import AcceleratorState, GradientState
 
 from trainer_core.accumulation import MicroStep
+from trainer_core.checkpoint.resume import restore_weights
 from trainer_core.distributed import ddp_ready
 from trainer_core.loop.run import TrainingRun
+from trainer_core.model.sharding import fsdp_plugin, local_norm, shard_on_cpu
 
 
 class AccelerateLoop:
@@ -37,12 +39,18 @@ class AccelerateLoop:
         # (The process group of a multi-process job stays: only a single process resets it.)
         AcceleratorState._reset_state(reset_partial_state=not ctx.world.distributed)
         GradientState._reset_state()
+        plugin = fsdp_plugin(ctx.model) if ctx.spec.sharding == "fsdp" else None
         self.accelerator = Accelerator(
             gradient_accumulation_steps=ctx.accumulation,
             mixed_precision=ctx.spec.mixed_precision,
             cpu=ctx.device.type == "cpu",
+            fsdp_plugin=plugin,
         )
+        if plugin is not None:
+            shard_on_cpu(self.accelerator, plugin)
         self.model, self.optimizer = self.accelerator.prepare(ctx.model, ctx.optimizer)
+        if ctx.spec.sharding == "fsdp" and ctx.resumed is not None:  # its shards, once sharded
+            restore_weights(ctx.checkpoint_dir, ctx.model, ctx.optimizer)
         self.scheduler = ctx.scheduler
         # Wrapped like prepare() would, for a world of one: it still marks the end of the epoch,
         # which closes a partial last window.
@@ -78,6 +86,7 @@ class AccelerateLoop:
         grad_norm: torch.Tensor | None = self.accelerator.clip_grad_norm_(
             self.model.parameters(), max_norm
         )
+        grad_norm = None if grad_norm is None else local_norm(grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad()

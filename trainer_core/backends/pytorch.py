@@ -5,7 +5,10 @@ before clipping; the scheduler does not step when the scaler skipped an overflow
 Accelerate and the Trainer).
 
 With several processes the model is wrapped in DDP, and every micro-batch but a window's last
-runs under ``no_sync()``: gradients are all-reduced once per window (``distributed``).
+runs under ``no_sync()``: gradients are all-reduced once per window (``distributed``). A sharded
+model (``sharding: "fsdp"``, sharded as the run was built: ``model.sharding``) is DDP's twin: every
+backward but a window's last keeps its gradients (``set_requires_gradient_sync(False)``), the
+last reduce-scatters them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from trainer_core.accumulation import MicroStep
 from trainer_core.distributed import wrap
 from trainer_core.loop.run import TrainingRun
 from trainer_core.model.precision import autocast, grad_scaler
+from trainer_core.model.sharding import is_sharded, local_norm, set_gradient_sync
 
 
 def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -36,7 +40,8 @@ class PlainLoop:
         self.ctx = run.ctx
         self.scaler = grad_scaler(run.ctx.spec.mixed_precision)
         self.model: torch.nn.Module = run.ctx.model
-        if run.ctx.world.distributed:
+        self.sharded = is_sharded(run.ctx.model)
+        if run.ctx.world.distributed and not self.sharded:
             self.model = wrap(run.ctx.model, run.ctx.device)
         run.drive(self)
 
@@ -46,6 +51,8 @@ class PlainLoop:
             yield to_device(batch, self.ctx.device)
 
     def forward_backward(self, batch: dict[str, Any]) -> MicroStep:
+        if self.sharded:
+            set_gradient_sync(self.model, bool(batch["last_in_window"]))
         with self._sync_context(batch):
             with autocast(self.ctx.spec.mixed_precision, self.ctx.device):
                 step = self.ctx.micro_step(self.model, batch)
@@ -68,7 +75,7 @@ class PlainLoop:
             scaler.unscale_(ctx.optimizer)  # once per window: clipping sees the true gradients
         # max_norm=inf measures without clipping; the norm stays on the device until logged.
         max_norm = ctx.spec.max_grad_norm if ctx.spec.max_grad_norm > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), max_norm)
+        grad_norm = local_norm(torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), max_norm))
         if scaler is None:
             ctx.optimizer.step()
             ctx.scheduler.step()

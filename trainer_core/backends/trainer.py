@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,8 +37,10 @@ from transformers import (
     TrainingArguments,
 )
 
+from trainer_core.checkpoint.resume import restore_weights
 from trainer_core.distributed import ddp_ready
 from trainer_core.loop.run import TrainingRun
+from trainer_core.model.sharding import block_classes, fp32_reduction, local_norm, shard_on_cpu
 
 
 class _ExactTrainer(Trainer):
@@ -48,8 +51,47 @@ class _ExactTrainer(Trainer):
     def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:
         # The Trainer computes the pre-clip norm here (with max_norm=inf when clipping is off)
         # but hands it to no callback: keep it for the run's step record.
-        self.last_grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)  # type: ignore[no-untyped-call]
+        norm = super()._get_grad_norm(model, grad_norm=grad_norm)  # type: ignore[no-untyped-call]
+        self.last_grad_norm = norm if norm is None else local_norm(norm)
         return self.last_grad_norm
+
+    def create_accelerator_and_postprocess(self) -> None:
+        """With sharding, the Trainer's FSDP2 plugin (its ``fsdp`` arguments) reducing gradients
+        in fp32, and turned on for CPU processes too (``model.sharding.shard_on_cpu``)."""
+        plugin_args = self.args.fsdp_plugin_args
+        if plugin_args is not None:  # the Trainer sets no policy: it would reduce in 16 bits
+            plugin_args["mixed_precision_policy"] = fp32_reduction()
+        super().create_accelerator_and_postprocess()
+        if plugin_args is not None and not self.is_fsdp_enabled:
+            from accelerate.utils import FullyShardedDataParallelPlugin
+
+            shard_on_cpu(self.accelerator, FullyShardedDataParallelPlugin(**plugin_args))
+            self.is_fsdp_enabled = True
+
+    def create_optimizer(self, model: Any = None) -> Any:
+        """The run's optimizer: with sharding the Trainer asks for it before it shards the
+        model, and Accelerate moves it onto the shards (it refuses one given at init)."""
+        if self.optimizer is None:
+            self.optimizer = self.training_run.ctx.optimizer
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+        if self.lr_scheduler is None:
+            self.lr_scheduler = self.training_run.ctx.scheduler  # type: ignore[assignment]
+        return self.lr_scheduler
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        if not self.is_fsdp_enabled:  # a sharded model's load with its optimizer's, below
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """A sharded checkpoint is read by the run's own loader (``restore_weights``: the
+        whole peft state, any number of ranks); the schedule was restored with the run."""
+        if checkpoint is None or not self.is_fsdp_enabled:
+            super()._load_optimizer_and_scheduler(checkpoint)
+            return
+        ctx = self.training_run.ctx
+        restore_weights(Path(checkpoint), ctx.model, ctx.optimizer)
 
     def get_train_dataloader(self) -> Any:
         return self.training_run.ctx.loader
@@ -101,6 +143,20 @@ class _RunHooks(TrainerCallback):
             control.should_training_stop = True
 
 
+def _sharding(run: TrainingRun) -> dict[str, Any]:
+    """The Trainer's ``fsdp`` arguments for a sharded job: FSDP2 on the model's blocks, its
+    checkpoints sharded (DCP, in the layout every backend writes and resumes from)."""
+    if run.ctx.spec.sharding != "fsdp":
+        return {}
+    config = {
+        "version": 2,
+        "transformer_layer_cls_to_wrap": sorted(block_classes(run.ctx.model)),
+        "reshard_after_forward": True,
+        "state_dict_type": "SHARDED_STATE_DICT",
+    }
+    return {"fsdp": True, "fsdp_config": config}
+
+
 class TrainerLoop:
     def run(self, run: TrainingRun) -> None:
         ctx = run.ctx
@@ -126,12 +182,15 @@ class TrainerLoop:
                 dataloader_pin_memory=False,
                 average_tokens_across_devices=False,
                 ddp_find_unused_parameters=False,  # every parameter gets a gradient: skip the search
+                **_sharding(run),
             )
             hooks = _RunHooks(run)
+            sharded = spec.sharding == "fsdp"
             trainer = _ExactTrainer(
                 model=ctx.model,
                 args=args,
-                optimizers=(ctx.optimizer, ctx.scheduler),  # type: ignore[arg-type]
+                # A sharded model's are made once the Trainer has sharded it
+                optimizers=(None, None) if sharded else (ctx.optimizer, ctx.scheduler),  # type: ignore[arg-type]
                 callbacks=[hooks],
             )
             hooks.trainer = trainer

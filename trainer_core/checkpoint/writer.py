@@ -41,6 +41,8 @@ from trainer_core.checkpoint.format import (
     recover_interrupted_swap,
     rng_state,
 )
+from trainer_core.checkpoint.sharded import save_shards
+from trainer_core.distributed import World, barrier
 from trainer_core.model.quantized import frozen_4bit_keys
 from trainer_core.spec.outputs import CHECKPOINT_STATE, step_of
 
@@ -143,11 +145,22 @@ def write_files(folder: Path, snap: Snapshot) -> None:
 def install(path: Path, snap: Snapshot, keep: int, keep_step: int | None = None) -> None:
     """Write ``snap`` beside ``path`` and swap it in by rename; keep ``keep`` checkpoints, and
     ``keep_step``'s (the best) beyond them."""
+    tmp = fresh_folder(path)
+    write_files(tmp, snap)
+    swap_in(path, tmp, keep, keep_step)
+
+
+def fresh_folder(path: Path) -> Path:
+    """The empty folder a new checkpoint is written in, beside ``path``."""
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)  # what a killed write left behind
     recover_interrupted_swap(path)  # and a killed swap
     tmp.mkdir(parents=True)
-    write_files(tmp, snap)
+    return tmp
+
+
+def swap_in(path: Path, tmp: Path, keep: int, keep_step: int | None) -> None:
+    """``tmp`` (complete) becomes ``path``; the one it replaces is kept or pruned."""
     old = path.with_name(path.name + ".old")
     if path.exists():
         path.rename(old)  # a crash from here on: recover_interrupted_swap finishes the swap
@@ -193,6 +206,39 @@ class CheckpointWriter:
         self._thread.start()
         self.stalls.append(time.perf_counter() - started)
         return done
+
+    def save_sharded(
+        self,
+        info: dict[str, Any],
+        *,
+        world: World,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        trainer_state: TrainerState,
+        state: dict[str, Any],
+        keep_step: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """A sharded model's checkpoint, by every rank at once and before training goes on (a
+        collective): each rank writes its shards into the new folder, then rank 0 the rest
+        (``gradacc_state.json`` last) and swaps it in. Returns the info on rank 0."""
+        started = time.perf_counter()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        if world.is_main:
+            tmp = fresh_folder(self.path)
+        barrier(world)  # the folder exists, empty, for every rank
+        save_shards(tmp, model, optimizer)
+        barrier(world)  # every rank's shards are written
+        if world.is_main:
+            config: Any = model.config
+            (tmp / CONFIG).write_text(config.to_json_string())
+            torch.save(scheduler.state_dict(), tmp / SCHEDULER)
+            torch.save(rng_state(), tmp / RNG)
+            trainer_state.save_to_json(str(tmp / TRAINER_STATE))
+            (tmp / CHECKPOINT_STATE).write_text(json.dumps(state))  # last: marks it complete
+            swap_in(self.path, tmp, self.keep, keep_step)
+        self.stalls.append(time.perf_counter() - started)
+        return [info] if world.is_main else []
 
     def _write(self, snap: Snapshot, keep_step: int | None) -> None:
         yield_to_training()

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from trainer_core.checkpoint.resume import RunState, read_run_state, restore
+from trainer_core.checkpoint.resume import RunState, read_run_state, rescaled, restore
 from trainer_core.data.cache import DataCache
 from trainer_core.data.grpo import RolloutSplit, RolloutStream, WindowSource
 from trainer_core.data.load import JobData, load_job_data
@@ -26,6 +26,7 @@ from trainer_core.model.load import load_model, load_tokenizer
 from trainer_core.model.optim import build_optimizer, build_scheduler
 from trainer_core.model.precision import check_precision
 from trainer_core.model.quantized import is_quantized
+from trainer_core.model.sharding import shard_model
 from trainer_core.spec.batching import accumulation_for
 from trainer_core.spec.dpo import Method
 from trainer_core.spec.errors import JobError
@@ -147,6 +148,8 @@ def build_context(
     spec: JobSpec, output_dir: Path, inputs: Inputs, *, resume: bool
 ) -> tuple[RunContext, MicroBatchChoice]:
     state = read_run_state(output_dir / CHECKPOINT_DIR, spec) if resume else None
+    if state is not None:  # saved by another number of processes: the same windows, rescaled
+        state = rescaled(state, inputs.world.size)
     halved = replan.in_force(output_dir, state) if inputs.world.distributed else None
     if state is not None and halved is not None:
         state = replan.apply(state, halved)
@@ -168,6 +171,9 @@ def build_context(
         pad_id=inputs.pad_id,
         windows=inputs.windows,
     )
+    sharded_here = spec.sharding == "fsdp" and spec.backend == "pytorch"
+    if sharded_here:  # (Accelerate and the Trainer shard as they prepare the model)
+        shard_model(model)  # after the objective: DPO's reference is the whole starting model
     plan = objective.plan(Planned(b, k, spec.seed, inputs.pad_id, world, spec.groups_by_length))
     cuda = inputs.device.type == "cuda"
     loader = EpochLoader(plan, num_workers=inputs.loader_workers, pin_memory=cuda)
@@ -194,6 +200,13 @@ def build_context(
         world=world,
         objective=objective,
     )
-    if state is not None:
-        restore(ctx.checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler)
+    if state is not None:  # a backend that shards the model loads its state once it has
+        weights = spec.sharding == "none" or sharded_here
+        restore(
+            ctx.checkpoint_dir,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            weights=weights,
+        )
     return ctx, choice

@@ -11,7 +11,14 @@ import torch
 
 from trainer_core.accumulation import MicroBatch, collate, summed_loss, token_hits
 from trainer_core.data.splits import TokenizedSplit
-from trainer_core.distributed import SINGLE, World, gather_lists, shard, sum_over_ranks
+from trainer_core.distributed import (
+    SINGLE,
+    World,
+    collective_rows,
+    gather_lists,
+    shard,
+    sum_over_ranks,
+)
 
 
 def macro_f1(predictions: list[int], labels: Sequence[int], num_classes: int) -> float:
@@ -45,8 +52,9 @@ def evaluate(
     hits = torch.zeros((), dtype=torch.long, device=device)
     predictions: list[torch.Tensor] = []
     rows = shard(list(range(len(split))), world)
-    for start in range(0, len(rows), batch_size):
-        chunk = MicroBatch(rows[start : start + batch_size], 0, 1, True)
+    for start in range(0, collective_rows(len(split), world, batch_size), batch_size):
+        own = rows[start : start + batch_size]
+        chunk = MicroBatch(own or [0], 0, 1, True)  # a rank out of rows: a stand-in, dropped
         batch: dict[str, Any] = collate(
             split.input_ids, split.labels, chunk, pad_id, split.loss_mask
         )
@@ -54,6 +62,8 @@ def evaluate(
         mask = batch["attention_mask"].to(device)
         labels = batch["labels"].to(device)
         logits = model(input_ids=ids, attention_mask=mask).logits
+        if not own:
+            continue
         loss_sum += summed_loss(logits, labels, causal)
         if causal:
             hits += token_hits(logits, labels)

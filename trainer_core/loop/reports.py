@@ -176,6 +176,8 @@ def evaluation_report(
         }
     if count == 0 or ctx.tokenizer is None:
         return {"samples": []}
+    if spec.sharding == "fsdp":  # rank 0 alone cannot run a sharded model: its forward gathers
+        return {"samples": None}
     if not budget.allows(final):
         return {"samples": None}  # skipped: within the time budget, the next evaluation has them
     started = time.perf_counter()

@@ -378,6 +378,7 @@ class TrainingRun:
             evaluation={"step": self._last_eval[0], **self._last_eval[1]}
             if self._last_eval
             else None,
+            world_size=ctx.world.size,
         )
         self.checkpoints.save(state, keep_step=self.selection.state.best_step)
 

@@ -10,6 +10,7 @@ from trainer_core.checkpoint.resume import RunState
 from trainer_core.checkpoint.writer import CheckpointWriter
 from trainer_core.distributed import barrier, sum_over_ranks
 from trainer_core.loop.context import RunContext
+from trainer_core.model.sharding import is_sharded
 from trainer_core.spec.callbacks import TrainingCallback
 
 
@@ -46,6 +47,20 @@ class RunCheckpoints:
         )
         info = {"path": str(ctx.checkpoint_dir), "epoch": state.epoch, "step": state.global_step}
         self.policy.saved()
+        if is_sharded(ctx.model):  # each rank writes its shards, together
+            self._report(
+                self.writer.save_sharded(
+                    info,
+                    world=world,
+                    model=ctx.model,
+                    optimizer=ctx.optimizer,
+                    scheduler=ctx.scheduler,
+                    trainer_state=trainer_state,
+                    state=state.to_json(),
+                    keep_step=keep_step,
+                )
+            )
+            return
         # Every rank holds the same weights and optimizer state after a window's all-reduce:
         # rank 0 copies them and writes them in the background; the others wait for the copy.
         if world.is_main:

@@ -33,12 +33,15 @@ def apply_lora(model: PreTrainedModel, spec: JobSpec) -> Any:
         raise ModelError(f"lora: {exc}", param="lora.target_modules") from exc
 
 
-def save_outputs(model: Any, tokenizer: Any, output_dir: Path, *, merge: bool) -> dict[str, str]:
+def save_outputs(
+    model: Any, tokenizer: Any, output_dir: Path, *, merge: bool, whole: Any = None
+) -> dict[str, str]:
     """``adapter/`` always (with the tokenizer: ``trainer_core.model.trained`` loads it on its
-    base); ``model/`` (adapters merged into a plain model) when asked."""
+    base); ``model/`` (adapters merged into a plain model) when asked. ``whole``: a sharded
+    model's state, gathered (its adapters are taken from it)."""
     adapter, full = output_dir / ADAPTER_DIR, output_dir / MODEL_DIR
     saved = {"adapter_dir": str(adapter)}
-    model.save_pretrained(adapter, safe_serialization=True)
+    model.save_pretrained(adapter, safe_serialization=True, state_dict=whole)
     tokenizer.save_pretrained(adapter)
     id2label = getattr(model.config, "id2label", None)
     if model.peft_config["default"].task_type == TaskType.SEQ_CLS and id2label:

@@ -33,13 +33,18 @@ def plan_memory(
     seq_len: int,
     device_bytes: int | None = None,
     shards: int = 1,
+    accumulation: int | None = None,
 ) -> MemoryPlan:
     """The plan of ``spec``'s model (``config``) at ``micro_batch`` rows of ``seq_len`` tokens
-    (a DPO row is two sequences)."""
+    (a DPO row is two sequences), sharded over ``shards`` devices, K = ``accumulation`` (the
+    spec's by default)."""
     fields = config.to_dict()
     lora = None if spec.lora is None else (spec.lora.r, tuple(spec.lora.target_modules or ()))
     four_bit = bool(getattr(spec, "load_in_4bit", False))
-    states = state_bytes(fields, optimizer=spec.optim, lora=lora, four_bit=four_bit, shards=shards)
+    k = accumulation or spec.gradient_accumulation_steps or 1
+    states = state_bytes(
+        fields, optimizer=spec.optim, lora=lora, four_bit=four_bit, shards=shards, accumulation=k
+    )
     rows = micro_batch * (2 if spec.method == "dpo" else 1)
     acts = {
         mode: _saved_bytes(config, spec, rows, seq_len, checkpointing=mode)
@@ -115,7 +120,13 @@ def _trainable_as_the_job(model: Any, spec: JobSpec, model_type: str) -> None:
 
 
 def job_plan(
-    spec: JobSpec, model: Any, *, micro_batch: int, device: torch.device, shards: int = 1
+    spec: JobSpec,
+    model: Any,
+    *,
+    micro_batch: int,
+    device: torch.device,
+    shards: int = 1,
+    accumulation: int | None = None,
 ) -> MemoryPlan | None:
     """The plan of a running job's model (its config; a LoRA model's base's), at its
     ``max_seq_length``, against the device's memory (a GPU's; none on the CPU). None where no
@@ -132,6 +143,7 @@ def job_plan(
             seq_len=spec.max_seq_length,
             device_bytes=total,
             shards=shards,
+            accumulation=accumulation,
         )
     except Exception as exc:  # a plan is advice: never the reason a job fails
         log.warning("no memory plan for %s: %s: %s", spec.model, type(exc).__name__, exc)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import tempfile
 from typing import Any
 
@@ -24,6 +25,10 @@ import torch
 from trainer_core.spec.errors import JobError
 
 DEVICES = ("cpu", "cuda")
+# bitsandbytes (imported by peft wherever it is installed) and the kernels package say at import
+# that a faster CPU kernel could not be fetched from the hub: harmless, and kept out of job logs.
+for _notice in ("bitsandbytes.backends.cpu.ops", "kernels"):
+    logging.getLogger(_notice).setLevel(logging.ERROR)
 
 
 def four_bit_config(device: torch.device) -> Any:

@@ -34,6 +34,14 @@ class BatchFields(SpecBase):
         description="Machines the processes are spread over (num_processes must be a multiple)",
         examples=[1],
     )
+    sharding: Literal["none", "fsdp"] = Field(
+        default="none",
+        description="'fsdp': each of the num_processes holds a share of the weights, "
+        "gradients and optimizer state (FSDP2), for a model whose states do not fit one device; "
+        "gradients reduced once per window, in fp32. 'none': every process holds the whole "
+        "model (DDP)",
+        examples=["none"],
+    )
     max_restarts: int = Field(
         default=3,
         ge=0,
@@ -97,6 +105,13 @@ class BatchFields(SpecBase):
         processes = info.data.get("num_processes", 1)
         if processes % value:
             raise ValueError(f"num_processes ({processes}) must be a multiple of num_machines")
+        return value
+
+    @field_validator("sharding")
+    @classmethod
+    def _shards_over_processes(cls, value: str, info: ValidationInfo) -> str:
+        if value == "fsdp" and info.data.get("num_processes", 1) < 2:
+            raise ValueError("'fsdp' shards the model over num_processes: give 2 or more")
         return value
 
     @property

@@ -54,12 +54,32 @@ class JobSpec(RunFields, TrainingFields, BatchFields, GrpoFields, PreferenceFiel
                 "per_device_train_batch_size: give a number of completions for "
                 "grpo (the 'auto' probe measures dataset rows, not rollouts)"
             )
+        if self.sharding == "fsdp":
+            _shardable(self)
         b = self.per_device_train_batch_size
         if b != "auto" and self.gradient_accumulation_steps is None:
             assert self.effective_batch_size is not None  # resolved with b
             k = accumulation_for(self.effective_batch_size, b, self.num_processes)
             object.__setattr__(self, "gradient_accumulation_steps", k)
         return self
+
+
+def _shardable(spec: JobSpec) -> None:
+    """What a sharded job cannot do yet, refused by the field to change."""
+    if spec.method == "grpo":
+        raise ValueError("sharding: grpo samples with the whole model on each rank; use 'none'")
+    if spec.load_in_4bit:
+        raise ValueError("sharding: a 4-bit base is not sharded here; use 'none' with QLoRA")
+    if spec.merge_lora:
+        raise ValueError(
+            "merge_lora: a sharded job saves its adapters; download them merged "
+            "(GET .../artifacts/model?merged=true)"
+        )
+    if spec.per_device_train_batch_size == "auto":
+        raise ValueError(
+            "per_device_train_batch_size: 'auto' probes the whole model on one device; "
+            "give a number with sharding (the memory plan shows what fits)"
+        )
 
 
 def example_spec() -> dict[str, object]:

@@ -180,10 +180,13 @@ def state_bytes(
     lora: tuple[int, tuple[str, ...]] | None = None,
     four_bit: bool = False,
     shards: int = 1,
+    accumulation: int = 1,
 ) -> States:
     """Per device: the weights (fp32; a 4-bit base's linear layers in nf4), the trainable
     parameters' gradients (fp32) and the optimizer's state, divided over ``shards`` devices (with
-    two blocks gathered whole at a time). ``lora``: (r, target modules; () for peft's default)."""
+    two blocks gathered whole at a time). ``lora``: (r, target modules; () for peft's default).
+    Sharded with ``accumulation`` K > 1, a window's gradients are kept whole until its last
+    micro-batch reduces them (``trainer_core.model.sharding``): whole on every device."""
     found = inventory(config)
     if found is None:
         raise ValueError(f"no parameter count for model_type {config.get('model_type')!r}")
@@ -197,9 +200,10 @@ def state_bytes(
     if lora is not None:
         weights += 4 * trainable
     gathered = 2 * 4 * found.block if shards > 1 else 0
+    gradients = 4 * trainable if accumulation > 1 else 4 * trainable // shards
     return States(
         int(weights / shards) + gathered,
-        4 * trainable // shards,
+        gradients,
         OPTIMIZER_BYTES.get(optimizer, 8) * trainable // shards,
     )
 
@@ -207,30 +211,61 @@ def state_bytes(
 def ways_to_fit(
     config: Mapping[str, Any],
     *,
-    needed: int,
     device: int,
     optimizer: str,
     shards: int,
     lora: bool,
-) -> list[str]:
-    """What would make states of ``needed`` bytes fit a device of ``device`` bytes, each named
-    as the spec's field, for the refusal to say."""
-    ways = []
+    accumulation: int = 1,
+) -> list[tuple[str, str]]:
+    """What would make the states fit a device of ``device`` bytes: (the spec's field, the
+    change in words with the states it leaves), for a refusal to name."""
+    ways: list[tuple[str, str]] = []
+    adapters = (16, ())
     if not lora:
-        adapted = state_bytes(config, optimizer=optimizer, lora=(16, ()), shards=shards)
-        if adapted.total < device:
-            ways.append(f"LoRA (lora: {{r: 16}}; {adapted.total / 2**30:.1f} GiB of states)")
-    for n in (2, 4, 8, 16, 32, 64):
-        sharded = state_bytes(
-            config, optimizer=optimizer, shards=n, lora=None if not lora else (16, ())
+        adapted = state_bytes(
+            config, optimizer=optimizer, lora=adapters, shards=shards, accumulation=accumulation
         )
-        if n > shards and sharded.total < device:
-            ways.append(
-                f"sharding over {n} devices (num_processes: {n}, sharding: 'fsdp'; "
-                f"{sharded.total / 2**30:.1f} GiB of states each)"
-            )
-            break
-    base = state_bytes(config, optimizer=optimizer, lora=(16, ()), four_bit=True, shards=shards)
+        if adapted.total < device:
+            ways.append(("lora", f"LoRA (lora: {{r: 16}}: {_gib(adapted.total)} of states)"))
+    sharded = _sharded(config, device, optimizer, shards, adapters if lora else None, accumulation)
+    if sharded is not None:
+        ways.append(("sharding", sharded))
+    base = state_bytes(
+        config,
+        optimizer=optimizer,
+        lora=adapters,
+        four_bit=True,
+        shards=shards,
+        accumulation=accumulation,
+    )
     if base.total < device:
-        ways.append(f"a 4-bit base with LoRA (load_in_4bit: true; {base.total / 2**30:.1f} GiB)")
-    return ways or [f"nothing of this model fits {device / 2**30:.0f} GiB"]
+        ways.append(
+            (
+                "load_in_4bit",
+                f"a 4-bit base with LoRA (load_in_4bit: true, lora: {{r: 16}}: "
+                f"{_gib(base.total)} of states)",
+            )
+        )
+    return ways
+
+
+def _sharded(
+    config: Mapping[str, Any],
+    device: int,
+    optimizer: str,
+    shards: int,
+    lora: tuple[int, tuple[str, ...]] | None,
+    accumulation: int,
+) -> str | None:
+    """The fewest devices to shard over (more than now) whose share fits: at the job's K, or at
+    K = 1 (a window's gradients are then never held whole)."""
+    for n in (2, 4, 8, 16, 32, 64):
+        for k in dict.fromkeys((accumulation, 1)):
+            states = state_bytes(config, optimizer=optimizer, lora=lora, shards=n, accumulation=k)
+            if n > shards and states.total < device:
+                window = "" if k == accumulation else ", gradient_accumulation_steps: 1"
+                return (
+                    f"sharding over {n} devices (num_processes: {n}, sharding: 'fsdp'{window}: "
+                    f"{_gib(states.total)} of states each)"
+                )
+    return None

@@ -3,6 +3,10 @@
 ``observe_ddp(counter.attach)`` before training; every DDP model a backend builds then all-reduces
 through ``counter``, which counts synchronised backward passes (``syncs``: the last bucket of
 each), buckets and bytes, and otherwise does exactly what DDP's default hook does.
+
+A sharded model (FSDP2) reduces each unit's gradients (a block's, the root's) in one call of its
+``foreach_reduce``; ``counter.count_fsdp_reductions()`` counts those calls (``reductions``) by
+wrapping it, for the tests only.
 """
 
 # No ``from __future__ import annotations``: DDP checks the hook's annotations at run time.
@@ -23,6 +27,7 @@ class CommCounter:
         self.syncs = 0
         self.buckets = 0
         self.bytes = 0
+        self.reductions = 0
 
     def attach(self, model: DistributedDataParallel) -> None:
         self.models += 1
@@ -37,10 +42,22 @@ class CommCounter:
         self.syncs += int(bucket.is_last())
         return default_hooks.allreduce_hook(process_group, bucket)
 
+    def count_fsdp_reductions(self) -> None:
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+        reduce = _fsdp_param_group.foreach_reduce  # type: ignore[attr-defined]
+
+        def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            self.reductions += 1
+            return reduce(*args, **kwargs)
+
+        _fsdp_param_group.foreach_reduce = counted  # type: ignore[attr-defined]
+
     def counts(self) -> dict[str, int]:
         return {
             "models": self.models,
             "syncs": self.syncs,
             "buckets": self.buckets,
             "bytes": self.bytes,
+            "reductions": self.reductions,
         }

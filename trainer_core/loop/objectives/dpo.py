@@ -37,7 +37,7 @@ from trainer_core.chunked_head import check_head
 from trainer_core.data.dpo import PreferencePlan, collate_pairs
 from trainer_core.data.loader import Planned
 from trainer_core.data.splits import PreferenceSplit, TokenizedSplit
-from trainer_core.distributed import World, shard, sum_over_ranks
+from trainer_core.distributed import World, collective_rows, shard, sum_over_ranks
 from trainer_core.spec.dpo import PAIR_METRICS
 from trainer_core.spec.job import JobSpec
 
@@ -156,7 +156,7 @@ class DpoObjective:
         was_training = model.training
         model.train(False)  # eval mode (``eval()`` is untyped)
         try:
-            sums = self._sums(model, split, shard(list(range(len(split))), world))
+            sums = self._sums(model, split, shard(list(range(len(split))), world), world)
         finally:
             model.train(was_training)
         names = ["loss", "nll", "tokens", *PAIR_METRICS]
@@ -172,14 +172,18 @@ class DpoObjective:
 
     @torch.inference_mode()
     def _sums(
-        self, model: torch.nn.Module, split: PreferenceSplit, rows: list[int]
+        self, model: torch.nn.Module, split: PreferenceSplit, rows: list[int], world: World
     ) -> dict[str, torch.Tensor]:
         """Σ over ``rows`` of each pair's loss and metrics, the chosen NLL and its tokens."""
         reference = split.reference[self.spec.model]
         sums: dict[str, torch.Tensor] = {}
         size = self.spec.per_device_eval_batch_size
-        for start in range(0, len(rows), size):
+        for start in range(0, collective_rows(len(split), world, size), size):
             chunk = rows[start : start + size]
+            if not chunk:  # a rank out of pairs runs a stand-in forward (a sharded collective)
+                stand_in = collate_pairs(split, [0], self.pad_id, reference)
+                model(input_ids=stand_in["input_ids"].to(self.device))
+                continue
             batch = collate_pairs(split, chunk, self.pad_id, reference)
             tensors = {
                 k: v.to(self.device) for k, v in batch.items() if isinstance(v, torch.Tensor)
