@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     # Devices this worker trains a job on: GPUs, or gloo CPU processes where there is none. A job
     # with num_processes n goes to queue "<queue>.devices-n"; this worker takes n <= devices.
     devices: int = Field(default=1, ge=1, le=1024)
+    # The memory of one training device of this server's workers (GiB): a job whose weights,
+    # gradients and optimizer state cannot fit it is refused at POST (gradacc.sources.memory),
+    # and the memory plan a preview shows is against it. Unset: no check (a CPU box).
+    device_memory_gb: float | None = Field(default=None, gt=0, le=65536)
     # Gang scheduling (docs/distributed.md): the machine this worker is on (workers of one
     # machine share it; a job over M machines holds a slot on M distinct ones), the address other
     # machines reach it at (node 0's is the torchrun rendezvous endpoint), the rendezvous port

@@ -1,10 +1,13 @@
 """What a job would train on, shown before training: for the first rows of its dataset, each token
 with whether it is trained after the causal shift (token t is trained when the loss takes the
-prediction of t from the tokens before it), the row's trained and total tokens, and warnings.
+prediction of t from the tokens before it), the row's trained and total tokens, and warnings; and
+the job's memory plan per device (``trainer_core.model.memory_plan``) at its micro-batch and
+``max_seq_length``, against ``device_bytes`` when given.
 
 The counts are the trainer's: a row's ``trained`` is its ``n_items`` (what the loss is divided by,
 summed over a window), made by the same rendering, masking and truncation as the job's data. Run
-as ``python -m trainer_core.preview`` it reads ``{"spec": {...}, "rows": N}`` on stdin and writes
+as ``python -m trainer_core.preview`` it reads ``{"spec": {...}, "rows": N, "device_bytes": B}``
+on stdin and writes
 the preview (or ``{"error": {"message", "param"}}``, exit status 2) on stdout: how the API, which
 loads no tokenizer, asks for one.
 
@@ -24,16 +27,21 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from tokenizers import Tokenizer
+from transformers import AutoConfig, PretrainedConfig
 
+from trainer_core.builtin.models import builtin_config, builtin_tokenizer
 from trainer_core.data.chat import RenderedRow, decoded_conversation, rendered_row, token_mask
 from trainer_core.data.chat_tools import decoded_tools
 from trainer_core.data.encoding import Encoding, check_columns, encoding_for
 from trainer_core.data.sources import load_source
 from trainer_core.data.tokenized import tokenizer_for
 from trainer_core.model.load import load_tokenizer
+from trainer_core.model.memory_plan import plan_memory
 from trainer_core.spec.chat import prompt_completion_problems, row_problems
 from trainer_core.spec.errors import DatasetError, JobError
 from trainer_core.spec.job import JobSpec
+from trainer_core.spec.memory import inventory
+from trainer_core.spec.sources import classify_source
 
 MAX_ROWS = 50
 FALLBACK = (
@@ -47,8 +55,8 @@ REASONING = (
 NOTHING = "nothing is trained in this row: the trainer drops it"
 
 
-def preview(spec: JobSpec, rows: int = 5) -> dict[str, Any]:
-    """The first ``rows`` rows of ``spec.dataset`` as the job would train them."""
+def preview(spec: JobSpec, rows: int = 5, device_bytes: int | None = None) -> dict[str, Any]:
+    """The first ``rows`` rows of ``spec.dataset`` as the job would train them, and its plan."""
     tokenizer = load_tokenizer(spec)
     split = load_source(spec.dataset, "dataset")["train"]
     table = split.select(range(min(rows, MAX_ROWS, len(split)))).data.table
@@ -66,7 +74,41 @@ def preview(spec: JobSpec, rows: int = 5) -> dict[str, Any]:
         _row(i, *texts, backend, encoding.kwargs["max_length"], add_special=text_rows)
         for i, texts in enumerate(_spans(encoding, table))
     ]
-    return {"format": encoding.format, "max_length": encoding.kwargs["max_length"], "rows": shown}
+    return {
+        "format": encoding.format,
+        "max_length": encoding.kwargs["max_length"],
+        "rows": shown,
+        "memory_plan": memory_plan(spec, device_bytes),
+    }
+
+
+def memory_plan(spec: JobSpec, device_bytes: int | None) -> dict[str, Any] | None:
+    """The job's plan per device, at its micro-batch (1 for "auto") of ``max_seq_length``
+    tokens; None for a model whose config is not at hand or of a family the plan cannot count."""
+    config = _config(spec)
+    if config is None or inventory(config.to_dict()) is None:
+        return None
+    b = spec.per_device_train_batch_size
+    shards = spec.num_processes if spec.sharding == "fsdp" else 1
+    plan = plan_memory(
+        spec,
+        config,
+        micro_batch=1 if b == "auto" else b,
+        seq_len=spec.max_seq_length,
+        device_bytes=device_bytes,
+        shards=shards,
+    )
+    return plan.as_dict() | {"line": plan.line()}
+
+
+def _config(spec: JobSpec) -> PretrainedConfig | None:
+    if classify_source(spec.model) == "builtin":
+        return builtin_config(spec.model, builtin_tokenizer(spec.model))
+    try:  # a whole model's config (a folder's, or a cached hub id's); an adapter has none
+        config: PretrainedConfig = AutoConfig.from_pretrained(spec.model, trust_remote_code=False)
+    except (OSError, ValueError):
+        return None
+    return config
 
 
 Spanned = tuple[str, list[tuple[int, int]], list[str]]  # text, trained spans, warnings
@@ -165,7 +207,8 @@ def main() -> int:
     request = json.load(sys.stdin)
     try:
         spec = JobSpec.model_validate(request["spec"])
-        result = preview(spec, int(request.get("rows", 5)))
+        device = request.get("device_bytes")
+        result = preview(spec, int(request.get("rows", 5)), None if device is None else int(device))
     except JobError as exc:
         json.dump({"error": {"message": str(exc), "param": exc.param}}, sys.stdout)
         return 2

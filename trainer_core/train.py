@@ -62,12 +62,15 @@ from trainer_core.spec.callbacks import (
 )
 from trainer_core.spec.errors import OutOfMemory
 from trainer_core.spec.job import JobSpec
+from trainer_core.spec.memory import MemoryPlan
 from trainer_core.spec.outputs import MODEL_DIR, SUMMARY_FILE, TENSORBOARD_DIR
 
 log = logging.getLogger(__name__)
 
 
 def _start_info(ctx: RunContext) -> dict[str, Any]:
+    plan = _memory_plan(ctx)
+    advice = None if plan is None else plan.advice()  # over the device: what would fit
     return {
         "total_steps": ctx.total_steps,
         "steps_per_epoch": ctx.steps_per_epoch,
@@ -85,17 +88,17 @@ def _start_info(ctx: RunContext) -> dict[str, Any]:
         "start_step": ctx.start_global_step,
         "dataset_format": ctx.data.format,
         "rows_without_trained_tokens": ctx.data.dropped,
-        "warnings": start_warnings(ctx),
-        "memory_plan": _memory_plan(ctx),
+        "warnings": start_warnings(ctx) + ([advice] if advice else []),
+        "memory_plan": None if plan is None else plan.as_dict() | {"line": plan.line()},
     }
 
 
-def _memory_plan(ctx: RunContext) -> dict[str, Any] | None:
+def _memory_plan(ctx: RunContext) -> MemoryPlan | None:
     """The job's memory plan per device (rank 0 reports it)."""
     if not ctx.world.is_main:
         return None
     shards = ctx.world.size if ctx.spec.sharding == "fsdp" else 1
-    plan = job_plan(
+    return job_plan(
         ctx.spec,
         ctx.model,
         micro_batch=ctx.micro_batch_size,
@@ -103,7 +106,6 @@ def _memory_plan(ctx: RunContext) -> dict[str, Any] | None:
         shards=shards,
         accumulation=ctx.accumulation,
     )
-    return None if plan is None else plan.as_dict() | {"line": plan.line()}
 
 
 def _log_start(ctx: RunContext, info: dict[str, Any]) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from trainer_core.spec.fields import MicroBatch, MixedPrecision, Optimizer
 
 MAX_PREVIEW_ROWS = 50  # trainer_core.preview.MAX_ROWS
 
@@ -26,6 +28,17 @@ class PreviewRequest(BaseModel):
     assistant_only_loss: bool = True
     completion_only_loss: bool = True
     train_empty_reasoning: bool = True
+    # The fields the memory plan reads; unset, the job's defaults. Checked as a job's are.
+    per_device_train_batch_size: MicroBatch | Literal["auto"] | None = None
+    gradient_accumulation_steps: int | None = None
+    num_processes: int | None = None
+    sharding: Literal["none", "fsdp"] | None = None
+    lora: dict[str, Any] | None = None
+    load_in_4bit: bool | None = None
+    gradient_checkpointing: bool | None = None
+    mixed_precision: MixedPrecision | None = None
+    optim: Optimizer | None = None
+    loss_chunk_tokens: int | None = None
 
 
 class PreviewToken(BaseModel):
@@ -41,7 +54,30 @@ class PreviewRow(BaseModel):
     warnings: list[str]
 
 
+class MemoryPlanRead(BaseModel):
+    """Bytes per device at the micro-batch and max_seq_length (a step's peak: the weights and
+    optimizer state, then the larger of the gradients and activations + logits)."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    activations: int = Field(description="Saved for the backward, without checkpointing")
+    activations_checkpointed: int = Field(description="With gradient_checkpointing")
+    logits: int = Field(description="Whole logits and their gradient, or a chunk's")
+    checkpointing: bool
+    device: int | None = Field(description="A device's memory (GRADACC_DEVICE_MEMORY_GB)")
+    micro_batch: int
+    seq_len: int
+    shards: int
+    total: int
+    fits: bool | None = Field(description="total <= device; null when the device is not known")
+    line: str
+
+
 class PreviewRead(BaseModel):
     format: str
     max_length: int = Field(description="max_seq_length, at most the model's context")
     rows: list[PreviewRow]
+    memory_plan: MemoryPlanRead | None = Field(
+        default=None, description="Null for a model whose config is not at hand, or a classifier"
+    )

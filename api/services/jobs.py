@@ -39,6 +39,7 @@ from gradacc.sources.files import check_job_data, file_refs
 from gradacc.sources.fine_tuned import check_model as check_fine_tuned
 from gradacc.sources.graders import check_job_grader
 from gradacc.sources.limits import check_priority, check_spec_allowed
+from gradacc.sources.memory import check_fits as check_memory
 from gradacc.tables import (
     FINE_TUNING_API,
     UNFINISHED_STATUSES,
@@ -74,6 +75,7 @@ def create_job(
     check_spec_allowed(spec, settings)
     check_priority(spec.priority, settings)
     check_devices(spec, session=session, settings=settings)
+    check_memory(spec, settings)
     if spec.webhook_url is not None:
         check_webhook_url(spec.webhook_url, settings)
     body = spec.model_dump(mode="json")

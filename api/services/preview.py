@@ -97,7 +97,9 @@ def _resolved(session: Session, settings: Settings, spec: JobSpec, tenant: str) 
 
 
 def _run(spec: dict[str, Any], rows: int, settings: Settings) -> dict[str, Any]:
-    request = json.dumps({"spec": spec, "rows": rows})
+    device = settings.device_memory_gb
+    device_bytes = None if device is None else int(device * 2**30)
+    request = json.dumps({"spec": spec, "rows": rows, "device_bytes": device_bytes})
     memory = settings.preview_memory_mb
     command = [sys.executable, "-c", _CHILD, str(memory * 2**20)]
     try:

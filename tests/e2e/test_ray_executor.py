@@ -21,6 +21,7 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 import pytest
@@ -196,10 +197,10 @@ def test_a_gang_over_two_ray_nodes_equals_one_process_at_2k_and_survives_a_lost_
     assert resumed <= clean.bound
 
 
-def held_job(stack: Stack) -> tuple[str, list[psutil.Process]]:
-    """A LONG job held at ``HELD_AT`` on both nodes: its id and its processes."""
+def held_job(stack: Stack, spec: dict[str, Any] = LONG) -> tuple[str, list[psutil.Process]]:
+    """A job (LONG) held at ``HELD_AT`` on both nodes: its id and its processes."""
     stack.hold.arm()
-    job_id = stack.api.post("/v1/jobs", json=LONG).json()["id"]
+    job_id = stack.api.post("/v1/jobs", json=spec).json()["id"]
     stack.hold.held(timeout=180)
     running = job_processes(stack, job_id)
     assert len(node_tasks(stack)) == 2 and running
@@ -239,11 +240,13 @@ def test_a_cancel_leaves_no_task_placement_group_or_process(stack: Stack) -> Non
 def test_a_pause_removes_the_group_and_the_resumed_job_ends_as_the_uninterrupted_run(
     stack: Stack, clean: Clean
 ) -> None:
-    """A pause is the preemption path (the preempt file; rank 0 checkpoints at the window's end
-    and exits): no task, group or process is left while it waits; resumed, it ends with
-    ``clean``'s weights."""
+    """A pause is the preemption path (the preempt file; the ranks checkpoint at the window's end
+    and exit): no task, group or process is left while it waits; resumed, it ends with
+    ``clean``'s weights. The job is sharded (FSDP2 over the two nodes: each writes its shards of
+    the checkpoint into the shared job folder), ``clean`` is not: they train alike."""
     api, settings = stack.api, stack.settings
-    job_id, running = held_job(stack)
+    job_id, running = held_job(stack, {**LONG, "sharding": "fsdp"})
+    assert (settings.jobs_dir / job_id / "checkpoint" / "pytorch_model_fsdp_0").is_dir()
     # Not released: a preemption ends the hold (the run checkpoints at step 6 and exits).
     assert api.post(f"/v1/jobs/{job_id}/pause").status_code == 200
     wait_until(lambda: "paused" in event_kinds(api, job_id), timeout=120, what="the pause")

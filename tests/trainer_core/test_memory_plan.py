@@ -7,6 +7,7 @@ job's start reports its plan. How close the plan comes to a measured peak is ben
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,13 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from tests.trainer_core.helpers import CHAT, run
 from trainer_core.builtin.models import builtin_config, builtin_tokenizer
-from trainer_core.model.memory_plan import plan_memory
+from trainer_core.data.load import load_job_data
+from trainer_core.loop.autobatch import choose_micro_batch
+from trainer_core.model.load import load_model, load_tokenizer
+from trainer_core.model.memory_plan import plan_memory, planned_bytes
 from trainer_core.spec.callbacks import TrainingCallback
 from trainer_core.spec.job import JobSpec
-from trainer_core.spec.memory import inventory, lora_params, state_bytes
+from trainer_core.spec.memory import MemoryPlan, inventory, lora_params, state_bytes
 from trainer_core.spec.shapes import SHAPES
 
 
@@ -97,3 +101,50 @@ def test_a_job_reports_its_plan_at_start(tmp_path: Path) -> None:
     assert plan["weights"] == 4 * found.total and plan["micro_batch"] == 2
     assert plan["seq_len"] == spec.max_seq_length and plan["activations"] > 0
     assert plan["line"].startswith("memory plan per device: weights ")
+
+
+def test_auto_starts_from_the_plan_and_finds_what_the_full_search_finds() -> None:
+    """``"auto"`` with a plan probes from the plan's largest candidate down; without one, from
+    1 up. Both end at the same micro-batch; the plan's search probes fewer."""
+    spec = JobSpec(
+        **CHAT,
+        per_device_train_batch_size="auto",
+        effective_batch_size=32,
+        max_seq_length=64,
+        max_train_samples=64,
+    )
+    tokenizer = load_tokenizer(spec)
+    data = load_job_data(spec, tokenizer)
+    model = load_model(spec, tokenizer, None)
+    cpu = torch.device("cpu")
+    planned = planned_bytes(spec, model, cpu)
+    assert planned is not None and planned(8) > planned(4) > planned(1)
+    budget = (planned(4) + planned(8)) // 2
+    bounded = spec.model_copy(update={"max_memory_bytes": budget})
+    pad = int(tokenizer.pad_token_id)
+    up = choose_micro_batch(model, data.train, bounded, cpu, pad)
+    down = choose_micro_batch(model, data.train, bounded, cpu, pad, planned=planned)
+    assert down.tried[0]["micro_batch_size"] == 4  # the plan's largest within the budget
+    assert down.micro_batch_size == up.micro_batch_size
+    assert len(down.tried) < len(up.tried)
+
+
+def test_a_plan_over_its_device_names_what_would_bring_it_under() -> None:
+    gib = 2**30
+    plan = MemoryPlan(
+        weights=10 * gib,
+        gradients=10 * gib,
+        optimizer=20 * gib,
+        activations=40 * gib,
+        activations_checkpointed=8 * gib,
+        logits=4 * gib,
+        checkpointing=False,
+        device=64 * gib,
+        micro_batch=8,
+        seq_len=4096,
+    )
+    assert plan.total == 74 * gib and plan.fits is False
+    advice = plan.advice()
+    assert advice is not None and "gradient_checkpointing: true (42.00 GiB)" in advice
+    assert "per_device_train_batch_size 6 or less" in advice  # 34 GiB of room, 5.5 a row
+    assert replace(plan, device=80 * gib).advice() is None

@@ -10,12 +10,17 @@ adapters), and measured:
   backward pass plus parameters, gradients and two optimizer moments: the part of the footprint
   that grows with the batch, and the part that does not.
 A probe that raises ``torch.OutOfMemoryError`` does not fit. Candidates are tried from small to
-large and the search stops at the first that does not fit (memory grows with the batch).
+large and the search stops at the first that does not fit (memory grows with the batch). With a
+memory plan (a causal LM of a family the plan counts: ``trainer_core.model.memory_plan``), the
+search starts from the largest candidate the plan says fits and goes down to the first that does:
+one probe when the plan is right, instead of one per candidate up to the limit (each a forward and
+backward of the whole model: seconds on a large one).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,24 +106,34 @@ def choose_micro_batch(
     pad_id: int,
     *,
     world: int = 1,
+    planned: Callable[[int], int] | None = None,
 ) -> Choice:
-    """The largest divisor of effective / world that fits (each of ``world`` ranks holds one)."""
+    """The largest divisor of effective / world that fits (each of ``world`` ranks holds one);
+    ``planned``: the memory plan's bytes at a micro-batch, to start the search from."""
     assert spec.effective_batch_size is not None
     budget = memory_budget(spec, device)
     choice = Choice(micro_batch_size=0, budget_bytes=budget)
     rng = torch.random.get_rng_state()  # the probe must leave no trace in the run's randomness
     model.train()
-    for rows in divisors(spec.effective_batch_size // world):
+    candidates = divisors(spec.effective_batch_size // world)
+    if planned is not None:  # from the plan's largest down: the first that fits is the answer
+        start = max((r for r in candidates if planned(r) <= budget), default=candidates[0])
+        candidates = sorted((r for r in candidates if r <= start), reverse=True)
+    for rows in candidates:
         batch = _probe_batch(train, rows, pad_id, spec.task == "causal-lm")
         try:
             used: int | None = _measure(model, batch, spec)
         except torch.OutOfMemoryError:
             used = None
         fits = used is not None and used <= budget
-        choice.tried.append({"micro_batch_size": rows, "bytes": used, "fits": fits})
-        if not fits:
-            break
-        choice.micro_batch_size = rows
+        entry = {"micro_batch_size": rows, "bytes": used, "fits": fits}
+        choice.tried.append(entry | ({"planned": planned(rows)} if planned else {}))
+        if fits:
+            choice.micro_batch_size = rows
+            if planned is not None:
+                break  # going down: the first that fits
+        elif planned is None:
+            break  # going up: the first that does not fit ends the search
     torch.random.set_rng_state(rng)
     if device.type == "cuda":
         torch.cuda.empty_cache()

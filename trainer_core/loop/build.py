@@ -23,6 +23,7 @@ from trainer_core.loop.autobatch import choose_micro_batch
 from trainer_core.loop.context import RunContext
 from trainer_core.loop.objectives import objective_for
 from trainer_core.model.load import load_model, load_tokenizer
+from trainer_core.model.memory_plan import planned_bytes
 from trainer_core.model.optim import build_optimizer, build_scheduler
 from trainer_core.model.precision import check_precision
 from trainer_core.model.quantized import is_quantized
@@ -134,8 +135,15 @@ def _micro_batch(
             spec.per_device_train_batch_size, spec.gradient_accumulation_steps, "spec", {}
         )
     world = inputs.world
+    planned = planned_bytes(spec, model, inputs.device)
     choice = choose_micro_batch(
-        model, inputs.data.train, spec, inputs.device, inputs.pad_id, world=world.size
+        model,
+        inputs.data.train,
+        spec,
+        inputs.device,
+        inputs.pad_id,
+        world=world.size,
+        planned=planned,
     )
     size = min_over_ranks(choice.micro_batch_size, world)  # every rank must use the same
     assert spec.effective_batch_size is not None

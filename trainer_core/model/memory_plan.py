@@ -14,6 +14,8 @@ Compared with the peak measured on this machine's CPU in bench/memory_plan.py.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -148,3 +150,22 @@ def job_plan(
     except Exception as exc:  # a plan is advice: never the reason a job fails
         log.warning("no memory plan for %s: %s: %s", spec.model, type(exc).__name__, exc)
         return None
+
+
+def planned_bytes(spec: JobSpec, model: Any, device: torch.device) -> Callable[[int], int] | None:
+    """The plan's total at a micro-batch of r rows, from two plans (1 and 2 rows: activations
+    and logits grow by the row), for ``"auto"`` to start from; None where no plan is made."""
+    one = job_plan(spec, model, micro_batch=1, device=device)
+    two = job_plan(spec, model, micro_batch=2, device=device)
+    if one is None or two is None:
+        return None
+    low, high = one, two
+
+    def total(rows: int) -> int:
+        grown = {
+            name: getattr(low, name) + (rows - 1) * (getattr(high, name) - getattr(low, name))
+            for name in ("activations", "activations_checkpointed", "logits")
+        }
+        return replace(low, **grown, micro_batch=rows).total
+
+    return total

@@ -24,9 +24,17 @@ SHARDED_NAME = "fsdp"
 
 
 def block_classes(model: Any) -> set[str]:
-    """The class names of a model's repeated blocks (a LoRA model's base's)."""
+    """The class names of a model's repeated blocks (a LoRA model's base's): those its family
+    names in ``_no_split_modules``, else the members of its longest list of like modules (a
+    BERT classifier names none: its encoder's layers)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return set(getattr(base, "_no_split_modules", None) or ())
+    named = set(getattr(base, "_no_split_modules", None) or ())
+    if named:
+        return named
+    lists = [m for m in base.modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 1]
+    alike = [m for m in lists if len({type(member) for member in m}) == 1]
+    longest = max(alike, key=len, default=None)
+    return set() if longest is None else {type(longest[0]).__name__}
 
 
 def fp32_reduction() -> Any:

@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3")
@@ -98,6 +98,29 @@ class MemoryPlan:
             "total": self.total,
             "fits": self.fits,
         }
+
+    def advice(self) -> str | None:
+        """For a plan over its device: what would bring it under, by the spec's fields."""
+        if self.device is None or self.total <= self.device:
+            return None
+        ways = []
+        if not self.checkpointing:
+            checkpointed = replace(self, checkpointing=True)
+            if checkpointed.total <= self.device:
+                ways.append(f"gradient_checkpointing: true ({_gib(checkpointed.total)})")
+        acts = self.activations_checkpointed if self.checkpointing else self.activations
+        per_row = (acts + self.logits) / self.micro_batch
+        room = self.device - self.weights - self.optimizer
+        rows = int(room // per_row) if per_row else 0
+        if 0 < rows < self.micro_batch and self.gradients <= room:
+            ways.append(f"per_device_train_batch_size {rows} or less (K grows to match)")
+        if self.logits > acts:
+            ways.append("loss_chunk_tokens: 1024 (the logits a chunk at a time)")
+        found = "; or ".join(ways) or "sharding, LoRA or a 4-bit base (the states)"
+        return (
+            f"the memory plan ({_gib(self.total)} per device) is over this device's "
+            f"{_gib(self.device)}: {found}"
+        )
 
     def line(self) -> str:
         """One line for an event: each part in GiB (MiB under one)."""

@@ -1,5 +1,5 @@
-"""Real architectures without their weights: the configs of Qwen3 (0.6B, 1.7B, 8B) and Llama-3.1-8B,
-as their Hugging Face config files state them, offered as built-in models
+"""Real architectures without their weights: the configs of Qwen3 (0.6B, 1.7B, 8B) and Llama-3.1
+(8B, 70B), as their Hugging Face config files state them, offered as built-in models
 (``builtin:qwen3-0.6b-shape``...) initialised at random from the job's seed. They are for tests,
 benchmarks and the memory plan (``trainer_core.spec.memory``): the shapes, the vocabularies and
 the parameter counts of the models teams bring, on a machine without the hub. Their tokenizer is
@@ -40,6 +40,12 @@ SHAPES: dict[str, dict[str, Any]] = {
     "builtin:llama-3.1-8b-shape": {"model_type": "llama", "vocab_size": 128_256,
         "hidden_size": 4096, "intermediate_size": 14_336, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "max_position_embeddings": 131_072, "rms_norm_eps": 1e-5, "rope_theta": 500_000.0,
+        "rope_scaling": _LLAMA_ROPE, "hidden_act": "silu", "attention_bias": False,
+        "mlp_bias": False, "tie_word_embeddings": False},
+    "builtin:llama-3.1-70b-shape": {"model_type": "llama", "vocab_size": 128_256,
+        "hidden_size": 8192, "intermediate_size": 28_672, "num_hidden_layers": 80,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
         "max_position_embeddings": 131_072, "rms_norm_eps": 1e-5, "rope_theta": 500_000.0,
         "rope_scaling": _LLAMA_ROPE, "hidden_act": "silu", "attention_bias": False,
         "mlp_bias": False, "tie_word_embeddings": False},
