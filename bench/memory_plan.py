@@ -4,11 +4,17 @@ to step here), saved to a folder and trained by the core's own pieces (``load_in
 ``build_context``, the objective's micro-step, the optimizer), SFT and DPO, full and LoRA, whole
 and chunked logits, with and without gradient checkpointing. Measured: the resident memory's
 peak during the second step (the optimizer's state exists by then), above what the process held
-before the model was built, sampled every 2 ms. ``python bench/memory_plan.py``."""
+before the model was built, sampled every 2 ms. ``python bench/memory_plan.py``.
+
+Sharded over two processes (FSDP2, gloo): ``torchrun --nproc_per_node 2 bench/memory_plan.py
+--sharded``, each rank measuring its own peak (the larger is shown) against the plan at 2 shards.
+"""
 
 from __future__ import annotations
 
 import gc
+import os
+import sys
 import tempfile
 import threading
 import time
@@ -19,6 +25,7 @@ import psutil
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from trainer_core.distributed import World, min_over_ranks
 from trainer_core.loop.build import build_context, load_inputs
 from trainer_core.model.memory_plan import plan_memory
 from trainer_core.spec.job import JobSpec
@@ -75,8 +82,13 @@ def measure(spec: JobSpec, folder: Path) -> tuple[int, int]:
     return peak.peak - start, width
 
 
+SHARDED_CASES = [CASES[0], CASES[1], CASES[4], CASES[3]]  # sft full, lora; dpo full; checkpointed
+
+
 def main() -> None:
-    torch.manual_seed(0)
+    sharded = "--sharded" in sys.argv[1:]
+    shards = 2 if sharded else 1
+    torch.manual_seed(0)  # every rank writes the same model to its own folder
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         config = AutoConfig.for_model("qwen3", **SMALL_QWEN3)
@@ -84,23 +96,34 @@ def main() -> None:
         from trainer_core.builtin.models import builtin_tokenizer
 
         builtin_tokenizer("builtin:tiny-chat").save_pretrained(folder / "model")
-        print("| case | weights | gradients | optimizer | activations | logits | plan | "
-              "measured | plan / measured |")  # fmt: skip
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for name, changes in CASES:
+        world = World(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
+        say = print if world.is_main else (lambda *_, **__: None)
+        say("| case | weights | gradients | optimizer | activations | logits | plan | "
+            "measured | plan / measured |")  # fmt: skip
+        say("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for name, changes in SHARDED_CASES if sharded else CASES:
             fields = {"model": str(folder / "model"), "dataset": "builtin:tiny-stories",
                       "task": "causal-lm", "per_device_train_batch_size": 4,
                       "gradient_accumulation_steps": 1, "max_seq_length": 256,
                       "validation_split_percentage": 0, "max_train_samples": 8,
                       "group_by_length": False} | changes  # fmt: skip
+            if sharded:
+                fields |= {"num_processes": 2, "sharding": "fsdp", "device": "cpu"}
             spec = JobSpec.model_validate(fields)
             measured, width = measure(spec, folder)
-            plan = plan_memory(spec, config, micro_batch=4, seq_len=width)
+            measured = int(max_over_ranks(measured, world))
+            plan = plan_memory(spec, config, micro_batch=4, seq_len=width, shards=shards)
             acts = plan.activations_checkpointed if plan.checkpointing else plan.activations
             cells = [plan.weights, plan.gradients, plan.optimizer, acts, plan.logits, plan.total,
                      measured]  # fmt: skip
             mib = " | ".join(f"{value / 2**20:.0f}" for value in cells)
-            print(f"| {name} (width {width}) | {mib} | {plan.total / measured:.2f} |", flush=True)
+            where = f", {shards} shards" if sharded else ""
+            say(f"| {name} (width {width}{where}) | {mib} | {plan.total / measured:.2f} |",
+                flush=True)  # fmt: skip
+
+
+def max_over_ranks(value: int, world: World) -> int:
+    return -min_over_ranks(-value, world)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,10 @@ class MemoryPlanRead(BaseModel):
     activations: int = Field(description="Saved for the backward, without checkpointing")
     activations_checkpointed: int = Field(description="With gradient_checkpointing")
     logits: int = Field(description="Whole logits and their gradient, or a chunk's")
+    backward_start: int = Field(
+        description="Sharded: the vocabulary unit's gradients beside the activations as the "
+        "backward starts"
+    )
     checkpointing: bool
     device: int | None = Field(description="A device's memory (GRADACC_DEVICE_MEMORY_GB)")
     micro_batch: int

@@ -70,8 +70,13 @@ def test_an_8b_in_full_holds_16_bytes_a_parameter_and_sharding_divides_them() ->
     whole = state_bytes(fields, optimizer="adamw_torch")
     assert whole.total == 16 * found.total
     eight = state_bytes(fields, optimizer="adamw_torch", shards=8)
-    gathered = 2 * 4 * found.block  # the two blocks gathered whole, computing and prefetched
-    assert eight.total == pytest.approx(whole.total / 8 + gathered, abs=8)
+    head = 151_936 * 4096  # untied: the head (or the embeddings) is the largest unit
+    gathered = 4 * (head + 2 * found.block)  # it, and two blocks (computing, prefetched)
+    reduced = 2 * 4 * head  # its whole gradients and the reduction's copy
+    assert eight.total == pytest.approx(whole.total / 8 + gathered + reduced, abs=8)
+    assert eight.total / 2**30 < 35  # of 80 GiB: an 8B in full fits 8 of them
+    window = state_bytes(fields, optimizer="adamw_torch", shards=8, accumulation=4)
+    assert window.gradients == 4 * found.total + reduced  # K > 1: a window's gradients whole
 
 
 def test_activations_grow_with_the_micro_batch_and_checkpointing_cuts_them() -> None:

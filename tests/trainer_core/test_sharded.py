@@ -23,13 +23,14 @@ import pytest
 import torch
 from pydantic import ValidationError
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from tests.support import Hold
 from tests.trainer_core.dpo_pairs import pairs_file, reference_gradient, relative_gap
 from tests.trainer_core.helpers import CHAT, initial_weights, make_spec, run
 from tests.trainer_core.test_distributed import _env, torchrun, train_on_two_ranks
 from tests.trainer_core.test_dpo_exactness import dpo_spec, pair_loss
+from trainer_core.builtin.models import builtin_tokenizer
 from trainer_core.spec.job import JobSpec
 
 BACKENDS = ("pytorch", "accelerate", "trainer")
@@ -76,9 +77,34 @@ def sft(kind: str, b: int, k: int, settings: dict[str, Any], **changes: Any) -> 
     )
 
 
+def untied_model(folder: Path) -> Path:
+    """A two-layer Qwen3 whose embeddings and head are not tied (each its own sharded unit), on
+    tiny-chat's tokenizer."""
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(
+        "qwen3",
+        vocab_size=384,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=False,
+    )
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    builtin_tokenizer("builtin:tiny-chat").save_pretrained(folder)
+    return folder
+
+
 # name: (spec of 2 sharded ranks, spec of the one-process reference), trained in one launch
-def _jobs(data: Path) -> dict[str, tuple[JobSpec, JobSpec]]:
+def _jobs(data: Path, untied: Path) -> dict[str, tuple[JobSpec, JobSpec]]:
     jobs = {}
+    qwen3 = {"model": str(untied)}
+    jobs["grad-pytorch-untied"] = (
+        sft("full", 2, 4, GRAD, **SHARDED, **qwen3),
+        sft("full", 2, 8, GRAD, **qwen3),
+    )
     for backend in BACKENDS:
         for kind in KINDS:
             jobs[f"traj-{backend}-{kind}"] = (
@@ -135,8 +161,10 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def jobs(data: Path) -> dict[str, tuple[JobSpec, JobSpec]]:
-    return _jobs(data)
+def jobs(
+    data: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[JobSpec, JobSpec]]:
+    return _jobs(data, untied_model(tmp_path_factory.mktemp("untied")))
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +223,7 @@ def report(out: Path) -> dict[str, Any]:
     return loaded
 
 
-GRADS = [f"grad-{b}-full" for b in BACKENDS] + ["grad-pytorch-lora"]
+GRADS = [f"grad-{b}-full" for b in BACKENDS] + ["grad-pytorch-lora", "grad-pytorch-untied"]
 
 
 @pytest.mark.parametrize("name", GRADS)
@@ -237,6 +265,8 @@ def test_gradients_are_reduced_once_per_window(sharded: dict[str, Path]) -> None
     seen = report(sharded["traj-pytorch-full"])
     units = 2 + 1  # tiny-chat's 2 blocks and the root, each reduced in one call
     assert seen["reductions"] == 2 * WINDOWS_PER_EPOCH * units
+    untied = report(sharded["grad-pytorch-untied"])  # one window: its embeddings and head apart
+    assert untied["reductions"] == 2 + 2 + 1
 
 
 def test_dpo_sharded_gives_the_window_gradient(

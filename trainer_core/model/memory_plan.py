@@ -60,6 +60,7 @@ def plan_memory(
         activations_checkpointed=acts[True],
         logits=_logits_bytes(fields, spec, rows, seq_len),
         checkpointing=spec.gradient_checkpointing,
+        backward_start=states.backward_start,
         device=device_bytes,
         micro_batch=micro_batch,
         seq_len=seq_len,

@@ -45,7 +45,10 @@ def fp32_reduction() -> Any:
 
 
 def shard_model(model: torch.nn.Module) -> None:
-    """``fully_shard`` each block, then the root, in place; gradients reduced in fp32."""
+    """``fully_shard`` each block, then the root, in place; gradients reduced in fp32. Untied
+    embeddings and head are units of their own: the root would keep them whole from the
+    forward's start to the backward's end (a vocabulary of 151,936 x 4,096 is 2.5 GB each);
+    tied, they are one parameter and stay in the root."""
     from torch.distributed.fsdp import fully_shard
 
     policy = fp32_reduction()
@@ -55,7 +58,17 @@ def shard_model(model: torch.nn.Module) -> None:
         raise ValueError(f"sharding: no repeated block to shard in {type(model).__name__}")
     for block in blocks:
         fully_shard(block, mp_policy=policy)
+    for unit in _untied_vocabulary(model):
+        fully_shard(unit, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
+
+
+def _untied_vocabulary(model: Any) -> list[torch.nn.Module]:
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if embeddings is None or head is None or embeddings.weight is head.weight:
+        return []
+    return [embeddings, head]
 
 
 def is_sharded(model: Any) -> bool:

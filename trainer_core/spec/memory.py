@@ -9,7 +9,11 @@ Training keeps fp32 weights (mixed precision computes in 16 bits from them), so 
 4 bytes, its gradient 4, AdamW's two moments 8: 16 bytes for each trainable one. A 4-bit base
 (``load_in_4bit``) holds its linear layers' weights in nf4 (half a byte, plus a 4-byte scale per
 64) and trains adapters only. Sharding over N devices divides weights, gradients and optimizer
-state by N, and adds the block being gathered (two of them: one computing, one prefetched).
+state by N, and adds what is gathered whole during a step: the vocabulary's unit (tied
+embeddings and head are one unit, the root, which FSDP2 keeps whole from the forward's start to
+the backward's end; untied, the embeddings and the head are units of their own,
+``trainer_core.model.sharding``) and two blocks (one computing, one prefetched); and, while a
+unit's gradients are reduced, its whole gradients and the reduction's copy of them.
 
 Example:
     >>> from trainer_core.spec.shapes import SHAPES
@@ -47,6 +51,10 @@ class States:
     weights: int
     gradients: int
     optimizer: int
+    # Sharded: the vocabulary unit's whole gradients, made by the head's backward (the first)
+    # while the activations and logits are still held; tied, they live to the backward's end
+    # (the embeddings add theirs last); untied, with the reduction's copy.
+    backward_start: int = 0
 
     @property
     def total(self) -> int:
@@ -66,6 +74,7 @@ class MemoryPlan:
     activations_checkpointed: int  # with it: the blocks' inputs and one block recomputed
     logits: int  # whole logits and their gradient, or a chunk's (loss_chunk_tokens)
     checkpointing: bool  # the job's gradient_checkpointing
+    backward_start: int = 0  # gradients beside the activations as the backward starts (sharded)
     device: int | None = None  # the device's memory, when known
     micro_batch: int = 1
     seq_len: int = 0
@@ -74,7 +83,8 @@ class MemoryPlan:
     @property
     def total(self) -> int:
         acts = self.activations_checkpointed if self.checkpointing else self.activations
-        return self.weights + self.optimizer + max(self.gradients, acts + self.logits)
+        start = acts + self.logits + self.backward_start
+        return self.weights + self.optimizer + max(self.gradients, start)
 
     @property
     def fits(self) -> bool | None:
@@ -88,6 +98,7 @@ class MemoryPlan:
             "activations",
             "activations_checkpointed",
             "logits",
+            "backward_start",
             "checkpointing",
             "device",
             "micro_batch",
@@ -222,13 +233,28 @@ def state_bytes(
         weights += (NF4_BYTES - 4.0) * quantized
     if lora is not None:
         weights += 4 * trainable
-    gathered = 2 * 4 * found.block if shards > 1 else 0
+    if shards == 1:
+        return States(int(weights), 4 * trainable, OPTIMIZER_BYTES.get(optimizer, 8) * trainable)
+    big, tied = _vocabulary_unit(config, found)
+    gathered = 4 * (big + 2 * found.block)
+    big_trained = 0 if lora is not None else big
+    unit = max(big_trained, found.block if lora is None else trainable // found.layers)
     gradients = 4 * trainable if accumulation > 1 else 4 * trainable // shards
     return States(
         int(weights / shards) + gathered,
-        gradients,
+        gradients + 2 * 4 * unit,  # a unit's whole gradients and the reduction's copy
         OPTIMIZER_BYTES.get(optimizer, 8) * trainable // shards,
+        backward_start=4 * big_trained * (1 if tied else 2),
     )
+
+
+def _vocabulary_unit(config: Mapping[str, Any], found: Inventory) -> tuple[int, bool]:
+    """The parameters of the largest unit that is not a block, and whether the embeddings and
+    head are tied: tied, the root (both at once, with the positions and final norm); untied,
+    the embeddings or the head."""
+    if config.get("tie_word_embeddings", config.get("model_type") == "gpt2"):
+        return found.total - found.layers * found.block, True
+    return int(config["vocab_size"]) * int(config.get("hidden_size") or config["n_embd"]), False
 
 
 def ways_to_fit(
