@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CUDA checks for a lent GPU machine, in one short run (about 5 minutes on an H200):
+# CUDA checks for a lent GPU machine, in one short run (about 12 minutes on an H200, the real-size step the longest):
 #   1. the memory-adaptive micro-batch: a real CUDA OOM (a capped memory fraction) halving the
 #      micro-batch, fp16 and bf16 pairs, "auto" against the card's memory
 #   2. the core's tests that train (equivalence, accumulation, micro-batch, options, LoRA) on CUDA
@@ -7,6 +7,9 @@
 #   4. samples/s of each backend against its hand-driven twin
 #   5. the real-size models of bench/real_size.py in bf16 against the exact hand loop
 #   6. with 2 GPUs or more: 2 data-parallel processes over NCCL (bench/ddp_comm.py --device cuda)
+#   7. real-size models (Qwen3-0.6B, 1.7B, 8B shapes; full, LoRA, QLoRA, checkpointed, chunked
+#      logits) in bf16: the memory plan against torch.cuda.max_memory_allocated
+#      (bench/gpu_plan.py); with 2 GPUs or more, FSDP2 over all of them, each rank against the plan
 # Each step has its own time limit and a failed step does not stop the others; the reports land
 # in $OUT (the device tool's folder) or /tmp.
 #
@@ -20,7 +23,7 @@ WHEELS=bench/wheelhouse
 # The versions the project's own environment runs (transformers too: the image's is older).
 PINNED="datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4 pydantic_core==2.50.5
 pydantic-settings==2.16.3 annotated-types==0.8.0 typing-inspection==0.4.5 python-dotenv==1.2.4
-transformers==5.24.0"
+transformers==5.24.0 bitsandbytes==0.50.2"
 
 if [ "${1:-}" = "wheels" ]; then
   mkdir -p "$WHEELS"
@@ -67,4 +70,12 @@ if [ "$GPUS" -ge 2 ]; then
     $PY bench/ddp_comm.py --device cuda --rows 8192
 else
   echo "## two-process NCCL case skipped: $GPUS GPU (NCCL needs one GPU per rank)"
+fi
+step 420 gpu_plan.md "real-size models: the memory plan vs max_memory_allocated (bf16)" -- \
+  $PY bench/gpu_plan.py
+if [ "$GPUS" -ge 2 ]; then
+  step 300 gpu_plan_sharded.md "FSDP2 over $GPUS GPUs: each rank's peak vs the plan" -- \
+    $PY -m torch.distributed.run --standalone --nproc_per_node "$GPUS" bench/gpu_plan.py --sharded
+else
+  echo "## FSDP2 case skipped: $GPUS GPU (sharding needs two ranks or more)"
 fi
