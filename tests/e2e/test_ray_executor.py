@@ -264,14 +264,16 @@ def test_a_pause_removes_the_group_and_the_resumed_job_ends_as_the_uninterrupted
 
 
 def local_gang_run(api: TestClient, settings: Settings, start: StartWorker) -> Weights:
-    """The same job under the ``local`` executor: a gang of two workers (machines m1 and m2,
-    one device each) on ``settings``' stack; its final weights."""
+    """The same job under the ``local`` executor, sharded (FSDP2 over the two machines: the same
+    weights as the replicated run): a gang of two workers (machines m1 and m2, one device each)
+    on ``settings``' stack; its final weights."""
     m1, m2 = machine(start, "m1"), machine(start, "m2")
     registered(settings, m1, m2)
-    job_id = api.post("/v1/jobs", json=LONG).json()["id"]
+    job_id = api.post("/v1/jobs", json={**LONG, "sharding": "fsdp"}).json()["id"]
     succeeded(api, job_id, m1, m2)
     (started,) = messages(settings, job_id, "started")
     assert started.endswith("a gang of 2 machines"), started
+    assert (settings.jobs_dir / job_id / "checkpoint" / "pytorch_model_fsdp_0").is_dir()
     return final_weights(settings.jobs_dir / job_id)
 
 
