@@ -56,6 +56,10 @@ COST_S: dict[str, float] = {
     "tests/e2e/test_child_kill.py": 21,
     "tests/e2e/test_delete_race.py": 20,
     "tests/trainer_core/test_distributed.py": 18,
+    # One torchrun of 16 sharded jobs, 8 one-process references, a kill -9 and two resumes:
+    # alone, wall 47 s (2026-12-05)
+    "tests/trainer_core/test_sharded.py": 45,
+    "tests/trainer_core/test_qlora.py": 9,  # three 4-bit runs and a resume: alone, wall 9 s
     "tests/e2e/test_dashboard_control.py": 18,
     "tests/e2e/test_lora_model.py": 17,
     "tests/trainer_core/test_crash.py": 11,

@@ -93,9 +93,17 @@ def _start_info(ctx: RunContext) -> dict[str, Any]:
     }
 
 
+# The start's plan measures activations on fake tensors, whose first use in a process imports
+# torch._dynamo (~1 s of CPU): on a GPU always; on a CPU, whose memory is the host's, for models
+# of this many parameters or more (a tiny job's plan would cost more than its training).
+PLANNED_ON_CPU_FROM = 100_000_000
+
+
 def _memory_plan(ctx: RunContext) -> MemoryPlan | None:
     """The job's memory plan per device (rank 0 reports it)."""
     if not ctx.world.is_main:
+        return None
+    if ctx.device.type == "cpu" and _parameters(ctx.model) < PLANNED_ON_CPU_FROM:
         return None
     shards = ctx.world.size if ctx.spec.sharding == "fsdp" else 1
     return job_plan(
@@ -106,6 +114,10 @@ def _memory_plan(ctx: RunContext) -> MemoryPlan | None:
         shards=shards,
         accumulation=ctx.accumulation,
     )
+
+
+def _parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
 
 
 def _log_start(ctx: RunContext, info: dict[str, Any]) -> None:

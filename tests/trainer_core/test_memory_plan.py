@@ -17,6 +17,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from tests.trainer_core.helpers import CHAT, run
+from trainer_core import train as train_module
 from trainer_core.builtin.models import builtin_config, builtin_tokenizer
 from trainer_core.data.load import load_job_data
 from trainer_core.loop.autobatch import choose_micro_batch
@@ -90,7 +91,9 @@ def test_activations_grow_with_the_micro_batch_and_checkpointing_cuts_them() -> 
     assert four.logits == 4 * one.logits == 4 * 2 * 4 * 64 * config.vocab_size
 
 
-def test_a_job_reports_its_plan_at_start(tmp_path: Path) -> None:
+def test_a_job_reports_its_plan_at_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU the start's plan is made for models of 100M parameters and more (lowered here
+    to tiny-chat's size); below, none is made (its first use imports torch._dynamo: ~1 s)."""
     seen: list[dict[str, Any]] = []
 
     class Start(TrainingCallback):
@@ -98,7 +101,10 @@ def test_a_job_reports_its_plan_at_start(tmp_path: Path) -> None:
             seen.append(info)
 
     spec = JobSpec(**CHAT, max_train_samples=8, num_train_epochs=1, per_device_train_batch_size=2)
-    run(spec, tmp_path, callback=Start())
+    run(spec, tmp_path / "tiny", callback=Start())
+    assert seen.pop()["memory_plan"] is None
+    monkeypatch.setattr(train_module, "PLANNED_ON_CPU_FROM", 0)
+    run(spec, tmp_path / "planned", callback=Start())
     plan = seen[0]["memory_plan"]
     config = builtin_config(spec.model, builtin_tokenizer(spec.model)).to_dict()
     found = inventory(config)

@@ -48,6 +48,7 @@ GRAD = {
 TRAJECTORY = {
     "optim": "sgd",
     "learning_rate": 0.05,
+    "max_train_samples": 53,
     "max_eval_samples": 17,
     "per_device_eval_batch_size": 4,
 }
@@ -63,7 +64,8 @@ GRPO = {
         "reference": "{{ item.answer }}",
     },
 }
-WINDOWS_PER_EPOCH = 7  # 101 rows in windows of 2 x 4 x 2
+WINDOWS_PER_EPOCH = 4  # trajectories: 53 rows in windows of 2 x 4 x 2 (the last of 5 rows)
+PREEMPTED_AT = 6  # the trajectories' 6th window: inside epoch 2
 
 
 def sft(kind: str, b: int, k: int, settings: dict[str, Any], **changes: Any) -> JobSpec:
@@ -169,13 +171,13 @@ def jobs(
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory: pytest.TempPathFactory, jobs: dict[str, Any]) -> dict[str, Path]:
-    """Every job on 2 sharded ranks in one launch; the trajectories preempted at their 9th
+    """Every job on 2 sharded ranks in one launch; the trajectories preempted at their 6th
     window (inside epoch 2) and resumed from the sharded checkpoint by the same ranks."""
     root = tmp_path_factory.mktemp("fsdp")
     outs = {name: root / name for name in jobs}
     launch = [
         {"spec": two.model_dump(), "out": str(outs[name])}
-        | ({"preempt_at_poll": 9} if name.startswith("traj") else {})
+        | ({"preempt_at_poll": PREEMPTED_AT} if name.startswith("traj") else {})
         for name, (two, _) in jobs.items()
     ]
     train_on_two_ranks(root, launch)

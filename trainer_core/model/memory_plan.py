@@ -83,7 +83,8 @@ def _saved_bytes(
 ) -> int:
     """What one forward of ``rows`` x ``seq_len`` saves for the backward, on fake tensors; with
     checkpointing, the blocks' inputs and one block recomputed in the backward."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensorMode  # imports torch._dynamo: ~1 s, once
+    from transformers.initialization import no_init_weights
 
     seen: dict[int, int] = {}
 
@@ -94,7 +95,8 @@ def _saved_bytes(
 
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec.mixed_precision == "bf16")
     with FakeTensorMode(allow_non_fake_inputs=True):
-        model: Any = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+        with no_init_weights():  # shapes only: initialising fake weights costs 4x the forward
+            model: Any = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
         _trainable_as_the_job(model, spec, str(config.model_type))
         if checkpointing:  # transformers 5's name, and the one before it
             enable = getattr(model, "activation_checkpointing_enable", None)

@@ -16,8 +16,6 @@ import trainer_core.backends.pytorch
 import trainer_core.backends.trainer  # noqa: F401
 from trainer_core.builtin.corpus import BUILDERS, SPLIT_SIZES
 from trainer_core.builtin.models import builtin_config, builtin_tokenizer
-from trainer_core.model.memory_plan import plan_memory
-from trainer_core.spec.job import JobSpec
 
 
 def warm_up() -> None:
@@ -30,7 +28,4 @@ def warm_up() -> None:
     batch = tokenizer(["a warm up"], return_tensors="pt")
     model(**batch).logits.sum().backward()
     modeling_gpt2.GPT2LMHeadModel  # noqa: B018  (imported for its module-level cost)
-    chat = JobSpec(model="builtin:tiny-chat", dataset="builtin:chat-arithmetic", task="causal-lm")
-    chat_config = builtin_config(chat.model, builtin_tokenizer(chat.model))
-    plan_memory(chat, chat_config, micro_batch=1, seq_len=8)  # fake tensors' first use: ~1 s
     torch.manual_seed(0)  # leave no trace in the global RNG a job might read
