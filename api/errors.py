@@ -36,6 +36,7 @@ from gradacc.errors import (
     OverShare,
     PredictionFailed,
     PredictionTimeout,
+    ResponseNotFound,
     StorageQuotaExceeded,
     TooManyJobs,
     TooManyPredictions,
@@ -54,6 +55,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     JobNotFound: 404,
     FileNotFound: 404,
     ModelNotFound: 404,
+    ResponseNotFound: 404,
     ArtifactNotFound: 404,
     InvalidTransition: 409,
     FileInUse: 409,
@@ -90,7 +92,10 @@ class AsciiJSONResponse(JSONResponse):
         return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
-OPENAI_PREFIXES = ("/v1/fine_tuning", "/v1/models", "/v1/chat/completions", "/v1/completions")
+OPENAI_PREFIXES = (
+    *("/v1/fine_tuning", "/v1/models", "/v1/chat/completions", "/v1/completions"),
+    *("/v1/responses", "/v1/aliases"),
+)
 _TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
 
 
@@ -204,11 +209,17 @@ def _allowed_methods(request: Request) -> str:
 # "Not Found" that reads like a wrong base URL or a missing id.
 OPENAI_ELSEWHERE = frozenset(
     {
-        *("assistants", "audio", "batches", "chat", "completions", "containers", "evals"),
+        *("assistants", "audio", "batches", "containers", "evals"),
         *("conversations", "embeddings", "fine_tuning/checkpoints"),
-        *("images", "moderations", "organization", "realtime", "responses", "threads"),
+        *("images", "moderations", "organization", "realtime", "threads"),
         *("uploads", "vector_stores"),
     }
+)
+
+# What it does serve, as that 404 lists it.
+SERVED = (
+    "chat/completions, completions, responses, models, files, fine_tuning jobs (their events "
+    "and checkpoints) and graders"
 )
 
 
@@ -230,8 +241,8 @@ async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
     resource = unsupported_openai_route(request.url.path) if exc.status_code == 404 else None
     if resource is not None:
         message = (
-            f"gradacc does not offer OpenAI's /v1/{resource} API; it serves files, fine_tuning "
-            "jobs, their events and checkpoints, and models (docs/openai.md)"
+            f"gradacc does not offer OpenAI's /v1/{resource} API; it serves {SERVED} "
+            "(docs/openai.md)"
         )
         return error_response(404, "unsupported_openai_route", message, "path")
     # Starlette's headers carry what the status needs (a 401's scheme); a 405 lists them all.

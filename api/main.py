@@ -21,6 +21,7 @@ from api.http.openapi import install_openapi
 from api.http.prometheus import TimingMiddleware
 from api.http.schema_gate import SchemaGate
 from api.routes import (
+    aliases,
     artifacts,
     chat,
     dashboard,
@@ -32,6 +33,7 @@ from api.routes import (
     models,
     ops,
     predict,
+    responses,
     webhook_secret,
     workers,
 )
@@ -103,6 +105,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(graders.router, prefix="/v1")
     app.include_router(models.router, prefix="/v1")
     app.include_router(chat.router, prefix="/v1")
+    app.include_router(responses.router, prefix="/v1")
+    app.include_router(aliases.router, prefix="/v1")
     install_docs(app)
     install_openapi(app, settings)
     return app

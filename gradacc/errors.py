@@ -158,6 +158,16 @@ class ModelNotFound(DomainError):
         super().__init__(f"the model {model!r} does not exist")
 
 
+class ResponseNotFound(DomainError):
+    """A stored response that is not the tenant's (or was not stored, or was deleted)."""
+
+    code = "not_found"
+
+    def __init__(self, response_id: str, *, param: str = "response_id") -> None:
+        super().__init__(f"no response with id {response_id!r} (was it created with store: false?)")
+        self.param = param
+
+
 class NotAllowed(DomainError):
     """Something that exists but this request may not change (a base model's deletion)."""
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gradacc.alias_setting import Aliases, parse_aliases
 from gradacc.upstreams import Upstreams, parse_upstreams
 from trainer_core.spec.outputs import DATA_CACHE_DIR
 
@@ -206,6 +207,10 @@ class Settings(BaseSettings):
     # model pattern (a name, "prefix*", "*") to {base_url, api_key | api_key_env, model}
     # (gradacc.upstreams; docs/serving.md). Checked at start: a bad entry stops the process.
     serve_upstreams: Annotated[Upstreams, NoDecode] = Field(default_factory=Upstreams)
+    # Old model names answered by this server's models: a JSON object from a tenant (or "*") to
+    # {pattern: model} (gradacc.alias_setting; docs/serving.md, "Aliases"). A tenant's own
+    # aliases (/v1/aliases) come first.
+    serve_aliases: Annotated[Aliases, NoDecode] = Field(default_factory=Aliases)
     # Each python grader call's sandbox (trainer_core.graders.sandbox, docs/reinforcement.md): CPU
     # seconds, wall-clock seconds and address space; OpenAI's limits by default. A training
     # run's graders and /v1/fine_tuning/alpha/graders/run both take them.
@@ -246,6 +251,11 @@ class Settings(BaseSettings):
     prometheus_multiproc_dir: str | None = Field(
         default=None, validation_alias=AliasChoices("prometheus_multiproc_dir")
     )
+
+    @field_validator("serve_aliases", mode="before")
+    @classmethod
+    def _parse_aliases(cls, raw: Any) -> Any:
+        return parse_aliases(raw) if isinstance(raw, str) else raw
 
     @field_validator("serve_upstreams", mode="before")
     @classmethod

@@ -402,3 +402,32 @@ class Prediction(Base):
     worker: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     answered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class StoredResponse(Base):
+    """A ``/v1/responses`` answer kept (``store``, OpenAI's default) for ``GET``, its
+    ``input_items`` and a later ``previous_response_id``: the conversation is the chain of
+    ``previous_id`` back to its first response, each holding its own input and output items."""
+
+    __tablename__ = "responses"
+    __table_args__ = (Index("ix_responses_tenant_id", "tenant", "id"),)
+
+    # "resp_" + 12 hex digits of milliseconds + 8 random.
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    previous_id: Mapped[str | None] = mapped_column(String(40))
+    input_items: Mapped[list[Any]] = mapped_column(JSON, doc="this request's items, with ids")
+    body: Mapped[dict[str, Any]] = mapped_column(JSON, doc="the response object as answered")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ModelAlias(Base):
+    """A tenant's own alias: requests naming ``alias`` (a name or a ``prefix*`` pattern) are
+    answered by ``model`` (``gradacc.serving.aliases``)."""
+
+    __tablename__ = "model_aliases"
+
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    alias: Mapped[str] = mapped_column(String(512), primary_key=True)
+    model: Mapped[str] = mapped_column(String(512))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -220,7 +220,10 @@ class ModelObject(BaseModel):
     created: int
     owned_by: str = Field(
         description="gradacc for the built-in ones, upstream for a model an "
-        "upstream server answers (GRADACC_SERVE_UPSTREAMS), else the tenant"
+        "upstream server answers (GRADACC_SERVE_UPSTREAMS), alias for an alias, else the tenant"
+    )
+    alias_for: str | None = Field(
+        default=None, description="An alias's model: requests naming this id are answered by it"
     )
 
 

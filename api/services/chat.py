@@ -19,6 +19,7 @@ from api.schemas.chat import ChatCompletionRequest, ChatMessage, CompletionReque
 from api.services.shares import CHAT_TOKENS, CHATS, Cap
 from api.services.upstream import Upstream, forward
 from gradacc.errors import InvalidRequest, NoWorkers
+from gradacc.serving.aliases import resolve_alias
 from gradacc.serving.resolve import TENANT_HEADER, pick_server, resolve_model
 from gradacc.settings import Settings
 from gradacc.upstreams import UpstreamRoute
@@ -136,9 +137,15 @@ async def complete(
     path: str,
     body: ChatCompletionRequest | CompletionRequest,
     tenant: str,
+    aliased: bool = False,
 ) -> Response:
     """``path`` is relative to a server's ``/v1`` (``/chat/completions``). Held against the
-    tenant's share of requests and tokens in flight until the answer, or its stream, ends."""
+    tenant's share of requests and tokens in flight until the answer, or its stream, ends. A
+    model alias (``gradacc.serving.aliases``) is followed first: the request is the named
+    model's from then on (``aliased``: followed already)."""
+    if not aliased:
+        target = await run_in_threadpool(aliased_model, sessions, settings, body.model, tenant)
+        body = body.model_copy(update={"model": target})
     route = settings.serve_upstreams.match(body.model)
     if route is None:  # a 400 naming the field comes before any share is taken
         _check_served(body, settings)
@@ -158,6 +165,13 @@ async def complete(
     else:
         give_back()
     return answer
+
+
+def aliased_model(
+    sessions: sessionmaker[Session], settings: Settings, model: str, tenant: str
+) -> str:
+    with sessions() as session:
+        return resolve_alias(session, settings.serve_aliases, model=model, tenant=tenant)
 
 
 def _take_share(

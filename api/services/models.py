@@ -10,7 +10,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.schemas.openai import ModelObject
+from gradacc.alias_setting import ANY
 from gradacc.errors import ModelNotFound, NotAllowed
+from gradacc.serving.aliases import tenant_aliases
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
 from gradacc.tables import FINE_TUNING_API, Job, JobStatus
@@ -18,6 +20,7 @@ from trainer_core.spec.fields import BUILTIN_MODELS
 from trainer_core.spec.outputs import MODEL_DIR
 
 BUILTIN_CREATED = 1767225600  # 2026-01-01: the built-ins ship with the code
+ALIAS_OWNER = "alias"  # owned_by of an alias (its alias_for: the model it names)
 UPSTREAM_OWNER = "upstream"  # owned_by of a model an upstream server answers (created: unknown, 0)
 
 
@@ -44,7 +47,18 @@ def list_models(session: Session, settings: Settings, *, tenant: str) -> list[Mo
         ModelObject(id=m, created=0, owned_by=UPSTREAM_OWNER)
         for m in settings.serve_upstreams.listed_names()
     ]
-    return builtins + [_owned(job) for job in _live(session, tenant=tenant)] + elsewhere
+    owned = [_owned(job) for job in _live(session, tenant=tenant)]
+    return builtins + owned + elsewhere + _aliases(session, settings, tenant)
+
+
+def _aliases(session: Session, settings: Settings, tenant: str) -> list[ModelObject]:
+    """The tenant's aliases by exact name (a pattern is no model id), with what they name."""
+    names = settings.serve_aliases.of(tenant) | tenant_aliases(session, tenant)
+    return [
+        ModelObject(id=alias, created=0, owned_by=ALIAS_OWNER, alias_for=model)
+        for alias, model in sorted(names.items())
+        if not alias.endswith(ANY)
+    ]
 
 
 def _fine_tuned_job(session: Session, *, model: str, tenant: str) -> Job:
@@ -60,6 +74,9 @@ def get_model(session: Session, settings: Settings, *, model: str, tenant: str) 
         return ModelObject(id=model, created=BUILTIN_CREATED, owned_by="gradacc")
     if model in settings.serve_upstreams.listed_names():
         return ModelObject(id=model, created=0, owned_by=UPSTREAM_OWNER)
+    for alias in _aliases(session, settings, tenant):
+        if alias.id == model:
+            return alias
     return _owned(_fine_tuned_job(session, model=model, tenant=tenant))
 
 

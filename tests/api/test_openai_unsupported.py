@@ -19,6 +19,7 @@ def test_an_unsupported_resource_is_a_404_that_names_it(sdk: openai.OpenAI) -> N
     error = batches.value.body
     assert isinstance(error, dict) and error["code"] == "unsupported_openai_route"
     assert "does not offer OpenAI's /v1/batches API" in error["message"]
+    assert "serves chat/completions, completions, responses, models, files" in error["message"]
     with pytest.raises(openai.NotFoundError, match="/v1/uploads API"):
         sdk.uploads.create(bytes=10, filename="a.jsonl", mime_type="text/plain", purpose="batch")
     with pytest.raises(openai.NotFoundError, match="/v1/evals API"):

@@ -10,6 +10,7 @@ that closes its stream mid-way stops its generation, and the next request is ans
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import serve_with_keys
+from tests.e2e.responses_checks import check_aliases, check_responses
 from tests.support import serves, wait_final, wait_until
 from worker.predict.failpoints import SERVE_HOLD
 
@@ -41,6 +43,8 @@ class Stack:
     folder: Path  # its downloaded model/
     gate: Path  # while it exists, a stream parks at each token (SERVE_HOLD)
     log: Path
+    url: str
+    keys: dict[str, str]
 
 
 def _download(url: str, key: str, job_id: str, into: Path) -> Path:
@@ -61,7 +65,8 @@ def stack(
     gate = home / "hold"
     # A stream left parked would hold the models past the next request's deadline (a 504).
     env = {"GRADACC_SERVE_MAX_COMPLETION_TOKENS": str(LIMIT), SERVE_HOLD: str(gate),
-           "GRADACC_SERVE_TIMEOUT_S": "20", "GRADACC_PREDICT_SERVER": "true"}  # fmt: skip
+           "GRADACC_SERVE_TIMEOUT_S": "20", "GRADACC_PREDICT_SERVER": "true",
+           "GRADACC_SERVE_ALIASES": json.dumps({"*": {"gpt-4o*": "builtin:tiny-chat"}})}  # fmt: skip
     # (PostgreSQL stacks start no predict server unless told: settings_env.)
     with serve_with_keys(request, home, env) as (_, url, keys):
         headers = {"Authorization": f"Bearer {keys['alice']}"}
@@ -78,7 +83,17 @@ def stack(
         # The predict server listens once torch is imported: a 503 until then (a tiny job can
         # train sooner).
         wait_until(lambda: serves(sdks["alice"], model), what="the predict server", timeout=60)
-        yield Stack(sdks["alice"], sdks["bob"], model, checkpoint, folder, gate, home / "serve.log")
+        yield Stack(
+            sdks["alice"],
+            sdks["bob"],
+            model,
+            checkpoint,
+            folder,
+            gate,
+            home / "serve.log",
+            url,
+            keys,
+        )
 
 
 def _generate(model: Any, tokenizer: Any, ids: list[int], max_new_tokens: int) -> list[int]:
@@ -265,3 +280,14 @@ def test_a_client_that_goes_away_frees_the_models(stack: Stack) -> None:
         assert f"after 1 of {LIMIT} tokens" in lines[0]
     finally:
         stack.gate.unlink(missing_ok=True)
+
+
+def test_responses_answer_as_chat_does_stream_store_and_continue(
+    stack: Stack, reference: Any
+) -> None:
+    model, tokenizer = reference
+    check_responses(stack.alice, stack.bob, stack.model, model, tokenizer)
+
+
+def test_aliases_answer_as_the_model_they_name(stack: Stack) -> None:
+    check_aliases(stack.alice, stack.bob, stack.url, stack.keys, stack.model)
