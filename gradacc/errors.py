@@ -146,8 +146,8 @@ class ArtifactNotFound(DomainError):
     code = "artifact_not_found"
     param = "path"
 
-    def __init__(self, path: str) -> None:
-        super().__init__(f"the job has no output {path!r}")
+    def __init__(self, path: str, *, hint: str | None = None) -> None:
+        super().__init__(f"the job has no output {path!r}" + (f": {hint}" if hint else ""))
 
 
 class ModelNotFound(DomainError):

@@ -54,6 +54,13 @@ def folder_path(root: Path, name: str) -> Path:
     if (found := CHECKPOINT_NAME.fullmatch(name)) is not None:
         return _kept_checkpoint(root, int(found.group(1)), name)
     folder = root / name
+    if name == MODEL_DIR and not folder.exists() and (root / ADAPTER_DIR).is_dir():
+        raise ArtifactNotFound(
+            name,
+            hint="a LoRA job keeps its adapters, not a whole model: download "
+            "artifacts/model?merged=true for the adapters merged into their base, or "
+            f"artifacts/{ADAPTER_DIR} for the adapters alone",
+        )
     if name not in FOLDERS or folder.is_symlink() or not folder.is_dir():
         raise ArtifactNotFound(name)
     return folder

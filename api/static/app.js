@@ -216,7 +216,10 @@ async function openJob(jobId) {
   const causal = job.spec.task === "causal-lm";
   const plan = chartPlan(job);
   $("quality-caption").textContent = plan.caption;
-  const waiting = "waiting for the first evaluation", firstStep = "waiting for the first step";
+  const ended = TERMINAL.includes(job.status);
+  const waiting = ended ? "no evaluation ran in this job (no validation data, or it ended first)"
+    : "waiting for the first evaluation";
+  const firstStep = ended ? "no step was trained in this job" : "waiting for the first step";
   const charts = {
     loss: new LineChart($("chart-loss"), ["step train_loss", "epoch train_loss"], firstStep),
     eval: new LineChart($("chart-eval"), ["eval_loss"], waiting),

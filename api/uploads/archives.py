@@ -122,8 +122,12 @@ class _CheckedTarFile(tarfile.TarFile):
     extended_run = 0  # extended headers read since the last member
 
 
-def member_path(name: str, dest: Path) -> Path:
+def member_path(name: str, dest: Path, *, folder: bool = False) -> Path:
+    """Where a member goes under ``dest``. A folder named ``.`` (or ``./``) is ``dest`` itself:
+    ``tar czf model.tar.gz -C folder .`` writes it first, and every path after it starts ``./``."""
     parts = [part for part in PurePosixPath(name.replace("\\", "/")).parts if part != "."]
+    if folder and not parts and name.replace("\\", "/").rstrip("/") == ".":
+        return dest
     if name.startswith(("/", "\\")) or not parts or ".." in parts or ":" in parts[0]:
         _refuse(f"unsafe path in the archive: {name[:300]!r}")
     if parts[-1].lower().endswith(PICKLE_SUFFIXES):
@@ -151,7 +155,7 @@ def unpack_tar(archive: Path, dest: Path, limits: Limits) -> None:
             for member in tar:
                 limits.add_entry()
                 if member.isdir():
-                    member_path(member.name, dest).mkdir(parents=True, exist_ok=True)
+                    member_path(member.name, dest, folder=True).mkdir(parents=True, exist_ok=True)
                     continue
                 if not member.isfile() or member.sparse is not None:  # a link, device, fifo
                     _refuse(f"{member.name[:300]!r} is not a regular file")
@@ -167,7 +171,7 @@ def unpack_zip(archive: Path, dest: Path, limits: Limits) -> None:
             limits.add_entry()
             mode = info.external_attr >> 16
             if info.is_dir():
-                member_path(info.filename, dest).mkdir(parents=True, exist_ok=True)
+                member_path(info.filename, dest, folder=True).mkdir(parents=True, exist_ok=True)
                 continue
             if mode and not stat.S_ISREG(mode):  # a symlink stored by Unix zip, a device
                 _refuse(f"{info.filename[:300]!r} is not a regular file")

@@ -41,7 +41,10 @@ def check_webhook_url(url: str, settings: Settings, *, param: str = "webhook_url
     host = parts.hostname.lower()
     allowed = settings.webhook_allowed_host_list()
     if allowed is not None and host not in allowed:
-        raise InvalidRequest(f"host {host!r} is not in the allowed webhook hosts", param=param)
+        raise InvalidRequest(
+            f"host {host!r} is not in the allowed webhook hosts (GRADACC_WEBHOOK_ALLOWED_HOSTS)",
+            param=param,
+        )
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -50,7 +53,9 @@ def check_webhook_url(url: str, settings: Settings, *, param: str = "webhook_url
     addresses = [ipaddress.ip_address(info[4][0]) for info in infos]
     if not settings.webhook_allow_private and not all(_public(a) for a in addresses):
         raise InvalidRequest(
-            f"host {host!r} is a private or loopback address; refused", param=param
+            f"host {host!r} is a private or loopback address; refused (an operator allows "
+            "private receivers with GRADACC_WEBHOOK_ALLOW_PRIVATE=true)",
+            param=param,
         )
     return str(addresses[0])
 

@@ -16,6 +16,7 @@ import pytest
 
 from tests.api.test_chat_data import GOOD, jsonl
 from tests.conftest import ROOT
+from tests.support import wait_final
 
 pytestmark = pytest.mark.integration
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -77,6 +78,7 @@ def test_the_job_page_links_to_what_is_trained(served_url: str) -> None:
         job = api.post("/v1/jobs", json={"model": "builtin:tiny-chat", "task": "causal-lm",
                                          "dataset": file, "max_seq_length": 44}).json()  # fmt: skip
         api.post(f"/v1/jobs/{job['id']}/cancel")
+        assert wait_final(api, job["id"], timeout=60)["status"] == "cancelled"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
@@ -97,6 +99,10 @@ def test_the_job_page_links_to_what_is_trained(served_url: str) -> None:
             assert rows.nth(i).locator(".tok").count() == row["total"]
             expect(rows.nth(i).locator(".preview-warnings li")).to_have_text(row["warnings"])
         assert "\N{DOWNWARDS ARROW WITH CORNER LEFTWARDS}" in rows.nth(1).inner_text()
+        # A job that has ended waits for nothing (it said "waiting for the first evaluation").
+        assert "no evaluation ran" in (
+            page.locator("#chart-eval").get_attribute("data-empty") or ""
+        )
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "dashboard-preview.png"), full_page=True)
         browser.close()

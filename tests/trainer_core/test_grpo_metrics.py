@@ -23,6 +23,7 @@ from trainer_core.grpo.evaluation import GrpoEvaluation, evaluate_policy
 from trainer_core.grpo.metrics import reward_metrics, window_metrics
 from trainer_core.grpo.prompts import prompt_rows
 from trainer_core.model.load import load_model, load_tokenizer
+from trainer_core.spec.callbacks import TrainingCallback
 from trainer_core.spec.grpo import Graded, GrpoSettings, as_graded
 from trainer_core.spec.job import JobSpec
 
@@ -99,12 +100,28 @@ def test_the_same_seed_samples_the_same_and_scores_carry() -> None:
         assert row.messages[-1]["content"] in sample["prompt"]
 
 
+class Progress(TrainingCallback):
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def on_progress(self, progress: dict[str, Any]) -> None:
+        self.seen.append(progress)
+
+
+PROGRESS = Progress()
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GrpoRun, Path]:
     out = tmp_path_factory.mktemp("grpo-eval")
     done = train_grpo(spec(), SETTINGS, prompt_rows(ROWS), graded_reward, out,
-                      validation=prompt_rows(VALIDATION))  # fmt: skip
+                      validation=prompt_rows(VALIDATION), callback=PROGRESS)  # fmt: skip
     return done, out
+
+
+def test_progress_counts_epochs_over_the_prompts(run: tuple[GrpoRun, Path]) -> None:
+    """4 prompts, 2 a window: windows 1-2 are epoch 1 and 3-4 epoch 2 (it said epoch 4)."""
+    assert [(p["epoch"], p["step"]) for p in PROGRESS.seen] == [(1, 1), (1, 2), (2, 3), (2, 4)]
 
 
 def test_each_step_reports_its_window(run: tuple[GrpoRun, Path]) -> None:

@@ -123,21 +123,25 @@ class _WindowRecords(TrainingCallback):
         windows: PolicyWindows,
         run: GrpoRun,
         evaluation: GrpoEvaluation,
+        windows_per_epoch: int,
     ) -> None:
         self.callback, self.windows, self.run = callback, windows, run
-        self.evaluation = evaluation
+        self.evaluation, self.windows_per_epoch = evaluation, windows_per_epoch
         self.grad_norms: dict[int, Any] = {}
         self.other_ranks = (
             self
             if callback is NULL_CALLBACK
-            else _WindowRecords(NULL_CALLBACK, windows, run, evaluation)
+            else _WindowRecords(NULL_CALLBACK, windows, run, evaluation, windows_per_epoch)
         )
 
     def on_start(self, info: dict[str, Any]) -> None:
         self.callback.on_start(info)
 
     def on_progress(self, progress: dict[str, Any]) -> None:
-        self.callback.on_progress(progress)
+        """The epoch over the prompts, not the inner run's (a window each)."""
+        window = int(progress["epoch"])
+        epoch = (window - 1) // self.windows_per_epoch + 1
+        self.callback.on_progress(progress | {"epoch": epoch})
 
     def on_checkpoint(self, info: dict[str, Any]) -> None:
         self.callback.on_checkpoint(info)
@@ -222,7 +226,9 @@ def train_grpo(
     result = train(
         spec.model_copy(update={"max_steps": windows_total}),
         output_dir,
-        callback=_WindowRecords(callback, windows, run, evaluation),
+        callback=_WindowRecords(
+            callback, windows, run, evaluation, max(len(prompts) // per_window, 1)
+        ),
         should_stop=should_stop,
         resume=resume,
         rollouts=RolloutStream(shape, windows),
