@@ -154,8 +154,8 @@ class ModelNotFound(DomainError):
     code = "model_not_found"
     param = "model"
 
-    def __init__(self, model: str) -> None:
-        super().__init__(f"the model {model!r} does not exist")
+    def __init__(self, model: str, *, hint: str | None = None) -> None:
+        super().__init__(f"the model {model!r} does not exist" + (f": {hint}" if hint else ""))
 
 
 class ResponseNotFound(DomainError):

@@ -68,7 +68,8 @@ def _check_served(body: ChatCompletionRequest | CompletionRequest, settings: Set
 def check_tools(given: dict[str, Any]) -> None:
     """``tools`` well made (the predict server decides whether the model's template renders
     them: a 400 naming ``tools`` if not); ``tool_choice`` only what is honoured: "auto" (the
-    model decides) and "none" (tools shown, the answer left text). Forcing a call is not."""
+    model decides) and "none" (tools shown, the answer left text). Forcing a call is not.
+    ``parallel_tool_calls: false`` is: the answer ends with its first call."""
     tools = given.get("tools") or None
     if problems := tools_problems(tools):
         raise InvalidRequest(problems[0], param="tools")
@@ -76,13 +77,13 @@ def check_tools(given: dict[str, Any]) -> None:
     if choice is not None and not tools:
         raise InvalidRequest("only with tools", param="tool_choice")
     if choice not in (None, "auto", "none"):
+        shown = repr(choice) if isinstance(choice, str) else "a named function"
         raise InvalidRequest(
-            "only 'auto' and 'none' are served (a call cannot be forced)", param="tool_choice"
-        )
-    if tools and given.get("parallel_tool_calls") is False:
-        raise InvalidRequest(
-            "false is not served: the model's calls are not limited to one",
-            param="parallel_tool_calls",
+            f"{shown} is not served: a forced call needs decoding constrained to the "
+            "template's call format, which this server does not do, so it could not promise "
+            "the call; send 'auto' (the model decides: finish_reason 'tool_calls' when it "
+            "calls) or 'none'",
+            param="tool_choice",
         )
 
 

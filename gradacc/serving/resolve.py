@@ -10,6 +10,7 @@ A name is a built-in causal LM, or one of the tenant's fine-tuned models or kept
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +20,17 @@ from sqlalchemy.orm import Session
 from gradacc.errors import InvalidRequest, ModelNotFound
 from gradacc.settings import Settings
 from gradacc.sources import fine_tuned
-from gradacc.tables import JobStatus, Worker
+from gradacc.sources.files import is_file_id, local_source
+from gradacc.sources.hub import cached_snapshot, check_allowed
+from gradacc.tables import File, FilePurpose, JobStatus, Worker
 from gradacc.workers import alive_workers
+from trainer_core.spec.cards import ADAPTER_CONFIG
 from trainer_core.spec.fields import BUILTIN_MODEL_TASKS
+from trainer_core.spec.sources import classify_source
 
 CAUSAL = "causal-lm"
+HUB_ID = re.compile(r"[\w.-]{1,96}/[\w.-]{1,96}")
+CAUSAL_ARCHITECTURES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 # A built-in base model's weights are made from a seed (they exist nowhere else): the seed a job
 # gets by default, so the base a client talks to is the one a default job trains from.
 BUILTIN_SEED = 42
@@ -50,6 +57,10 @@ def resolve_model(session: Session, settings: Settings, *, model: str, tenant: s
         if CAUSAL not in BUILTIN_MODEL_TASKS[model]:
             raise InvalidRequest(f"{model} is not a language model", param="model")
         return ServedModel(model, model, None)
+    if is_file_id(model):
+        return _uploaded(session, settings, model, tenant)
+    if is_hub_id(model):
+        return _hub(settings, model)
     found = fine_tuned.find(session, model, tenant=tenant, any_api=True)
     if found is None:
         raise ModelNotFound(model)
@@ -63,6 +74,42 @@ def resolve_model(session: Session, settings: Settings, *, model: str, tenant: s
     except fine_tuned.ModelUnavailable:
         raise ModelNotFound(model) from None
     return ServedModel(model, None, folder)
+
+
+def is_hub_id(model: str) -> bool:
+    """``owner/name``, as a job's model names a hub repository."""
+    return classify_source(model) == "hub" and HUB_ID.fullmatch(model) is not None
+
+
+def _uploaded(session: Session, settings: Settings, model: str, tenant: str) -> ServedModel:
+    """One of the tenant's uploaded models (``file-…``, purpose model): what it can train from,
+    it can talk to."""
+    file = session.get(File, model)
+    if file is None or file.tenant != tenant or file.purpose != FilePurpose.MODEL:
+        raise ModelNotFound(model)
+    architectures = (file.details or {}).get("architectures") or []
+    if architectures and not any(a.endswith(CAUSAL_ARCHITECTURES) for a in architectures):
+        shown = ", ".join(architectures)
+        raise InvalidRequest(f"{model} is a {shown}, not a language model", param="model")
+    return ServedModel(model, None, local_source(settings, file))
+
+
+def _hub(settings: Settings, model: str) -> ServedModel:
+    """A hub model in this server's Hugging Face cache (allowed by ``GRADACC_HUB_ALLOW``), as
+    a job would train from it. The API never downloads one: an uncached id is a 404 saying so."""
+    check_allowed(model, settings, param="model")
+    snapshot = cached_snapshot(model, "model")
+    if snapshot is None:
+        raise ModelNotFound(
+            model,
+            hint="it is not in this server's Hugging Face cache "
+            "(docs/models.md: the operator fills it, gradacc cache)",
+        )
+    if (snapshot / ADAPTER_CONFIG).is_file():
+        raise InvalidRequest(
+            f"{model} is an adapter on the hub; train from it, or serve its base", param="model"
+        )
+    return ServedModel(model, None, snapshot)
 
 
 def record_server(session: Session, *, worker: str, url: str, token: str | None) -> bool:

@@ -5,6 +5,9 @@ continues; tenants see only their own; aliases answer as the model they name."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,6 +17,7 @@ import pytest
 QUESTION, FOLLOW_UP = "what is 2 plus 3?", "and 3 plus 4?"
 INSTRUCTIONS = "Answer with a number."
 TOKENS = 16
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
 OLD_NAME = "ft:gpt-4o-mini-2024-07-18:acme::AbC123"
 
 
@@ -114,3 +118,36 @@ def check_aliases(
     assert gone.status_code == 200
     with pytest.raises(openai.NotFoundError):
         _chat(alice, OLD_NAME, messages)
+
+
+def check_train_sources(
+    alice: openai.OpenAI,
+    bob: openai.OpenAI,
+    url: str,
+    keys: dict[str, str],
+    name: str,
+    folder: Path,
+) -> None:
+    """What a tenant can train from, it can talk to: its uploaded model (``file-…``, sent as
+    docs/models.md's ``tar czf model.tar.gz -C folder .``) and a hub model in the server's cache
+    (here a fake cache holding the same weights) answer as the ``ft:`` model they copy."""
+    archive = folder.parent / "upload.tar.gz"
+    subprocess.run(["tar", "czf", str(archive), "-C", str(folder), "."], check=True)
+    sent = httpx.post(f"{url}/v1/files", data={"purpose": "model"}, timeout=60,
+                      files={"file": ("model.tar.gz", archive.read_bytes())},
+                      headers={"Authorization": f"Bearer {keys['alice']}"})  # fmt: skip
+    assert sent.status_code == 201, sent.text
+    uploaded = sent.json()["id"]
+    hub_id = "acme/tiny-chat-copy"
+    repo = folder.parents[1] / "hf-cache" / f"models--{hub_id.replace('/', '--')}"
+    shutil.copytree(folder, repo / "snapshots" / COMMIT)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(COMMIT)
+    messages = [{"role": "user", "content": QUESTION}]
+    expected = _chat(alice, name, messages)
+    assert _chat(alice, uploaded, messages) == expected  # was 404 "does not exist"
+    assert _chat(alice, hub_id, messages) == expected
+    with pytest.raises(openai.NotFoundError):  # an upload is its tenant's
+        _chat(bob, uploaded, messages)
+    with pytest.raises(openai.NotFoundError, match="Hugging Face cache"):
+        _chat(alice, "acme/not-cached", messages)

@@ -22,7 +22,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import serve_with_keys
-from tests.e2e.responses_checks import check_aliases, check_responses
+from tests.e2e.responses_checks import check_aliases, check_responses, check_train_sources
 from tests.support import serves, wait_final, wait_until
 from worker.predict.failpoints import SERVE_HOLD
 
@@ -66,7 +66,8 @@ def stack(
     # A stream left parked would hold the models past the next request's deadline (a 504).
     env = {"GRADACC_SERVE_MAX_COMPLETION_TOKENS": str(LIMIT), SERVE_HOLD: str(gate),
            "GRADACC_SERVE_TIMEOUT_S": "20", "GRADACC_PREDICT_SERVER": "true",
-           "GRADACC_SERVE_ALIASES": json.dumps({"*": {"gpt-4o*": "builtin:tiny-chat"}})}  # fmt: skip
+           "GRADACC_SERVE_ALIASES": json.dumps({"*": {"gpt-4o*": "builtin:tiny-chat"}}),
+           "HF_HUB_CACHE": str(home / "hf-cache")}  # fmt: skip
     # (PostgreSQL stacks start no predict server unless told: settings_env.)
     with serve_with_keys(request, home, env) as (_, url, keys):
         headers = {"Authorization": f"Bearer {keys['alice']}"}
@@ -291,3 +292,7 @@ def test_responses_answer_as_chat_does_stream_store_and_continue(
 
 def test_aliases_answer_as_the_model_they_name(stack: Stack) -> None:
     check_aliases(stack.alice, stack.bob, stack.url, stack.keys, stack.model)
+
+
+def test_an_uploaded_model_and_a_cached_hub_model_answer(stack: Stack) -> None:
+    check_train_sources(stack.alice, stack.bob, stack.url, stack.keys, stack.model, stack.folder)

@@ -160,3 +160,17 @@ def test_a_streamed_choice_ends_with_its_held_content_and_whole_calls() -> None:
     assert call["index"] == 0 and call["function"] == {"name": "f", "arguments": "{}"}
     plain = _last(CHAT, 1, "length", Held())
     assert plain["finish_reason"] == "length" and plain["delta"] == {}
+
+
+def test_parallel_tool_calls_false_ends_the_answer_at_its_first_call() -> None:
+    two = ('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call> then '
+           '<tool_call>{"name": "g", "arguments": {}}</tool_call> bye')  # fmt: skip
+    assert [c["function"]["name"] for c in parse(two).tool_calls] == ["f", "g"]
+    first = parse(two, one_call=True)
+    assert [c["function"]["name"] for c in first.tool_calls] == ["f"] and first.content is None
+    body = answer(CHAT, "m", [Completion(text=two, finish_reason="stop")], 5, False,
+                  calls=True, one_call=True)  # fmt: skip
+    assert len(body["choices"][0]["message"]["tool_calls"]) == 1
+    held = Held(one_call=True)
+    held.take(two)
+    assert [c["function"]["name"] for c in held.finish().tool_calls] == ["f"]

@@ -52,8 +52,10 @@ def _call(block: str) -> dict[str, Any] | None:
     return {"id": "call_" + secrets.token_hex(12), "type": "function", "function": function}
 
 
-def parse(text: str) -> Parsed:
-    """``text`` split into its calls and what lies outside them (stripped)."""
+def parse(text: str, *, one_call: bool = False) -> Parsed:
+    """``text`` split into its calls and what lies outside them (stripped). ``one_call``
+    (``parallel_tool_calls: false``): the answer ends with its first call; what the model wrote
+    after it is dropped."""
     calls: list[dict[str, Any]] = []
     kept: list[str] = []
     at = 0
@@ -64,6 +66,9 @@ def parse(text: str) -> Parsed:
         kept.append(text[at : match.start()])
         at = match.end()
         calls.append(call)
+        if one_call:
+            at = len(text)
+            break
     if not calls:
         return Parsed(text, [])
     kept.append(text[at:])
@@ -90,6 +95,7 @@ class Held:
 
     text: str = ""
     sent: int = 0
+    one_call: bool = False  # parallel_tool_calls: false (``parse``)
 
     def take(self, piece: str) -> str:
         """The content of ``piece`` that can go out now (maybe "")."""
@@ -99,7 +105,7 @@ class Held:
         return out
 
     def finish(self) -> Parsed:
-        return parse(self.text[self.sent :])
+        return parse(self.text[self.sent :], one_call=self.one_call)
 
 
 def call_deltas(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:

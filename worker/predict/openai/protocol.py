@@ -157,9 +157,10 @@ def answer(
     wanted_logprobs: bool,
     *,
     calls: bool = False,
+    one_call: bool = False,
 ) -> dict[str, Any]:
     """``calls``: the text's ``<tool_call>`` blocks become ``message.tool_calls``
-    (``worker.predict.tool_calls``)."""
+    (``worker.predict.tool_calls``; ``one_call``: the first only)."""
     choices = []
     for index, c in enumerate(done):
         choice: dict[str, Any] = {
@@ -169,7 +170,7 @@ def answer(
         }
         if kind.chat:
             choice["message"] = {"role": "assistant", "content": c.text, "refusal": None}
-            parsed = parse(c.text) if calls else None
+            parsed = parse(c.text, one_call=one_call) if calls else None
             if parsed and parsed.tool_calls:
                 choice["message"] |= {"content": parsed.content, "tool_calls": parsed.tool_calls}
                 choice["finish_reason"] = "tool_calls"

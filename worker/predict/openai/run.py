@@ -152,6 +152,7 @@ def _run_loaded(
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 8:
         raise invalid("n", "must be from 1 to 8")
     seed, calls = body.get("seed"), kind.chat and parses_calls_for(loaded, body)
+    one_call = body.get("parallel_tool_calls") is False
     if body.get("stream"):
         rows = choices(
             loaded,
@@ -162,7 +163,7 @@ def _run_loaded(
             deadline=deadline,
             cancelled=lambda: _parked_or_gone(reply),
         )
-        _stream(engine, kind, name, rows, sampling, body, reply, calls=calls)
+        _stream(engine, kind, name, rows, sampling, body, reply, calls=calls, one_call=one_call)
         return
     rows = choices(
         loaded, ids, sampling, n=n, seed=_seed(seed), deadline=deadline, cancelled=reply.gone
@@ -173,7 +174,7 @@ def _run_loaded(
     if reply.gone():
         return  # nobody to answer
     wanted = sampling.top_logprobs is not None
-    reply.json(200, answer(kind, name, done, len(ids), wanted, calls=calls))
+    reply.json(200, answer(kind, name, done, len(ids), wanted, calls=calls, one_call=one_call))
 
 
 def _seed(seed: Any) -> int | None:
@@ -197,13 +198,15 @@ def _stream(
     reply: Reply,
     *,
     calls: bool,
+    one_call: bool = False,
 ) -> None:
     """The rows' events as chunks as they come; the choices' pieces interleave (by index).
-    ``calls``: each choice's text passes through a ``Held`` (its calls come whole at its end)."""
+    ``calls``: each choice's text passes through a ``Held`` (its calls come whole at its end;
+    ``one_call``: the first only)."""
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     wanted = sampling.top_logprobs is not None
     ident, spent, offsets = new_id(kind), 0, [0] * len(rows)
-    held = [Held() for _ in rows] if calls else None
+    held = [Held(one_call=one_call) for _ in rows] if calls else None
 
     def send(choice: dict[str, Any]) -> None:
         reply.event(chunk(kind, ident, model, [choice], include_usage))
