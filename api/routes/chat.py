@@ -8,9 +8,14 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from api.deps import SettingsDep, TenantDep
-from api.schemas.chat import ChatCompletion, ChatCompletionRequest, Completion, CompletionRequest
 from api.schemas.jobs import ErrorResponse
 from api.services import chat as chat_services
+from gradacc.openai.chat_requests import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+)
 
 router = APIRouter(tags=["chat"])
 ERRORS: dict[int | str, dict[str, Any]] = {

@@ -9,13 +9,9 @@ from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import ReadSessionDep, SessionDep, SettingsDep, TenantDep
 from api.schemas.jobs import ErrorResponse
-from api.schemas.responses import (
-    InputItemList,
-    ResponseCreateRequest,
-    ResponseDeleted,
-    ResponseObject,
-)
+from api.schemas.responses import InputItemList, ResponseDeleted, ResponseObject
 from api.services import responses as response_services
+from gradacc.openai.responses_request import ResponseCreateRequest
 
 router = APIRouter(prefix="/responses", tags=["responses"])
 ERRORS: dict[int | str, dict[str, Any]] = {

@@ -22,7 +22,6 @@ import anyio.to_thread
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.schemas.chat import ChatCompletionRequest
 from api.schemas.graders import (
     GraderRunErrors,
     GraderRunMetadata,
@@ -35,6 +34,7 @@ from api.services import chat as chat_services
 from api.services.shares import GRADER_RUNS, Cap
 from gradacc.errors import InvalidRequest
 from gradacc.grading import sandbox_limits
+from gradacc.openai.chat_requests import ChatCompletionRequest
 from gradacc.settings import Settings
 from trainer_core.graders import ChatFn, ChatReply, GraderResult, Grading, run_grader
 from trainer_core.spec.graders import Grader, error_param, parse_grader

@@ -16,10 +16,9 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from api.schemas.chat import ChatCompletionRequest
-from api.schemas.responses import ResponseCreateRequest
 from api.services import chat as chat_services
 from gradacc.errors import InvalidRequest, ResponseNotFound
+from gradacc.openai.chat_requests import ChatCompletionRequest
 from gradacc.openai.responses_input import chat_body, input_items
 from gradacc.openai.responses_output import (
     StreamEvents,
@@ -28,6 +27,7 @@ from gradacc.openai.responses_output import (
     new_response_id,
     skeleton,
 )
+from gradacc.openai.responses_request import ResponseCreateRequest
 from gradacc.settings import Settings
 from gradacc.tables import StoredResponse
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from api.schemas.chat import ChatCompletionRequest
-from api.services.chat import check_tools, forwarded_body
 from gradacc.errors import InvalidRequest
+from gradacc.openai.chat_checks import check_tools, forwarded_body
+from gradacc.openai.chat_requests import ChatCompletionRequest
 
 TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
 CALL = {"id": "call_1", "type": "function",

@@ -1,6 +1,6 @@
 """OpenAI's shapes on the predict server: a request's sampling parameters, and the answer and
 stream chunks of ``chat.completion`` and ``text_completion``. The API checked the request's fields
-(``api.schemas.chat``); what needs the model (the prompt's length against its context) is checked
+(``gradacc.openai.chat_requests``); what needs the model (the prompt's length against its context) is checked
 here, and anything odd that still arrives is a 400, not a crash."""
 
 from __future__ import annotations
