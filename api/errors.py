@@ -19,6 +19,7 @@ from starlette.routing import Match
 from gradacc.db import DATABASE_ERRORS
 from gradacc.errors import (
     ArtifactNotFound,
+    BatchNotFound,
     DomainError,
     FileInUse,
     FileNotFound,
@@ -56,6 +57,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     FileNotFound: 404,
     ModelNotFound: 404,
     ResponseNotFound: 404,
+    BatchNotFound: 404,
     ArtifactNotFound: 404,
     InvalidTransition: 409,
     FileInUse: 409,
@@ -94,7 +96,7 @@ class AsciiJSONResponse(JSONResponse):
 
 OPENAI_PREFIXES = (
     *("/v1/fine_tuning", "/v1/models", "/v1/chat/completions", "/v1/completions"),
-    *("/v1/responses", "/v1/aliases"),
+    *("/v1/responses", "/v1/aliases", "/v1/batches"),
 )
 _TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
 
@@ -209,7 +211,7 @@ def _allowed_methods(request: Request) -> str:
 # "Not Found" that reads like a wrong base URL or a missing id.
 OPENAI_ELSEWHERE = frozenset(
     {
-        *("assistants", "audio", "batches", "containers", "evals"),
+        *("assistants", "audio", "containers", "evals"),
         *("conversations", "embeddings", "fine_tuning/checkpoints"),
         *("images", "moderations", "organization", "realtime", "threads"),
         *("uploads", "vector_stores"),
@@ -218,8 +220,8 @@ OPENAI_ELSEWHERE = frozenset(
 
 # What it does serve, as that 404 lists it.
 SERVED = (
-    "chat/completions, completions, responses, models, files, fine_tuning jobs (their events "
-    "and checkpoints) and graders"
+    "chat/completions, completions, responses, batches, models, files, fine_tuning jobs (their "
+    "events and checkpoints) and graders"
 )
 
 

@@ -23,6 +23,7 @@ from api.http.schema_gate import SchemaGate
 from api.routes import (
     aliases,
     artifacts,
+    batches,
     chat,
     dashboard,
     files,
@@ -107,6 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(chat.router, prefix="/v1")
     app.include_router(responses.router, prefix="/v1")
     app.include_router(aliases.router, prefix="/v1")
+    app.include_router(batches.router, prefix="/v1")
     install_docs(app)
     install_openapi(app, settings)
     return app

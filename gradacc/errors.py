@@ -168,6 +168,14 @@ class ResponseNotFound(DomainError):
         self.param = param
 
 
+class BatchNotFound(DomainError):
+    code = "not_found"
+    param = "batch_id"
+
+    def __init__(self, batch_id: str) -> None:
+        super().__init__(f"no batch with id {batch_id!r}")
+
+
 class NotAllowed(DomainError):
     """Something that exists but this request may not change (a base model's deletion)."""
 

@@ -211,6 +211,9 @@ class Settings(BaseSettings):
     # {pattern: model} (gradacc.alias_setting; docs/serving.md, "Aliases"). A tenant's own
     # aliases (/v1/aliases) come first.
     serve_aliases: Annotated[Aliases, NoDecode] = Field(default_factory=Aliases)
+    # How long a worker holds a batch without renewing it (before each line): past it, after a
+    # worker died, another worker goes on with the batch (worker.consumer.batch_runner).
+    batch_lease_s: float = Field(default=30.0, gt=0, le=3600)
     # Each python grader call's sandbox (trainer_core.graders.sandbox, docs/reinforcement.md): CPU
     # seconds, wall-clock seconds and address space; OpenAI's limits by default. A training
     # run's graders and /v1/fine_tuning/alpha/graders/run both take them.

@@ -350,6 +350,8 @@ class FilePurpose(StrEnum):
     MODEL = "model"
     FINE_TUNE = "fine-tune"  # OpenAI's: a messages or prompt-completion JSONL dataset
     FINE_TUNE_RESULTS = "fine-tune-results"  # a fine-tuning job's metrics CSV (written by it)
+    BATCH = "batch"  # OpenAI's: a batch's requests, a JSON line each
+    BATCH_OUTPUT = "batch_output"  # a batch's answers or errors (written by it)
 
 
 class File(Base):
@@ -431,3 +433,60 @@ class ModelAlias(Base):
     alias: Mapped[str] = mapped_column(String(512), primary_key=True)
     model: Mapped[str] = mapped_column(String(512))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class BatchStatus(StrEnum):
+    VALIDATING = "validating"
+    IN_PROGRESS = "in_progress"
+    FINALIZING = "finalizing"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    EXPIRED = "expired"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+
+
+class Batch(Base):
+    """One ``/v1/batches`` batch: its input file's lines are answered one by one by a worker
+    (``worker.consumer.batch_runner``), each answer kept as a ``BatchLine``; the output and error
+    files are written from those rows when it ends. A worker holds it by a lease it renews, so
+    another takes it over when that worker dies, and goes on from the rows kept."""
+
+    __tablename__ = "batches"
+    __table_args__ = (Index("ix_batches_tenant_id", "tenant", "id"),)
+
+    # "batch_" + 12 hex digits of milliseconds + 8 random.
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    input_file_id: Mapped[str] = mapped_column(String(32))
+    endpoint: Mapped[str] = mapped_column(String(64))
+    completion_window: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), default=BatchStatus.VALIDATING)
+    total: Mapped[int] = mapped_column(Integer, default=0, doc="lines in the input file")
+    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
+    errors: Mapped[list[Any] | None] = mapped_column(JSON, doc="why the batch failed")
+    output_file_id: Mapped[str | None] = mapped_column(String(32))
+    error_file_id: Mapped[str | None] = mapped_column(String(32))
+    holder: Mapped[str | None] = mapped_column(String(255), doc="the worker running it")
+    held_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    in_progress_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finalizing_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, doc="completed, failed...")
+    cancelling_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class BatchLine(Base):
+    """One answered line of a batch (its place in the input file): OpenAI's output line, or its
+    error line. Written once, the line's answer and its row in one commit: a line kept is never
+    asked again."""
+
+    __tablename__ = "batch_lines"
+
+    batch_id: Mapped[str] = mapped_column(
+        String(40), ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True
+    )
+    line: Mapped[int] = mapped_column(Integer, primary_key=True)
+    failed: Mapped[bool] = mapped_column(Boolean, doc="goes to the error file")
+    record: Mapped[dict[str, Any]] = mapped_column(JSON, doc="the output (or error) file's line")

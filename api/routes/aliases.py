@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Path
 
 from api.deps import ReadSessionDep, SessionDep, SettingsDep, TenantDep
 from api.schemas.aliases import AliasList, AliasObject, AliasSet
 from api.schemas.jobs import ErrorResponse
 from api.services import aliases as alias_services
+from gradacc.alias_setting import MAX_NAME
+
+PATTERN = r"^[^*]+\*?$|^\*$"  # a name, "prefix*" or "*"
 
 router = APIRouter(
     prefix="/aliases",
@@ -29,7 +34,11 @@ def list_aliases(session: ReadSessionDep, settings: SettingsDep, tenant: TenantD
 
 @router.put("/{alias:path}", response_model=AliasObject, summary="Set a model alias")
 def set_alias(
-    alias: str, body: AliasSet, session: SessionDep, settings: SettingsDep, tenant: TenantDep
+    alias: Annotated[str, Path(pattern=PATTERN, max_length=MAX_NAME)],
+    body: AliasSet,
+    session: SessionDep,
+    settings: SettingsDep,
+    tenant: TenantDep,
 ) -> AliasObject:
     """Requests naming `alias` (a name such as `ft:gpt-4o-mini-2024-07-18:acme::AbC123`, or a
     `prefix*` pattern) are answered by `model`, which must answer you now."""

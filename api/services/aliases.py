@@ -38,10 +38,8 @@ def set_alias(
         try:
             resolve_model(session, settings, model=model, tenant=tenant)
         except ModelNotFound:
-            raise InvalidRequest(
-                f"the model {model!r} does not exist: an alias names a model this server "
-                "answers you (GET /v1/models)",
-                param="model",
+            raise ModelNotFound(
+                model, hint="an alias names a model this server answers you (GET /v1/models)"
             ) from None
     row = session.get(ModelAlias, (tenant, alias))
     if row is None:

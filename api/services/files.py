@@ -112,13 +112,17 @@ def check_storage(session: Session, *, settings: Settings, tenant: str, adding: 
         raise StorageQuotaExceeded(used=used, adding=adding, limit=limit)
 
 
-UPLOADABLE = (FilePurpose.DATASET, FilePurpose.MODEL, FilePurpose.FINE_TUNE)
+UPLOADABLE = (FilePurpose.DATASET, FilePurpose.MODEL, FilePurpose.FINE_TUNE, FilePurpose.BATCH)
+WRITTEN = {
+    FilePurpose.FINE_TUNE_RESULTS: "fine-tune-results files are written by fine-tuning jobs",
+    FilePurpose.BATCH_OUTPUT: "batch_output files are written by batches",
+}
+MAX_BATCH_LINES = 50_000  # OpenAI's limit on a batch's requests
 
 
 def _purpose(value: str) -> FilePurpose:
-    if value == FilePurpose.FINE_TUNE_RESULTS:
-        message = "fine-tune-results files are written by fine-tuning jobs, not uploaded"
-        raise InvalidRequest(message, param="purpose")
+    if value in WRITTEN:
+        raise InvalidRequest(f"{WRITTEN[FilePurpose(value)]}, not uploaded", param="purpose")
     if value not in UPLOADABLE:
         choices = ", ".join(UPLOADABLE)
         raise InvalidRequest(f"{value!r} is not one of {choices}", param="purpose")
@@ -141,6 +145,8 @@ def _store(
     settings: Settings, staging: Path, upload: Upload, purpose: FilePurpose
 ) -> tuple[str, dict[str, Any]]:
     """(the upload's name on disk, what checking it found)."""
+    if purpose == FilePurpose.BATCH:
+        return _batch_input(staging, upload)
     if purpose in (FilePurpose.DATASET, FilePurpose.FINE_TUNE):
         if purpose == FilePurpose.FINE_TUNE:
             _jsonl_only(upload.filename)
@@ -168,6 +174,23 @@ def _store(
         max_files=settings.max_model_files,
     )
     return stored_name, details
+
+
+def _batch_input(staging: Path, upload: Upload) -> tuple[str, dict[str, Any]]:
+    """A batch's requests: JSON lines, counted. Each line is checked when the batch runs (a bad
+    line goes to the batch's error file; the others are answered)."""
+    if Path(upload.filename).suffix.lower() != ".jsonl":
+        raise InvalidRequest("a batch file is JSONL: a .jsonl file, a request a line", param="file")
+    os.replace(upload.path, staging / "data.jsonl")
+    lines = 0
+    with (staging / "data.jsonl").open("rb") as read:
+        for raw in read:
+            lines += bool(raw.strip())
+    if not 0 < lines <= MAX_BATCH_LINES:
+        raise InvalidRequest(
+            f"a batch holds 1 to {MAX_BATCH_LINES} requests (this file: {lines})", param="file"
+        )
+    return "data.jsonl", {"lines": lines}
 
 
 def check_dataset(path: Path, fmt: str) -> dict[str, Any]:

@@ -14,12 +14,12 @@ def sdk(client: TestClient) -> openai.OpenAI:
 
 
 def test_an_unsupported_resource_is_a_404_that_names_it(sdk: openai.OpenAI) -> None:
-    with pytest.raises(openai.NotFoundError) as batches:
-        sdk.batches.list()
-    error = batches.value.body
+    with pytest.raises(openai.NotFoundError) as stores:
+        sdk.vector_stores.list()
+    error = stores.value.body
     assert isinstance(error, dict) and error["code"] == "unsupported_openai_route"
-    assert "does not offer OpenAI's /v1/batches API" in error["message"]
-    assert "serves chat/completions, completions, responses, models, files" in error["message"]
+    assert "does not offer OpenAI's /v1/vector_stores API" in error["message"]
+    assert "serves chat/completions, completions, responses, batches, models" in error["message"]
     with pytest.raises(openai.NotFoundError, match="/v1/uploads API"):
         sdk.uploads.create(bytes=10, filename="a.jsonl", mime_type="text/plain", purpose="batch")
     with pytest.raises(openai.NotFoundError, match="/v1/evals API"):

@@ -243,9 +243,9 @@ def served_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @contextmanager
 def serve_with_keys(
-    request: pytest.FixtureRequest, home: Path, env: dict[str, str]
+    request: pytest.FixtureRequest, home: Path, env: dict[str, str], *, workers: int = 1
 ) -> Iterator[tuple[Settings, str, dict[str, str]]]:
-    """``gradacc serve --workers 1`` with API keys on, under ``home``, on the stack the fixture's
+    """``gradacc serve --workers N`` (1 unless told) with API keys on, under ``home``, on the stack the fixture's
     param names ("embedded", or "pg_redis": PostgreSQL and Redis), with ``env`` added: (its
     settings, its base URL, a key for tenants alice and bob). Stopped as a person would
     (SIGTERM); the tail of its log is printed."""
@@ -261,7 +261,8 @@ def serve_with_keys(
             full_env.pop(name, None)
     full_env |= {"GRADACC_REQUIRE_AUTH": "true", **env}
     port, log_path = free_port(), home / "serve.log"
-    argv = [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "1"]
+    argv = [sys.executable, "-m", "commands.cli", "serve", "--port", str(port),
+            "--workers", str(workers)]  # fmt: skip
     with log_path.open("wb") as log:
         server = subprocess.Popen(argv, cwd=ROOT, env=full_env, stdout=log,
                                   stderr=subprocess.STDOUT)  # fmt: skip

@@ -112,7 +112,7 @@ def check_aliases(
     with pytest.raises(openai.NotFoundError):
         _chat(bob, OLD_NAME, messages)
     refused = put("bob", OLD_NAME, name)
-    assert refused.status_code == 400 and refused.json()["error"]["param"] == "model"
+    assert refused.status_code == 404 and refused.json()["error"]["param"] == "model"
     gone = httpx.delete(f"{url}/v1/aliases/{OLD_NAME}",
                         headers={"Authorization": f"Bearer {keys['alice']}"})  # fmt: skip
     assert gone.status_code == 200

@@ -18,6 +18,24 @@ SYSTEM_PROMPTS = [
     "Answer with the result.",
     "You do sums for children.",
 ]
+# A system prompt as an application writes one (about 200 words): builtin:small-chat's context
+# holds it, and its tokenizer was trained on it (``small_chat_texts``).
+LONG_SYSTEM_PROMPT = (
+    "You are the arithmetic assistant of a primary school's homework portal. Pupils between "
+    "six and eleven years old ask you questions about addition and subtraction, one question "
+    "at a time, and sometimes follow a first question with another that builds on your answer. "
+    "Always answer in one short sentence that repeats the numbers of the question and then "
+    "gives the result, for example: three plus four is seven. Write numbers as digits. Never "
+    "show working, never ask the pupil a question back, and never change the subject, even "
+    "when the pupil asks about something else: in that case, say kindly that you only help with "
+    "sums. If a question is not clear, answer the closest sum you can read in it. Keep a warm "
+    "and patient tone; the pupils may be tired or unsure, and a friendly answer helps them go "
+    "on. Do not use emoji, lists, headings or any formatting: your answer is read aloud by the "
+    "portal's speech engine, which reads every symbol it meets. Teachers review a sample of "
+    "the conversations every week to check that the answers are right and kind, so accuracy "
+    "matters more than speed. When a result would be below zero, say that the sum cannot be "
+    "done with whole numbers yet."
+)
 SPLIT_SIZES = {"train": 2000, "validation": 400}
 
 
@@ -68,3 +86,11 @@ def chat_texts() -> list[str]:
             assert isinstance(conversation, list)
             texts += [f"{message['role']}\n{message['content']}" for message in conversation]
     return texts
+
+
+def small_chat_texts() -> list[str]:
+    """builtin:small-chat's tokenizer corpus: the chat corpus, the built-in texts and the long
+    system prompt, so its pieces are whole words and numbers where tiny-chat's are letters."""
+    from trainer_core.builtin.corpus import all_texts
+
+    return chat_texts() + all_texts() + [f"system\n{LONG_SYSTEM_PROMPT}"] * 20

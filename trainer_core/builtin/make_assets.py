@@ -12,7 +12,7 @@ from tokenizers import (
     trainers,
 )
 
-from trainer_core.builtin.chat_corpus import chat_texts
+from trainer_core.builtin.chat_corpus import chat_texts, small_chat_texts
 from trainer_core.builtin.corpus import all_texts
 from trainer_core.builtin.models import ASSETS, CHAT_SPECIAL_TOKENS
 
@@ -55,6 +55,8 @@ def main() -> None:
     byte_bpe(all_texts(), 384, ["<|endoftext|>"]).save(str(ASSETS / "tiny-gpt2-tokenizer.json"))
     chat = byte_bpe(chat_texts(), 384, ["<|endoftext|>", *CHAT_SPECIAL_TOKENS])
     chat.save(str(ASSETS / "tiny-chat-tokenizer.json"))
+    small = byte_bpe(small_chat_texts(), 2048, ["<|endoftext|>", *CHAT_SPECIAL_TOKENS])
+    small.save(str(ASSETS / "small-chat-tokenizer.json"))
     print(f"wrote tokenizers to {ASSETS}")
 
 

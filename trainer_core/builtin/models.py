@@ -22,10 +22,27 @@ from trainer_core.spec.shapes import SHAPES
 
 ASSETS = Path(__file__).parent / "assets"
 MAX_POSITIONS = 512
+# builtin:small-chat, the chat model a newcomer trains first (`make run`, the README): a subword
+# tokenizer (1,061 pieces: whole words of its corpus) and a context of 2,048 tokens, which holds a
+# real system prompt (chat_corpus.LONG_SYSTEM_PROMPT, 209 words: 239 of its tokens, 903 of
+# tiny-chat's), still small enough to learn arithmetic on a CPU in a few epochs.
+SMALL_CHAT = "builtin:small-chat"
+SMALL_CHAT_POSITIONS = 2048
 CHAT_SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>"]  # ChatML's turn markers, single tokens
 
 
 def builtin_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    if name == SMALL_CHAT:
+        return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+            tokenizer_file=str(ASSETS / "small-chat-tokenizer.json"),
+            bos_token="<|endoftext|>",
+            eos_token="<|im_end|>",
+            unk_token="<|endoftext|>",
+            pad_token="<|endoftext|>",
+            additional_special_tokens=CHAT_SPECIAL_TOKENS,
+            chat_template=BUILTIN_TEMPLATES[SMALL_CHAT],
+            model_max_length=SMALL_CHAT_POSITIONS,
+        )
     if name == "builtin:tiny-chat" or name in SHAPES:
         # ChatML with generation markers and function calling (spec.chat.CHATML_TEMPLATE); a
         # turn ends with <|im_end|>, which is also what generation stops at (its EOS).
@@ -82,6 +99,21 @@ def builtin_config(name: str, tokenizer: PreTrainedTokenizerBase) -> PretrainedC
             hidden_dropout_prob=0.0,
             attention_probs_dropout_prob=0.0,
             classifier_dropout=0.0,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    if name == SMALL_CHAT:
+        return GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=SMALL_CHAT_POSITIONS,
+            n_embd=128,
+            n_layer=4,
+            n_head=4,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            summary_first_dropout=0.0,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.pad_token_id,
         )
     chat = name == "builtin:tiny-chat"  # a little wider: it learns arithmetic in a demo's epochs

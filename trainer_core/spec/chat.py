@@ -76,7 +76,11 @@ def template_text(chat_template: str) -> str:
 
 # The built-in models' own templates (their tokenizers are built with them: builtin/models.py).
 # The shapes (``spec.shapes``) take tiny-chat's tokenizer, template included.
-BUILTIN_TEMPLATES = {"builtin:tiny-chat": CHATML_TEMPLATE, **dict.fromkeys(SHAPES, CHATML_TEMPLATE)}
+BUILTIN_TEMPLATES = {
+    "builtin:tiny-chat": CHATML_TEMPLATE,
+    "builtin:small-chat": CHATML_TEMPLATE,
+    **dict.fromkeys(SHAPES, CHATML_TEMPLATE),
+}
 
 
 def known_template(chat_template: str | None, model: str) -> str | None:

@@ -17,16 +17,20 @@ from trainer_core.spec.shapes import SHAPES
 from trainer_core.spec.sources import FILE_ID_PREFIX, classify_source
 
 # The tiny ones, and the real architectures without their weights (``spec.shapes``).
-BUILTIN_MODELS = ("builtin:tiny-bert", "builtin:tiny-gpt2", "builtin:tiny-chat", *SHAPES)
+BUILTIN_MODELS = (
+    *("builtin:tiny-bert", "builtin:tiny-gpt2", "builtin:tiny-chat", "builtin:small-chat"),
+    *SHAPES,
+)
 # builtin model -> the tasks it can do (a BERT encoder has no causal attention mask)
 BUILTIN_MODEL_TASKS = {
     "builtin:tiny-bert": ("sequence-classification",),
     "builtin:tiny-gpt2": ("sequence-classification", "causal-lm"),
     "builtin:tiny-chat": ("causal-lm",),
+    "builtin:small-chat": ("causal-lm",),
     **dict.fromkeys(SHAPES, ("causal-lm",)),
 }
 # The built-in models whose tokenizer carries a chat template (with generation markers).
-BUILTIN_CHAT_MODELS = ("builtin:tiny-chat", *SHAPES)
+BUILTIN_CHAT_MODELS = ("builtin:tiny-chat", "builtin:small-chat", *SHAPES)
 # builtin dataset -> does it carry labels?
 BUILTIN_DATASETS = {
     "builtin:sentiment": True,

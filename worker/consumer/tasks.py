@@ -35,6 +35,7 @@ from gradacc.tables import Job
 from gradacc.webhook_sender import WebhookSender
 from trainer_core.spec.job import JobSpec
 from worker.consumer import gang_node, launcher, predict_process, registry
+from worker.consumer.batch_runner import BatchRunner
 from worker.consumer.claiming import leave_for_others, take_for_message
 from worker.consumer.executors import LocalExecutor, executor_for
 from worker.consumer.reconciler import start_reconciler_thread
@@ -203,6 +204,12 @@ def _send_webhooks(sender: Any = None, **_: Any) -> None:
     """The outbox is drained by every worker too: webhooks go out while no API runs."""
     settings = get_settings()
     WebhookSender(get_sessionmaker(settings), settings).start_thread(_stopping)
+
+
+@worker_ready.connect
+def _run_batches(sender: Any = None, **_: Any) -> None:
+    """Batches are answered by every worker, a line at a time, when it is not training."""
+    BatchRunner(get_settings(), worker_name(), _stopping).start_thread()
 
 
 @worker_ready.connect

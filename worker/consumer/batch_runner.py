@@ -1,0 +1,194 @@
+"""The batch runner: a thread of every worker that takes a ``/v1/batches`` batch and answers its
+lines, one at a time, on a predict server (``gradacc.batches``; docs/batches.md).
+
+Low priority by design: one line in flight per worker, none while this worker trains a job, so
+live requests and training keep their place. The batch is held by a lease renewed before each
+line; a worker that dies lets it lapse and another worker (or this one, restarted) goes on from
+the lines kept. A line is kept in the commit that records its answer, and a kept line is never
+asked again, so no line is answered twice in the output.
+
+``GRADACC_FAILPOINT_BATCH_HOLD=PATH`` (tests only): while PATH exists and holds a number N, the
+runner parks before each line past the N-th (its lease renewed), so a test can kill a worker or
+cancel a batch mid-way without racing a tiny model.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy.orm import Session, sessionmaker
+
+from gradacc.batches import store
+from gradacc.batches.lines import (
+    LineError,
+    answered,
+    custom_id_of,
+    prepare,
+    read_line,
+    refused,
+)
+from gradacc.db import get_sessionmaker
+from gradacc.serving.resolve import TENANT_HEADER, pick_server
+from gradacc.settings import Settings
+from gradacc.sources.files import local_source
+from gradacc.tables import Batch, BatchStatus, File, Worker, utcnow
+
+log = logging.getLogger(__name__)
+POLL_S = 1.0
+RETRY_S = 2.0  # no predict server answers now: the line is asked again after this
+HOLD = "GRADACC_FAILPOINT_BATCH_HOLD"
+TRANSIENT = (429, 502, 503, 504)  # asked again, not kept
+
+
+class BatchRunner:
+    def __init__(self, settings: Settings, worker: str, stop: threading.Event) -> None:
+        self.settings, self.worker, self.stop = settings, worker, stop
+        self.sessions: sessionmaker[Session] = get_sessionmaker(settings)
+
+    def start_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self._loop, name="gradacc-batches", daemon=True)
+        thread.start()
+        return thread
+
+    def _loop(self) -> None:
+        while not self.stop.wait(POLL_S):
+            try:
+                self.run_once()
+            except Exception:  # a database outage: tried again at the next poll
+                log.exception("the batch runner failed; it tries again")
+
+    def run_once(self) -> bool:
+        """Take a batch and run it as far as it goes; False when there was none."""
+        with self.sessions() as session:
+            batch = store.claim(session, worker=self.worker, lease_s=self.settings.batch_lease_s)
+            if batch is None:
+                return False
+            session.expunge(batch)
+        self._run(batch)
+        return True
+
+    def _run(self, batch: Batch) -> None:
+        with self.sessions() as session:
+            lines = self._lines(session, batch)
+            if lines is None:
+                return
+            done = store.done_lines(session, batch.id)
+        for number, text in lines:
+            if number in done:
+                continue
+            if not self._turn(batch, number):
+                return
+            self._answer(batch, number, text)
+        with self.sessions() as session:
+            found = session.get(Batch, batch.id)
+            if found is not None and found.holder == self.worker:
+                found.finalizing_at = utcnow()
+                store.end(session, self.settings, found, BatchStatus.COMPLETED)
+                log.info("batch %s completed", batch.id)
+
+    def _lines(self, session: Session, batch: Batch) -> list[tuple[int, str]] | None:
+        """The input's lines (numbered from 1, blank ones left out), the batch in progress; None
+        when it failed (its input file is gone)."""
+        file = session.get(File, batch.input_file_id)
+        found = session.get(Batch, batch.id)
+        assert found is not None
+        if file is None or file.tenant != batch.tenant:
+            found.errors = [
+                {
+                    "code": "file_not_found",
+                    "line": None,
+                    "message": f"the input file {batch.input_file_id} is gone",
+                }
+            ]
+            store.end(session, self.settings, found, BatchStatus.FAILED)
+            return None
+        text = local_source(self.settings, file).read_text(encoding="utf-8", errors="replace")
+        lines = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+        if found.status == BatchStatus.VALIDATING:
+            found.status, found.total, found.in_progress_at = "in_progress", len(lines), utcnow()
+            session.commit()
+        return lines
+
+    def _turn(self, batch: Batch, number: int) -> bool:
+        """Whether to ask the next line now: the lease renewed, the batch neither cancelled nor
+        expired (then it ends here), and this worker not training (then it waits)."""
+        while True:
+            with self.sessions() as session:
+                status = store.renew(
+                    session, batch.id, worker=self.worker, lease_s=self.settings.batch_lease_s
+                )
+                if status is None:
+                    return False  # another worker holds it now
+                ending = _ending(status, batch)
+                if ending is not None:
+                    found = session.get(Batch, batch.id)
+                    assert found is not None
+                    store.end(session, self.settings, found, ending)
+                    log.info("batch %s %s", batch.id, ending)
+                    return False
+                worker = session.get(Worker, self.worker)
+                busy = worker is not None and worker.current_job is not None
+            if self.stop.is_set():
+                return False
+            held = _held(number)
+            if not busy and not held:
+                return True
+            time.sleep(0.2 if held else POLL_S)
+
+    def _answer(self, batch: Batch, number: int, text: str) -> None:
+        """Ask one line and keep its answer; a line no server can answer now is asked again."""
+        while not self.stop.is_set():
+            with self.sessions() as session:
+                try:
+                    prepared = prepare(session, self.settings, read_line(text), batch.tenant)
+                except LineError as problem:
+                    store.keep(
+                        session, batch.id, number, True, refused(custom_id_of(text), problem)
+                    )
+                    return
+                server = pick_server(session, self.settings)
+            if server is not None:
+                status, body = self._ask(server.url, server.token, batch.tenant, prepared)
+                if status not in TRANSIENT:
+                    with self.sessions() as session:
+                        store.keep(session, batch.id, number, *answered(prepared, status, body))
+                    return
+            time.sleep(RETRY_S)
+
+    def _ask(self, url: str, token: str, tenant: str, prepared: Any) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {token}", TENANT_HEADER: tenant}
+        timeout = self.settings.serve_timeout_s + 5
+        try:
+            answer = httpx.post(
+                f"{url}/v1{prepared.path}", json=prepared.body, headers=headers, timeout=timeout
+            )
+        except httpx.HTTPError as exc:
+            log.warning("batch line: the predict server at %s: %s", url, type(exc).__name__)
+            return 503, None
+        try:
+            return answer.status_code, answer.json()
+        except ValueError:
+            return 502, None
+
+
+def _ending(status: str, batch: Batch) -> BatchStatus | None:
+    if status == BatchStatus.CANCELLING:
+        return BatchStatus.CANCELLED
+    if utcnow() > batch.expires_at:
+        return BatchStatus.EXPIRED
+    return None
+
+
+def _held(number: int) -> bool:
+    """The test failpoint: line ``number`` waits while the gate file says fewer lines go."""
+    gate = os.environ.get(HOLD)
+    try:
+        return bool(gate) and number > int(Path(str(gate)).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return False
