@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup browser run test lint typecheck bench clean
+.PHONY: setup browser run test test-heavy lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_VERSION) -m venv $(VENV)
@@ -28,7 +28,12 @@ browser: setup
 # orders them and turns xdist's reordering off). Three processes on 2 cores: the third
 # fills the time the others wait on servers and workers. Figures: docs/testing.md.
 test: setup browser lint typecheck
-	$(PY) -m pytest -q -n 3 --dist loadfile --durations=15
+	$(PY) -m pytest -q -n 3 --dist loadfile --durations=15 -m "not heavy"
+
+# The cases of minutes each that `make test` leaves out (Ray pause, cancel and embedded runs, a
+# gang's warm-stopped node): run before a release touching executors or gangs.
+test-heavy: setup
+	$(PY) -m pytest -q -n 2 --dist loadfile -m heavy
 
 # lint-imports checks the layer contracts in pyproject.toml ([tool.importlinter]).
 lint: setup

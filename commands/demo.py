@@ -102,6 +102,7 @@ def run_demo(settings: Settings, *, port: int, workers: int, timeout_s: float = 
                 (rl,) = follow(client, [rl["id"]], deadline=time.monotonic() + timeout_s)
             print_table(client, finished[:-2])
             print_chat(client, chat)
+            ask_chat(client, chat)
             print_dpo(client, dpo)
             rose = rl is not None and print_rl(client, rl)
             print(f"\njob outputs: {settings.jobs_dir.resolve()}")
@@ -202,6 +203,36 @@ def print_chat(client: Client, job: dict[str, Any]) -> None:
     print(" ".join(f"{c:>26}" for c in CHAT_COLUMNS))
     for record in client.metrics(job["id"]):
         print(" ".join(f"{_cell(record.get(c)):>26}" for c in CHAT_COLUMNS))
+
+
+# Questions of the chat data's form ("what is A plus B?"), asked of the chat job's model greedily.
+QUESTIONS = [(3, 4), (12, 5), (7, 9)]
+
+
+def ask_chat(client: Client, job: dict[str, Any]) -> None:
+    """The chat job's model answers questions of its data through /v1/chat/completions."""
+    model = job.get("fine_tuned_model")
+    if job["status"] != "succeeded" or not model:
+        return
+    print(f"\nasked {model} (greedy, through /v1/chat/completions):")
+    for a, b in QUESTIONS:
+        question = f"what is {a} plus {b}?"
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": question}],
+            "max_completion_tokens": 16,
+            "temperature": 0,
+        }
+        try:
+            answer = client.http.post("/v1/chat/completions", json=body, timeout=120)
+            text = (
+                answer.json()["choices"][0]["message"]["content"]
+                if answer.is_success
+                else (f"({answer.status_code}: {answer.text[:120]})")
+            )
+        except httpx.HTTPError as exc:
+            text = f"(no answer: {type(exc).__name__})"
+        print(f"  {question!r:>26} -> {text!r}   (right: {a} plus {b} is {a + b}.)")
 
 
 DPO_COLUMNS = (

@@ -218,6 +218,7 @@ def nothing_left(stack: Stack, job_id: str, running: list[psutil.Process]) -> No
     assert mine and set(mine.values()) == {"REMOVED"}, groups
 
 
+@pytest.mark.heavy  # make test-heavy: 45-95 s each here
 def test_a_cancel_leaves_no_task_placement_group_or_process(stack: Stack) -> None:
     """Also what a node's processes were given (N7): the database from the job's 0600 secrets
     file (the task's arguments hold no secret), none of the driver's serving or metrics tokens;
@@ -237,6 +238,7 @@ def test_a_cancel_leaves_no_task_placement_group_or_process(stack: Stack) -> Non
     wait_until(lambda: not secrets.exists() or None, timeout=30, what="the secrets file gone")
 
 
+@pytest.mark.heavy  # make test-heavy: 45-95 s each here
 def test_a_pause_removes_the_group_and_the_resumed_job_ends_as_the_uninterrupted_run(
     stack: Stack, clean: Clean
 ) -> None:
@@ -288,6 +290,7 @@ def test_the_same_job_under_local_ends_with_the_ray_runs_weights(
     assert diff <= clean.bound
 
 
+@pytest.mark.heavy  # make test-heavy: 45-95 s each here
 def test_on_the_embedded_stack_ray_and_local_end_alike(
     stack: Stack, clean: Clean, embedded_settings: Settings
 ) -> None:
