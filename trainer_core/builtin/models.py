@@ -102,27 +102,21 @@ def builtin_config(name: str, tokenizer: PreTrainedTokenizerBase) -> PretrainedC
             pad_token_id=tokenizer.pad_token_id,
         )
     if name == SMALL_CHAT:
-        return GPT2Config(
-            vocab_size=len(tokenizer),
-            n_positions=SMALL_CHAT_POSITIONS,
-            n_embd=128,
-            n_layer=4,
-            n_head=4,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            summary_first_dropout=0.0,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
+        return _gpt2(tokenizer, SMALL_CHAT_POSITIONS, width=128, layers=4)
     chat = name == "builtin:tiny-chat"  # a little wider: it learns arithmetic in a demo's epochs
+    return _gpt2(tokenizer, MAX_POSITIONS, width=64 if chat else 32, layers=2)
+
+
+def _gpt2(
+    tokenizer: PreTrainedTokenizerBase, positions: int, *, width: int, layers: int
+) -> GPT2Config:
+    """A GPT-2 of ``layers`` blocks (as many heads) with every dropout at zero."""
     return GPT2Config(
         vocab_size=len(tokenizer),
-        n_positions=MAX_POSITIONS,
-        n_embd=64 if chat else 32,
-        n_layer=2,
-        n_head=2,
+        n_positions=positions,
+        n_embd=width,
+        n_layer=layers,
+        n_head=layers,
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
