@@ -86,11 +86,3 @@ def chat_texts() -> list[str]:
             assert isinstance(conversation, list)
             texts += [f"{message['role']}\n{message['content']}" for message in conversation]
     return texts
-
-
-def small_chat_texts() -> list[str]:
-    """builtin:small-chat's tokenizer corpus: the chat corpus, the built-in texts and the long
-    system prompt, so its pieces are whole words and numbers where tiny-chat's are letters."""
-    from trainer_core.builtin.corpus import all_texts
-
-    return chat_texts() + all_texts() + [f"system\n{LONG_SYSTEM_PROMPT}"] * 20

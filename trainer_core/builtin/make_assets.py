@@ -12,7 +12,7 @@ from tokenizers import (
     trainers,
 )
 
-from trainer_core.builtin.chat_corpus import chat_texts, small_chat_texts
+from trainer_core.builtin.chat_corpus import LONG_SYSTEM_PROMPT, chat_texts
 from trainer_core.builtin.corpus import all_texts
 from trainer_core.builtin.models import ASSETS, CHAT_SPECIAL_TOKENS
 
@@ -47,6 +47,12 @@ def byte_bpe(texts: list[str], vocab_size: int, special: list[str]) -> Tokenizer
     )
     tok.train_from_iterator(texts, trainer)
     return tok
+
+
+def small_chat_texts() -> list[str]:
+    """builtin:small-chat's tokenizer corpus: the chat corpus, the built-in texts and the long
+    system prompt, so its pieces are whole words and numbers where tiny-chat's are letters."""
+    return chat_texts() + all_texts() + [f"system\n{LONG_SYSTEM_PROMPT}"] * 20
 
 
 def main() -> None:
