@@ -11,6 +11,7 @@ A cached model that is an adapter has its base checked the same way (``trainer_c
 from __future__ import annotations
 
 import fnmatch
+import os
 import threading
 import time
 from pathlib import Path
@@ -66,10 +67,15 @@ def check_allowed(repo_id: str, settings: Settings, *, param: str) -> None:
 
 def cached_snapshot(repo_id: str, repo_type: RepoType) -> Path | None:
     """The snapshot of the repository's main revision in the Hugging Face cache, or None."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
 
+    # Read now, not at import: a process forked from one that imported huggingface_hub earlier
+    # (a fork server, a predict server) would otherwise look in its parent's cache.
+    cache = os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE
     try:
-        return Path(snapshot_download(repo_id, repo_type=repo_type, local_files_only=True))
+        return Path(
+            snapshot_download(repo_id, repo_type=repo_type, local_files_only=True, cache_dir=cache)
+        )
     except Exception:  # not cached (LocalEntryNotFoundError), or a name the hub would refuse
         return None
 
