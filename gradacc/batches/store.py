@@ -31,11 +31,12 @@ def claim(session: Session, *, worker: str, lease_s: float) -> Batch | None:
     if found is None:
         session.rollback()
         return None
-    batch = session.get(Batch, found)
-    assert batch is not None
-    batch.holder, batch.held_until = worker, now + timedelta(seconds=lease_s)
+    # Taken only if still free: SQLite has no row lock, so two workers may both have read it.
+    take = update(Batch).where(Batch.id == found, free)
+    until = now + timedelta(seconds=lease_s)
+    taken = session.execute(take.values(holder=worker, held_until=until)).rowcount  # type: ignore[attr-defined]
     session.commit()
-    return batch
+    return session.get(Batch, found, populate_existing=True) if taken == 1 else None
 
 
 def renew(session: Session, batch_id: str, *, worker: str, lease_s: float) -> str | None:

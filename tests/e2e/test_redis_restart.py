@@ -86,7 +86,12 @@ def test_a_redis_restart_loses_no_job_and_runs_none_twice(
             private_redis.kill()
             time.sleep(1)
             private_redis.start()  # empty: the two queued messages are gone
-            assert redis.Redis(port=private_redis.port).llen(settings.queue) == 0
+            # Empty, unless the reconciler (every few seconds, REQUEUE_AFTER_S 3) has re-sent
+            # the lost messages already: on a loaded machine the restart can outlast its tick
+            # (seen once in a two-copy run, 2026-12-05).
+            left = redis.Redis(port=private_redis.port).llen(settings.queue)
+            resent = "requeued" in event_kinds(api, ids[1]) + event_kinds(api, ids[2])
+            assert left == 0 or resent, left
             hold.release()
             jobs = [wait_final(api, job_id, timeout=120) for job_id in ids]
             assert [job["status"] for job in jobs] == ["succeeded"] * 3, (jobs, worker.log())
