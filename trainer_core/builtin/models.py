@@ -17,7 +17,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from trainer_core.spec.chat import BUILTIN_TEMPLATES
+from trainer_core.spec.chat import CHATML_TEMPLATE
 from trainer_core.spec.shapes import SHAPES
 
 ASSETS = Path(__file__).parent / "assets"
@@ -33,29 +33,9 @@ CHAT_SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>"]  # ChatML's turn markers, s
 
 def builtin_tokenizer(name: str) -> PreTrainedTokenizerBase:
     if name == SMALL_CHAT:
-        return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-            tokenizer_file=str(ASSETS / "small-chat-tokenizer.json"),
-            bos_token="<|endoftext|>",
-            eos_token="<|im_end|>",
-            unk_token="<|endoftext|>",
-            pad_token="<|endoftext|>",
-            additional_special_tokens=CHAT_SPECIAL_TOKENS,
-            chat_template=BUILTIN_TEMPLATES[SMALL_CHAT],
-            model_max_length=SMALL_CHAT_POSITIONS,
-        )
+        return _chatml("small-chat-tokenizer.json", SMALL_CHAT_POSITIONS)
     if name == "builtin:tiny-chat" or name in SHAPES:
-        # ChatML with generation markers and function calling (spec.chat.CHATML_TEMPLATE); a
-        # turn ends with <|im_end|>, which is also what generation stops at (its EOS).
-        return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-            tokenizer_file=str(ASSETS / "tiny-chat-tokenizer.json"),
-            bos_token="<|endoftext|>",
-            eos_token="<|im_end|>",
-            unk_token="<|endoftext|>",
-            pad_token="<|endoftext|>",
-            additional_special_tokens=CHAT_SPECIAL_TOKENS,
-            chat_template=BUILTIN_TEMPLATES["builtin:tiny-chat"],
-            model_max_length=MAX_POSITIONS,
-        )
+        return _chatml("tiny-chat-tokenizer.json", MAX_POSITIONS)
     if name == "builtin:tiny-bert":
         return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
             tokenizer_file=str(ASSETS / "tiny-bert-tokenizer.json"),
@@ -73,6 +53,21 @@ def builtin_tokenizer(name: str) -> PreTrainedTokenizerBase:
         unk_token="<|endoftext|>",
         pad_token="<|endoftext|>",  # GPT-2 has no pad token; padded positions are masked anyway
         model_max_length=MAX_POSITIONS,
+    )
+
+
+def _chatml(asset: str, positions: int) -> PreTrainedTokenizerBase:
+    """ChatML with generation markers and function calling (spec.chat.CHATML_TEMPLATE); a turn
+    ends with <|im_end|>, which is also what generation stops at (its EOS)."""
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_file=str(ASSETS / asset),
+        bos_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        unk_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=CHAT_SPECIAL_TOKENS,
+        chat_template=CHATML_TEMPLATE,
+        model_max_length=positions,
     )
 
 
