@@ -1,6 +1,7 @@
 """``gradacc demo`` (what ``make run`` runs): start the embedded stack, train one tiny job per
-backend with K = 1 and K = 4 at the same effective batch, a chat fine-tuning job (masked turns,
-exact token-level accumulation) and a DPO job on preference pairs (exact pair-level accumulation),
+backend with K = 1 and K = 4 at the same effective batch, a chat fine-tuning job on
+builtin:small-chat (masked turns, exact token-level accumulation; then three questions of its
+data asked through /v1/chat/completions) and a DPO job on preference pairs (exact pair-level accumulation),
 then a reinforcement (GRPO) job from the chat model (commands/demo_rl.py); show progress, print
 the metrics, stop.
 """
@@ -34,7 +35,8 @@ DEMO_SPEC: dict[str, Any] = {
 TERMINAL = {"succeeded", "failed", "cancelled"}
 # OpenAI-format conversations (system prompts, weight-0 turns): loss falls, token accuracy rises.
 CHAT_SPEC: dict[str, Any] = {
-    "model": "builtin:tiny-chat",
+    # The subword chat model (1,061 pieces, 2,048 positions: docs/models.md), not tiny-chat.
+    "model": "builtin:small-chat",
     "dataset": "builtin:chat-arithmetic",
     "task": "causal-lm",
     "per_device_train_batch_size": 8,

@@ -7,7 +7,8 @@ The grader scores 1 when the sampled answer is exactly that sentence. The job ev
 prompts every ``EVAL_INTERVAL`` windows, step 0 being the model before any update, under the same
 seeds each time: the rise from step 0 is the policy's, never a change of prompts. Measured
 (docs/reinforcement.md, "A task that learns"): the reward on these prompts rises, while on
-held-out prompts it does not (a 64-wide model learns the sums it is rewarded on, not addition).
+held-out prompts it does not (a small model learns the sums it is rewarded on, not addition). From
+builtin:small-chat's fine-tune (2026-12-05): 0.094 at step 0, 0.375 after 40 windows.
 """
 
 from __future__ import annotations
