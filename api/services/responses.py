@@ -77,22 +77,24 @@ def _chat_request(body: dict[str, Any]) -> ChatCompletionRequest:
         raise InvalidRequest(f"{where}: {first['msg']}", param="input") from None
 
 
+def _responses_param(param: str | None) -> str | None:
+    """The Responses field a chat error's ``param`` stands for (None: no renaming)."""
+    return PARAMS.get((param or "").split(".")[0])
+
+
 def _renamed(exc: InvalidRequest) -> InvalidRequest:
     """A chat check's error naming the Responses field the client wrote."""
-    param = exc.param or ""
-    head = param.split(".")[0]
-    if head in PARAMS:
-        return InvalidRequest(exc.message, param=PARAMS[head])
-    return exc
+    renamed = _responses_param(exc.param)
+    return exc if renamed is None else InvalidRequest(exc.message, param=renamed)
 
 
 def _renamed_error(answer: Response) -> Response:
+    """The same renaming in an error the model server answered."""
     try:
         found = json.loads(bytes(answer.body))
-        param = found["error"].get("param") or ""
-        head = param.split(".")[0]
-        if head in PARAMS:
-            found["error"]["param"] = PARAMS[head]
+        renamed = _responses_param(found["error"].get("param"))
+        if renamed is not None:
+            found["error"]["param"] = renamed
             return JSONResponse(found, status_code=answer.status_code)
     except (ValueError, KeyError, TypeError, AttributeError):
         pass

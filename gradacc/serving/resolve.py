@@ -25,11 +25,11 @@ from gradacc.sources.hub import cached_snapshot, check_allowed
 from gradacc.tables import File, FilePurpose, JobStatus, Worker
 from gradacc.workers import alive_workers
 from trainer_core.spec.cards import ADAPTER_CONFIG
-from trainer_core.spec.fields import BUILTIN_MODEL_TASKS
+from trainer_core.spec.fields import BUILTIN_MODEL_TASKS, HUB_ID_PATTERN
 from trainer_core.spec.sources import classify_source
 
 CAUSAL = "causal-lm"
-HUB_ID = re.compile(r"[\w.-]{1,96}/[\w.-]{1,96}")
+HUB_ID = re.compile(HUB_ID_PATTERN)  # what a job accepts as a hub id
 CAUSAL_ARCHITECTURES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 # A built-in base model's weights are made from a seed (they exist nowhere else): the seed a job
 # gets by default, so the base a client talks to is the one a default job trains from.
@@ -78,7 +78,7 @@ def resolve_model(session: Session, settings: Settings, *, model: str, tenant: s
 
 def is_hub_id(model: str) -> bool:
     """``owner/name``, as a job's model names a hub repository."""
-    return classify_source(model) == "hub" and HUB_ID.fullmatch(model) is not None
+    return classify_source(model) == "hub" and "/" in model and HUB_ID.fullmatch(model) is not None
 
 
 def _uploaded(session: Session, settings: Settings, model: str, tenant: str) -> ServedModel:
