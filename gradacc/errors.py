@@ -176,6 +176,16 @@ class BatchNotFound(DomainError):
         super().__init__(f"no batch with id {batch_id!r}")
 
 
+class ObjectNotFound(DomainError):
+    """An eval, an eval run, an output item or a distillation that is not the tenant's."""
+
+    code = "not_found"
+
+    def __init__(self, kind: str, object_id: str, *, param: str) -> None:
+        super().__init__(f"no {kind} with id {object_id!r}")
+        self.param = param
+
+
 class NotAllowed(DomainError):
     """Something that exists but this request may not change (a base model's deletion)."""
 

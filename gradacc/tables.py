@@ -352,6 +352,7 @@ class FilePurpose(StrEnum):
     FINE_TUNE_RESULTS = "fine-tune-results"  # a fine-tuning job's metrics CSV (written by it)
     BATCH = "batch"  # OpenAI's: a batch's requests, a JSON line each
     BATCH_OUTPUT = "batch_output"  # a batch's answers or errors (written by it)
+    EVALS = "evals"  # OpenAI's: an eval run's items, a JSON line each
 
 
 class File(Base):
@@ -490,3 +491,92 @@ class BatchLine(Base):
     line: Mapped[int] = mapped_column(Integer, primary_key=True)
     failed: Mapped[bool] = mapped_column(Boolean, doc="goes to the error file")
     record: Mapped[dict[str, Any]] = mapped_column(JSON, doc="the output (or error) file's line")
+
+
+class RunStatus(StrEnum):
+    """An eval run's or a distillation's: OpenAI's eval run statuses, with ``canceling`` (asked,
+    not yet seen by the worker holding it)."""
+
+    QUEUED = "queued"
+    IN_PROGRESS = "in_progress"
+    CANCELING = "canceling"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+class Eval(Base):
+    """One ``/v1/evals`` eval: what its items look like and the graders every run of it uses."""
+
+    __tablename__ = "evals"
+    __table_args__ = (Index("ix_evals_tenant_id", "tenant", "id"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(256))
+    data_source_config: Mapped[dict[str, Any]] = mapped_column(JSON, doc="as OpenAI answers it")
+    testing_criteria: Mapped[list[Any]] = mapped_column(JSON, doc="graders, as sent")
+    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class EvalRun(Base):
+    """A run of an eval: its items sampled from a model (or read with their samples) and graded
+    by a worker (``worker.consumer.item_runner``), each item kept as a ``RunItem``. Held by a
+    renewed lease, like a batch, so another worker goes on when its holder dies."""
+
+    __tablename__ = "eval_runs"
+    __table_args__ = (Index("ix_eval_runs_eval_id", "eval_id", "id"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    eval_id: Mapped[str] = mapped_column(String(40), ForeignKey("evals.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(256))
+    model: Mapped[str | None] = mapped_column(String(512), doc="sampled; None: samples given")
+    data_source: Mapped[dict[str, Any]] = mapped_column(JSON, doc="as sent, checked")
+    status: Mapped[str] = mapped_column(String(16), default=RunStatus.QUEUED)
+    total: Mapped[int] = mapped_column(Integer, default=0, doc="items to grade")
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON, doc="why the run failed")
+    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
+    holder: Mapped[str | None] = mapped_column(String(255), doc="the worker running it")
+    held_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Distillation(Base):
+    """A teacher model sampled on a prompt file into a chat training file of the tenant's: each
+    prompt's answer kept as a ``RunItem`` as it comes, so a worker that dies loses none and the
+    teacher is never asked twice for a row."""
+
+    __tablename__ = "distillations"
+    __table_args__ = (Index("ix_distillations_tenant_id", "tenant", "id"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    teacher: Mapped[str] = mapped_column(String(512))
+    prompt_file_id: Mapped[str] = mapped_column(String(32))
+    sampling: Mapped[dict[str, Any]] = mapped_column(JSON, doc="sent with every prompt")
+    status: Mapped[str] = mapped_column(String(16), default=RunStatus.QUEUED)
+    total: Mapped[int] = mapped_column(Integer, default=0, doc="prompts to answer")
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON, doc="why it failed")
+    output_file_id: Mapped[str | None] = mapped_column(String(32))
+    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
+    holder: Mapped[str | None] = mapped_column(String(255), doc="the worker running it")
+    held_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class RunItem(Base):
+    """One finished item of an eval run or a distillation (``run_id`` is either's id), written
+    once, in the commit that records it: an item kept is never asked or graded again."""
+
+    __tablename__ = "run_items"
+
+    run_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    item: Mapped[int] = mapped_column(Integer, primary_key=True, doc="its place, from 0")
+    status: Mapped[str] = mapped_column(String(16), doc="pass, fail, error (evals); ok, error")
+    record: Mapped[dict[str, Any]] = mapped_column(JSON)

@@ -62,8 +62,16 @@ def sweep_leftovers(settings: Settings, *, older_than_s: float = STALE_AFTER_S) 
     return removed
 
 
-def create_file(session: Session, *, settings: Settings, tenant: str, upload: Upload) -> File:
-    """Check the upload for its purpose, move it into place and record it."""
+def create_file(
+    session: Session,
+    *,
+    settings: Settings,
+    tenant: str,
+    upload: Upload,
+    noted: dict[str, Any] | None = None,
+) -> File:
+    """Check the upload for its purpose, move it into place and record it; ``noted``: details
+    the caller adds to what checking found (an import's report)."""
     file_id = new_file_id()
     staging = settings.files_dir / f".staging-{file_id}"
     final = file_dir(settings, file_id)
@@ -71,6 +79,7 @@ def create_file(session: Session, *, settings: Settings, tenant: str, upload: Up
         purpose = _purpose(upload.fields.get("purpose", FilePurpose.DATASET))
         staging.mkdir(parents=True)
         stored_name, details = _store(settings, staging, upload, purpose)
+        details |= noted or {}
         lock_tenant(session, tenant=tenant)  # until commit: two uploads cannot both fit
         adding = upload.bytes + details.get("unpacked_bytes", 0)
         check_storage(session, settings=settings, tenant=tenant, adding=adding)
@@ -112,7 +121,13 @@ def check_storage(session: Session, *, settings: Settings, tenant: str, adding: 
         raise StorageQuotaExceeded(used=used, adding=adding, limit=limit)
 
 
-UPLOADABLE = (FilePurpose.DATASET, FilePurpose.MODEL, FilePurpose.FINE_TUNE, FilePurpose.BATCH)
+UPLOADABLE = (
+    FilePurpose.DATASET,
+    FilePurpose.MODEL,
+    FilePurpose.FINE_TUNE,
+    FilePurpose.BATCH,
+    FilePurpose.EVALS,
+)
 WRITTEN = {
     FilePurpose.FINE_TUNE_RESULTS: "fine-tune-results files are written by fine-tuning jobs",
     FilePurpose.BATCH_OUTPUT: "batch_output files are written by batches",
@@ -145,8 +160,8 @@ def _store(
     settings: Settings, staging: Path, upload: Upload, purpose: FilePurpose
 ) -> tuple[str, dict[str, Any]]:
     """(the upload's name on disk, what checking it found)."""
-    if purpose == FilePurpose.BATCH:
-        return _batch_input(staging, upload)
+    if purpose in (FilePurpose.BATCH, FilePurpose.EVALS):
+        return _lines_input(staging, upload, purpose)
     if purpose in (FilePurpose.DATASET, FilePurpose.FINE_TUNE):
         if purpose == FilePurpose.FINE_TUNE:
             _jsonl_only(upload.filename)
@@ -176,11 +191,14 @@ def _store(
     return stored_name, details
 
 
-def _batch_input(staging: Path, upload: Upload) -> tuple[str, dict[str, Any]]:
-    """A batch's requests: JSON lines, counted. Each line is checked when the batch runs (a bad
-    line goes to the batch's error file; the others are answered)."""
+def _lines_input(staging: Path, upload: Upload, purpose: FilePurpose) -> tuple[str, dict[str, Any]]:
+    """A batch's requests or an eval's items: JSON lines, counted. A batch's lines are checked
+    when it runs (a bad line goes to its error file; the others are answered); an eval's when a
+    run names the file (against the eval's item schema)."""
     if Path(upload.filename).suffix.lower() != ".jsonl":
-        raise InvalidRequest("a batch file is JSONL: a .jsonl file, a request a line", param="file")
+        raise InvalidRequest(
+            f"a {purpose} file is JSONL: a .jsonl file, one JSON object a line", param="file"
+        )
     os.replace(upload.path, staging / "data.jsonl")
     lines = 0
     with (staging / "data.jsonl").open("rb") as read:
@@ -188,7 +206,8 @@ def _batch_input(staging: Path, upload: Upload) -> tuple[str, dict[str, Any]]:
             lines += bool(raw.strip())
     if not 0 < lines <= MAX_BATCH_LINES:
         raise InvalidRequest(
-            f"a batch holds 1 to {MAX_BATCH_LINES} requests (this file: {lines})", param="file"
+            f"a {purpose} file holds 1 to {MAX_BATCH_LINES} lines (this file: {lines})",
+            param="file",
         )
     return "data.jsonl", {"lines": lines}
 

@@ -12,6 +12,9 @@ a model's archive is unpacked next to it into ``files/<id>/model/``.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -75,6 +78,41 @@ def local_source(settings: Settings, file: File) -> Path:
     if file.purpose == FilePurpose.MODEL:
         return file_dir(settings, file.id) / MODEL_DIR
     return file_dir(settings, file.id) / file.stored_name
+
+
+def write_jsonl(
+    session: Session,
+    settings: Settings,
+    *,
+    tenant: str,
+    name: str,
+    records: list[Any],
+    purpose: FilePurpose,
+    details: dict[str, Any] | None = None,
+) -> str:
+    """A file of the tenant's written by the server (a batch's output, a distillation's training
+    rows), a JSON line a record; its id. The caller commits."""
+    file_id = new_file_id()
+    folder = file_dir(settings, file_id)
+    folder.mkdir(parents=True)
+    text = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+    staged = folder / ".partial"
+    staged.write_text(text)
+    os.replace(staged, folder / "data.jsonl")
+    data = text.encode()
+    session.add(
+        File(
+            id=file_id,
+            tenant=tenant,
+            purpose=purpose,
+            filename=name,
+            stored_name="data.jsonl",
+            bytes=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+            details=details or {"lines": len(records)},
+        )
+    )
+    return file_id
 
 
 def file_refs(spec: JobSpec | dict[str, Any]) -> dict[str, str]:

@@ -16,6 +16,7 @@ from trainer_core.graders.errors import ERROR_KINDS, GraderFailed
 from trainer_core.graders.model_graders import ChatFn, ChatReply
 from trainer_core.graders.run import GraderResult, Grading, run_grader
 from trainer_core.graders.sandbox import SandboxLimits
+from trainer_core.graders.templates import lookup, render
 
 __all__ = [
     "ERROR_KINDS",
@@ -25,5 +26,7 @@ __all__ = [
     "GraderResult",
     "Grading",
     "SandboxLimits",
+    "lookup",
+    "render",
     "run_grader",
 ]

@@ -82,7 +82,10 @@ class Grading:
 
 
 def run_grader(
-    grader: Grader, model_sample: str, item: Any, grading: Grading | None = None
+    grader: Grader | LabelModelGrader,
+    model_sample: str,
+    item: Any,
+    grading: Grading | None = None,
 ) -> GraderResult:
     """Example: ``run_grader(parse_grader({...}), "4", {"answer": "4"}).reward``."""
     grading = grading or Grading()

@@ -15,10 +15,8 @@ cancel a batch mid-way without racing a tiny model.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,6 +36,7 @@ from gradacc.serving.resolve import TENANT_HEADER, pick_server
 from gradacc.settings import Settings
 from gradacc.sources.files import local_source
 from gradacc.tables import Batch, BatchStatus, File, Worker, utcnow
+from worker.consumer.hold_gate import held as gate_held
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
@@ -136,7 +135,7 @@ class BatchRunner:
                 busy = worker is not None and worker.current_job is not None
             if self.stop.is_set():
                 return False
-            held = _held(number)
+            held = gate_held(HOLD, number)
             if not busy and not held:
                 return True
             time.sleep(0.2 if held else POLL_S)
@@ -183,12 +182,3 @@ def _ending(status: str, batch: Batch) -> BatchStatus | None:
     if utcnow() > batch.expires_at:
         return BatchStatus.EXPIRED
     return None
-
-
-def _held(number: int) -> bool:
-    """The test failpoint: line ``number`` waits while the gate file says fewer lines go."""
-    gate = os.environ.get(HOLD)
-    try:
-        return bool(gate) and number > int(Path(str(gate)).read_text().strip() or 0)
-    except (OSError, ValueError):
-        return False

@@ -38,6 +38,7 @@ from worker.consumer import gang_node, launcher, predict_process, registry
 from worker.consumer.batch_runner import BatchRunner
 from worker.consumer.claiming import leave_for_others, take_for_message
 from worker.consumer.executors import LocalExecutor, executor_for
+from worker.consumer.item_runner import ItemRunner
 from worker.consumer.reconciler import start_reconciler_thread
 from worker.consumer.supervisor import (
     release_preempted,
@@ -210,6 +211,12 @@ def _send_webhooks(sender: Any = None, **_: Any) -> None:
 def _run_batches(sender: Any = None, **_: Any) -> None:
     """Batches are answered by every worker, a line at a time, when it is not training."""
     BatchRunner(get_settings(), worker_name(), _stopping).start_thread()
+
+
+@worker_ready.connect
+def _run_items(sender: Any = None, **_: Any) -> None:
+    """Eval runs and distillations likewise, an item at a time, when it is not training."""
+    ItemRunner(get_settings(), worker_name(), _stopping).start_thread()
 
 
 @worker_ready.connect
