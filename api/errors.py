@@ -98,7 +98,7 @@ class AsciiJSONResponse(JSONResponse):
 
 OPENAI_PREFIXES = (
     *("/v1/fine_tuning", "/v1/models", "/v1/chat/completions", "/v1/completions"),
-    *("/v1/responses", "/v1/aliases", "/v1/batches"),
+    *("/v1/responses", "/v1/aliases", "/v1/batches", "/v1/evals", "/v1/distillations"),
 )
 _TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
 

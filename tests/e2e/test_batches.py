@@ -24,10 +24,13 @@ from sqlalchemy import select
 
 from gradacc.db import session_scope
 from gradacc.settings import Settings
-from gradacc.tables import Batch
+from gradacc.tables import Batch, Distillation, EvalRun
 from tests.e2e.conftest import serve_with_keys
+from tests.e2e.evals_checks import STUB_ANSWER, UPSTREAM
 from tests.support import wait_until
+from tests.upstream_stub import StubUpstream, stub_upstream
 from worker.consumer.batch_runner import HOLD
+from worker.consumer.item_runner import HOLD as ITEMS_HOLD
 
 pytestmark = pytest.mark.integration
 MODEL = "builtin:tiny-chat"
@@ -43,6 +46,8 @@ class Stack:
     url: str
     keys: dict[str, str]
     gate: Path  # the runner's failpoint: lines past the number it holds wait
+    items_gate: Path  # the item runner's (eval runs, distillations)
+    stub: StubUpstream  # a stand-in hosted model, routed as UPSTREAM
 
 
 @pytest.fixture(scope="module", params=["pg_redis"])  # the production stack (SKIP LOCKED claims)
@@ -50,13 +55,15 @@ def stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("batches")
-    gate = home / "hold"
-    env = {"GRADACC_PREDICT_SERVER": "true", "GRADACC_BATCH_LEASE_S": "3", HOLD: str(gate),
-           "GRADACC_SERVE_TIMEOUT_S": "30"}  # fmt: skip
-    with serve_with_keys(request, home, env, workers=2) as (settings, url, keys):
-        sdks = {t: openai.OpenAI(base_url=f"{url}/v1", api_key=k, max_retries=0, timeout=60)
-                for t, k in keys.items()}  # fmt: skip
-        yield Stack(settings, sdks["alice"], sdks["bob"], url, keys, gate)
+    gate, items_gate, stub = home / "hold", home / "hold-items", StubUpstream(STUB_ANSWER)
+    with stub_upstream(stub):
+        env = {"GRADACC_PREDICT_SERVER": "true", "GRADACC_BATCH_LEASE_S": "3", HOLD: str(gate),
+               ITEMS_HOLD: str(items_gate), "GRADACC_SERVE_TIMEOUT_S": "30",
+               "GRADACC_SERVE_UPSTREAMS": json.dumps({UPSTREAM: {"base_url": stub.url}})}  # fmt: skip
+        with serve_with_keys(request, home, env, workers=2) as (settings, url, keys):
+            sdks = {t: openai.OpenAI(base_url=f"{url}/v1", api_key=k, max_retries=0, timeout=60)
+                    for t, k in keys.items()}  # fmt: skip
+            yield Stack(settings, sdks["alice"], sdks["bob"], url, keys, gate, items_gate, stub)
 
 
 def _body(kind: int, i: int) -> tuple[str, dict[str, Any]]:
@@ -206,3 +213,68 @@ def test_a_cancelled_batch_keeps_what_it_finished(stack: Stack) -> None:
     assert [r["custom_id"] for r in _read(stack, done.output_file_id)] == [
         "line-1", "line-2", "line-3"]  # fmt: skip
     assert [b.id for b in stack.bob.batches.list()] == []
+
+
+def _kill_holder(stack: Stack, table: Any, run_id: str) -> None:
+    with session_scope(stack.settings) as session:
+        holder = session.scalar(select(table.holder).where(table.id == run_id))
+    assert holder is not None
+    os.kill(int(holder.rsplit(":", 1)[1]), signal.SIGKILL)  # its name is host:pid
+
+
+def _asked(stack: Stack, marker: str) -> list[str]:
+    """What the stand-in was asked whose last message holds ``marker``."""
+    last = [s["messages"][-1]["content"] for s in stack.stub.seen]
+    return [text for text in last if marker in text]
+
+
+def test_a_killed_worker_grades_no_eval_item_twice(stack: Stack) -> None:
+    """An eval run on the stand-in, its holder killed after 5 of 12 items: the other worker
+    finishes it; every item is asked once and graded once."""
+    items = [{"question": f"eval-kill {i}", "answer": "4" if i % 2 else "5"} for i in range(12)]
+    made = stack.alice.evals.create(
+        data_source_config={"type": "custom", "item_schema": {"type": "object"}},
+        testing_criteria=[{"type": "string_check", "name": "eq", "operation": "eq",
+                           "input": "{{sample.output_text}}", "reference": "{{item.answer}}"}])  # fmt: skip
+    stack.items_gate.write_text("5")
+    try:
+        run = stack.alice.evals.runs.create(made.id, data_source={
+            "type": "completions", "model": UPSTREAM,
+            "input_messages": {"type": "item_reference", "item_reference": "item.question"},
+            "source": {"type": "file_content", "content": [{"item": i} for i in items]}})  # type: ignore[arg-type,misc,list-item]  # fmt: skip
+        wait_until(lambda: len(stack.alice.evals.runs.output_items.list(run.id, eval_id=made.id).data) == 5,
+                   what="five items graded", timeout=120)  # fmt: skip
+        _kill_holder(stack, EvalRun, run.id)
+    finally:
+        stack.items_gate.unlink(missing_ok=True)
+    done = wait_until(lambda: (r := stack.alice.evals.runs.retrieve(run.id, eval_id=made.id))
+                      .status == "completed" and r, what="the run", timeout=120)  # fmt: skip
+    assert done.result_counts.model_dump() == {"total": 12, "passed": 6, "failed": 6, "errored": 0}
+    outputs = list(stack.alice.evals.runs.output_items.list(run.id, eval_id=made.id, limit=100))
+    assert sorted(o.datasource_item_id for o in outputs) == list(range(12))
+    assert sorted(_asked(stack, "eval-kill")) == sorted(i["question"] for i in items)
+
+
+def test_a_killed_worker_asks_the_teacher_once_a_row(stack: Stack) -> None:
+    prompts = [{"prompt": f"distill-kill {i}"} for i in range(12)]
+    data = io.BytesIO("".join(json.dumps(p) + "\n" for p in prompts).encode())
+    file_id = stack.alice.files.create(file=("p.jsonl", data), purpose="evals").id  # type: ignore[arg-type]
+    headers = {"Authorization": f"Bearer {stack.keys['alice']}"}
+    with httpx.Client(base_url=f"{stack.url}/v1", headers=headers, timeout=60) as client:
+        stack.items_gate.write_text("5")
+        try:
+            made = client.post("/distillations", json={"teacher": UPSTREAM, "prompt_file": file_id})
+            assert made.status_code == 200, made.text
+            path = f"/distillations/{made.json()['id']}"
+            wait_until(lambda: client.get(path).json()["progress"]["done"] == 5,
+                       what="five rows answered", timeout=120)  # fmt: skip
+            _kill_holder(stack, Distillation, made.json()["id"])
+        finally:
+            stack.items_gate.unlink(missing_ok=True)
+        done = wait_until(lambda: (d := client.get(path).json())["status"] == "completed" and d,
+                          what="the distillation", timeout=120)  # fmt: skip
+        bobs = httpx.get(f"{stack.url}/v1{path}", headers={"Authorization": f"Bearer {stack.keys['bob']}"})
+        assert bobs.status_code == 404
+    assert sorted(_asked(stack, "distill-kill")) == sorted(p["prompt"] for p in prompts)
+    rows = _read(stack, done["output_file_id"])
+    assert [r["messages"][0]["content"] for r in rows] == [p["prompt"] for p in prompts]

@@ -22,8 +22,10 @@ import openai
 import pytest
 
 from tests.e2e.conftest import serve_with_keys
+from tests.e2e.evals_checks import STUB_ANSWER, UPSTREAM, check_distillation, check_evals
 from tests.e2e.responses_checks import check_aliases, check_responses, check_train_sources
 from tests.support import serves, wait_final, wait_until
+from tests.upstream_stub import StubUpstream, stub_upstream
 from worker.predict.failpoints import SERVE_HOLD
 
 pytestmark = pytest.mark.integration
@@ -45,6 +47,8 @@ class Stack:
     log: Path
     url: str
     keys: dict[str, str]
+    kind: str  # the stack: embedded, or pg_redis
+    stub: StubUpstream  # the stand-in for an old hosted model, routed as evals_checks.UPSTREAM
 
 
 def _download(url: str, key: str, job_id: str, into: Path) -> Path:
@@ -68,8 +72,10 @@ def stack(
            "GRADACC_SERVE_TIMEOUT_S": "20", "GRADACC_PREDICT_SERVER": "true",
            "GRADACC_SERVE_ALIASES": json.dumps({"*": {"gpt-4o*": "builtin:tiny-chat"}}),
            "HF_HUB_CACHE": str(home / "hf-cache")}  # fmt: skip
+    stub = StubUpstream(STUB_ANSWER)
     # (PostgreSQL stacks start no predict server unless told: settings_env.)
-    with serve_with_keys(request, home, env) as (_, url, keys):
+    with stub_upstream(stub), serve_with_keys(request, home, env | {
+            "GRADACC_SERVE_UPSTREAMS": json.dumps({UPSTREAM: {"base_url": stub.url}})}) as (_, url, keys):  # fmt: skip
         headers = {"Authorization": f"Bearer {keys['alice']}"}
         with httpx.Client(base_url=url, timeout=60, headers=headers) as client:
             created = client.post("/v1/jobs", json=JOB)
@@ -94,6 +100,8 @@ def stack(
             home / "serve.log",
             url,
             keys,
+            request.param,
+            stub,
         )
 
 
@@ -296,3 +304,17 @@ def test_aliases_answer_as_the_model_they_name(stack: Stack) -> None:
 
 def test_an_uploaded_model_and_a_cached_hub_model_answer(stack: Stack) -> None:
     check_train_sources(stack.alice, stack.bob, stack.url, stack.keys, stack.model, stack.folder)
+
+
+def test_evals_grade_each_model_as_graders_run_does_by_hand(stack: Stack) -> None:
+    """On one stack (the other repeats the same code path): 50 items against the fine-tuned
+    model, its base and the upstream stand-in."""
+    if stack.kind != "embedded":
+        pytest.skip("run on the embedded stack; the production stack's runner is tested by kill")
+    check_evals(stack.alice, stack.bob, stack.model, stack.stub)
+
+
+def test_a_distillation_of_the_upstream_model_trains(stack: Stack) -> None:
+    if stack.kind != "embedded":
+        pytest.skip("run on the embedded stack; the production stack's runner is tested by kill")
+    check_distillation(stack.alice, stack.url, stack.keys["alice"], stack.stub)
