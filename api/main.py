@@ -26,6 +26,9 @@ from api.routes import (
     batches,
     chat,
     dashboard,
+    distillations,
+    evals,
+    file_imports,
     files,
     fine_tuning,
     graders,
@@ -80,7 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.celery = create_celery_app(settings)
     install_error_handlers(app)
     # Uploads stream to disk, so their limit is the upload setting, not the in-memory body one.
-    upload_limits = {"/v1/files": settings.max_upload_bytes}
+    upload_limits = dict.fromkeys(("/v1/files", "/v1/files/import"), settings.max_upload_bytes)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, limits=upload_limits)
     app.add_middleware(TimingMiddleware)
     if settings.require_auth:  # before size checks, routing and parsing
@@ -101,6 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(artifacts.router, prefix="/v1")
     app.include_router(predict.router, prefix="/v1")
     app.include_router(files.router, prefix="/v1")
+    app.include_router(file_imports.router, prefix="/v1")
     app.include_router(workers.router, prefix="/v1")
     app.include_router(fine_tuning.router, prefix="/v1")
     app.include_router(graders.router, prefix="/v1")
@@ -109,6 +113,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(responses.router, prefix="/v1")
     app.include_router(aliases.router, prefix="/v1")
     app.include_router(batches.router, prefix="/v1")
+    app.include_router(evals.router, prefix="/v1")
+    app.include_router(distillations.router, prefix="/v1")
     install_docs(app)
     install_openapi(app, settings)
     return app

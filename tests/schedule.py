@@ -39,6 +39,8 @@ COST_S: dict[str, float] = {
     # A live serve, one reinforcement job (2 steps, 5 python graders per answer, 1 s CPU limit):
     # wall 34-39 s, rusage CPU 17-21 s, niced, alone (2026-12-02)
     "tests/e2e/test_openai_reinforcement.py": 38,
+    # A live serve, an SFT judge and a reinforcement job it grades: wall 34 s, CPU 25 s (2026-12-05)
+    "tests/e2e/test_own_model_graders.py": 36,
     "tests/e2e/test_shared_lora_bases.py": 39,  # alone, cgroup CPU 38.7 s, wall 38.0 s
     "tests/e2e/test_concurrent_posts.py": 36,
     "tests/e2e/test_scheduling.py": 36,

@@ -16,3 +16,9 @@ router = APIRouter(include_in_schema=False)
 @router.get("/")
 async def dashboard() -> FileResponse:
     return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+
+@router.get("/evals")
+async def evals_page() -> FileResponse:
+    """Your evals, their runs' progress, and two runs compared item by item."""
+    return FileResponse(STATIC_DIR / "evals.html", media_type="text/html")

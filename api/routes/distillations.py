@@ -58,6 +58,8 @@ def list_distillations(
 def retrieve_distillation(
     distillation_id: str, session: ReadSessionDep, tenant: TenantDep
 ) -> DistillationObject:
+    """Its status, `progress` (rows done and refused of total), the teacher's `usage` in tokens,
+    `row_errors` by prompt line, and `output_file_id` once it has ended."""
     return services.view(session, services.get(session, distillation_id, tenant))
 
 

@@ -62,12 +62,14 @@ def list_evals(
     order: Order = "asc",
     order_by: Literal["created_at", "updated_at"] = "created_at",
 ) -> EvalList:
+    """Oldest first unless `order=desc`; page with `after` = `last_id`."""
     data, more = services.list_evals(session, tenant, after=after, limit=limit, order=order)
     return EvalList(**_page(data, more))
 
 
 @router.get("/{eval_id}", response_model=EvalObject, responses=ERRORS, summary="Retrieve an eval")
 def retrieve_eval(eval_id: str, session: ReadSessionDep, tenant: TenantDep) -> EvalObject:
+    """Its config (the items' JSON schema) and criteria; another tenant's is a 404."""
     return services.eval_view(services.get_eval(session, eval_id, tenant))
 
 
@@ -109,6 +111,7 @@ def list_runs(
     order: Order = "asc",
     status: Literal["queued", "in_progress", "completed", "canceled", "failed"] | None = None,
 ) -> RunList:
+    """Oldest first unless `order=desc`; `status` filters."""
     data, more = services.list_runs(
         session, eval_id, tenant, after=after, limit=limit, order=order, status=status
     )
@@ -143,6 +146,7 @@ def cancel_run(eval_id: str, run_id: str, session: SessionDep, tenant: TenantDep
     "/{eval_id}/runs/{run_id}", response_model=RunDeleted, responses=ERRORS, summary="Delete a run"
 )
 def delete_run(eval_id: str, run_id: str, session: SessionDep, tenant: TenantDep) -> RunDeleted:
+    """With its output items (a worker running it finds it gone and stops)."""
     services.delete_run(session, eval_id, run_id, tenant)
     return RunDeleted(deleted=True, run_id=run_id)
 
@@ -180,4 +184,5 @@ def list_output_items(
 def retrieve_output_item(
     eval_id: str, run_id: str, output_item_id: str, session: ReadSessionDep, tenant: TenantDep
 ) -> OutputItem:
+    """One item: its sample and its results per criterion."""
     return services.get_item(session, eval_id, run_id, output_item_id, tenant)

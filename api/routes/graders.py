@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from api.deps import SettingsDep, TenantDep
+from api.deps import ReadSessionDep, SettingsDep, TenantDep
 from api.schemas.graders import (
     GraderRunRequest,
     GraderRunResponse,
@@ -37,7 +37,8 @@ router = APIRouter(
     response_model=GraderRunResponse,
     summary="Run a grader on one sample",
     description="The reward, each sub-grader's, and the errors by kind (a failed "
-    "grader scores 0). docs/reinforcement.md.",
+    "grader scores 0), graded as a reinforcement job would; a model grader's model that does "
+    "not answer for the caller is a 400 naming it. docs/reinforcement.md.",
 )
 async def run_grader(
     body: GraderRunRequest, request: Request, settings: SettingsDep, tenant: TenantDep
@@ -56,7 +57,10 @@ async def run_grader(
     response_model=GraderValidateResponse,
     summary="Validate a grader",
     description="The grader as a reinforcement job would take it, or a 400 whose "
-    "param is the field at fault.",
+    "param is the field at fault (a model grader's model that does not answer for the caller "
+    "included).",
 )
-def validate_grader(body: GraderValidateRequest) -> GraderValidateResponse:
-    return grader_services.validate(body=body)
+def validate_grader(
+    body: GraderValidateRequest, session: ReadSessionDep, settings: SettingsDep, tenant: TenantDep
+) -> GraderValidateResponse:
+    return grader_services.validate(session, settings, body=body, tenant=tenant)

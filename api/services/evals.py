@@ -149,7 +149,7 @@ def run_view(session: Session, run: EvalRun, found: Eval) -> RunObject:
         data_source=run.data_source,
         error=run.error,
         metadata=run.metadata_,
-        report_url=f"/dashboard/evals.html?eval={run.eval_id}&run={run.id}",
+        report_url=f"/evals?eval={run.eval_id}&run={run.id}",
         **counts,
     )
 

@@ -1,6 +1,11 @@
-"""Try a grader before training with it (OpenAI's alpha graders API): ``validate`` parses it as a
-reinforcement job would, ``run`` scores one sample. Model graders ask this server's own chat
-completions path (``api.services.chat.complete``), for the caller's tenant.
+"""Try a grader before training with it (OpenAI's alpha graders API): ``validate`` checks it as a
+reinforcement job's POST would, ``run`` scores one sample as a job's reward would. Both check each
+model grader's model against the caller's tenant first (``gradacc.serving.grader_models``: a
+model no one answers for them is a 400 naming the field, as a job's POST is). A model grader here
+asks this server's own chat completions path (``api.services.chat.complete``, held against the
+tenant's chat shares): the same messages and sampling, to the same servers, as a training job's
+graders send (``gradacc.serving.ask.served_chat``): an upstream route's, or a worker's predict
+server.
 
 A run grades in a thread of its own, never one of the API's pool (whose tokens every sync route
 needs), within the tenant's share and the process's (``GRADACC_MAX_GRADER_RUNS[_PER_TENANT]``),
@@ -35,6 +40,8 @@ from api.services.shares import GRADER_RUNS, Cap
 from gradacc.errors import InvalidRequest
 from gradacc.grading import sandbox_limits
 from gradacc.openai.chat_requests import ChatCompletionRequest
+from gradacc.serving.ask import error_message, reply_of
+from gradacc.serving.grader_models import check_grader_models
 from gradacc.settings import Settings
 from trainer_core.graders import ChatFn, ChatReply, GraderResult, Grading, run_grader
 from trainer_core.spec.graders import Grader, error_param, parse_grader
@@ -55,8 +62,11 @@ def parse(grader: dict[str, Any]) -> Grader:
     raise InvalidRequest(message, param=param, errors=[f"{p}: {m}" for p, m in found])
 
 
-def validate(*, body: GraderValidateRequest) -> GraderValidateResponse:
+def validate(
+    session: Session, settings: Settings, *, body: GraderValidateRequest, tenant: str
+) -> GraderValidateResponse:
     grader = parse(body.grader)
+    check_grader_models(session, settings, grader, tenant=tenant, where="grader")
     return GraderValidateResponse(grader=grader.model_dump(mode="json", exclude_none=True))
 
 
@@ -73,6 +83,10 @@ async def run(
 ) -> GraderRunResponse:
     """``gone``: whether the client went away (``Request.is_disconnected``)."""
     grader = parse(body.grader)
+    await anyio.to_thread.run_sync(
+        partial(_check_models, sessions, settings, grader, tenant),
+        limiter=anyio.CapacityLimiter(1),  # a thread of its own, as the grading's
+    )
     mine = Cap(settings.max_grader_runs_per_tenant, "GRADACC_MAX_GRADER_RUNS_PER_TENANT")
     every = Cap(settings.max_grader_runs, "GRADACC_MAX_GRADER_RUNS")
     with GRADER_RUNS.hold(tenant, mine, total=every):
@@ -147,9 +161,14 @@ def _chat(sessions: sessionmaker[Session], settings: Settings, tenant: str) -> C
         )
         data = json.loads(bytes(answer.body))
         if answer.status_code != 200:
-            raise RuntimeError(f"{answer.status_code}: {data.get('error', {}).get('message')}")
-        message = data["choices"][0]["message"]
-        usage = {k: v for k, v in (data.get("usage") or {}).items() if isinstance(v, int)}
-        return ChatReply(message.get("content") or "", usage, message.get("refusal"))
+            raise RuntimeError(error_message(answer.status_code, data))
+        return reply_of(data)
 
     return chat
+
+
+def _check_models(
+    sessions: sessionmaker[Session], settings: Settings, grader: Grader, tenant: str
+) -> None:
+    with sessions() as session:
+        check_grader_models(session, settings, grader, tenant=tenant, where="grader")

@@ -34,6 +34,7 @@ from gradacc.jobs.states import (
 from gradacc.jobs.webhook_outbox import check_webhook_url
 from gradacc.scheduling.capacity import check_devices
 from gradacc.scheduling.queue import enqueue_job
+from gradacc.serving.grader_models import check_grader_models
 from gradacc.settings import Settings
 from gradacc.sources.files import check_job_data, file_refs
 from gradacc.sources.fine_tuned import check_model as check_fine_tuned
@@ -87,7 +88,9 @@ def create_job(
             return _replayed(earlier, request_hash), False
     lock_tenant(session, tenant=tenant)  # also keeps a file it names from being deleted now
     dataset_format = check_job_data(session, spec=spec, tenant=tenant)
-    check_job_grader(spec, settings)
+    check_job_grader(spec)
+    if spec.grpo is not None:  # its model graders answer for this tenant, as graders/run's do
+        check_grader_models(session, settings, spec.grpo.grader, tenant=tenant, where="grpo.grader")
     if classify_source(spec.model) == "fine_tuned":
         check_fine_tuned(session, settings, value=spec.model, tenant=tenant)
     _check_labels(session, spec=spec, settings=settings)

@@ -5,9 +5,10 @@ the hashing for a second pass; here the ``python-multipart`` streaming parser ha
 the ``file`` part straight to a temporary file beside its final place (so the final move is a
 rename) and to sha256. Chunks are gathered to ~1 MiB and parsed in a worker thread while the next
 MiB arrives: disk writes and hashing (which release the GIL) never block the event loop, and at
-most two batches are held. Only the parts ``file`` and ``purpose`` are taken, each once: any other
-part is refused when its headers arrive. The body's size limit is the ``BodySizeLimit``
-middleware's, raised inside ``request.stream()``; any failure removes the file.
+most two batches are held. Only the parts the route names are taken (``file`` and ``purpose``;
+an import's ``file``, ``format`` and ``bad_rows``), each once: any other part is refused when its
+headers arrive. The body's size limit is the ``BodySizeLimit`` middleware's, raised inside
+``request.stream()``; any failure removes the file.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 BATCH_BYTES = 1 << 20
 MAX_FIELD_BYTES = 1024  # form fields other than the file: "purpose"
-PARTS = ("file", "purpose")
+PARTS = ("file", "purpose")  # POST /v1/files; a route may name others
 
 
 @dataclass
@@ -49,6 +50,7 @@ class _Receiver:
     """The parser's callbacks: headers of each part, the file part to disk, small fields kept."""
 
     folder: Path
+    parts: tuple[str, ...] = PARTS
     part_name: str | None = None
     part_filename: str | None = None
     header: bytearray = field(default_factory=bytearray)
@@ -76,7 +78,8 @@ class _Receiver:
 
     def on_headers_finished(self) -> None:
         _, options = parse_options_header(self.headers.get("content-disposition", b""))
-        self.part_name = _known_part(options.get(b"name", b"").decode("utf-8", "replace"))
+        name = options.get(b"name", b"").decode("utf-8", "replace")
+        self.part_name = _known_part(name, self.parts)
         raw = options.get(b"filename")
         if self.part_name == "file":
             if self.out is not None:
@@ -114,12 +117,14 @@ class _Receiver:
             self.path.unlink(missing_ok=True)
 
 
-def _known_part(name: str) -> str:
+def _known_part(name: str, parts: tuple[str, ...]) -> str:
     """Only the parts the route reads: anything else is refused before its body is read, so a
-    flood of fields is never kept (each part is at most once: at most two parts)."""
-    if name not in PARTS:
+    flood of fields is never kept (each part is at most once)."""
+    if name not in parts:
         shown = "".join(ch for ch in name if ch.isprintable())[:64]
-        raise InvalidRequest(f"unknown part {shown!r}: send 'file' and 'purpose' only", param=shown)
+        quoted = [f"'{p}'" for p in parts]
+        known = " and ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
+        raise InvalidRequest(f"unknown part {shown!r}: send {known} only", param=shown)
     return name
 
 
@@ -137,11 +142,14 @@ def _boundary(request: Request) -> bytes:
     return boundary
 
 
-async def receive_upload(request: Request, *, folder: Path) -> Upload:
-    """Write the ``file`` field to a new file in ``folder``; other fields come back as text."""
+async def receive_upload(
+    request: Request, *, folder: Path, parts: tuple[str, ...] = PARTS
+) -> Upload:
+    """Write the ``file`` field to a new file in ``folder``; the other ``parts`` come back as
+    text."""
     boundary = _boundary(request)
     folder.mkdir(parents=True, exist_ok=True)
-    receiver = _Receiver(folder)
+    receiver = _Receiver(folder, parts)
     parser = MultipartParser(boundary, _callbacks(receiver))
     writing: asyncio.Future[int] | None = None  # the previous batch, written while this arrives
     batch = bytearray()

@@ -24,7 +24,7 @@ from gradacc.settings import Settings
 from trainer_core.graders import ChatFn, ChatReply
 
 log = logging.getLogger(__name__)
-TRANSIENT = (429, 502, 503, 504)  # asked again, not kept
+TRANSIENT = (429, 502, 503)  # no server could answer now: asked again, not kept (a 504 is kept)
 
 
 def target(session: Session, settings: Settings, *, model: str, tenant: str) -> str:

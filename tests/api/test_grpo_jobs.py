@@ -1,10 +1,10 @@
 """Method grpo on /v1/jobs where it arrives (both databases, no worker): a prompt file (messages
 ending with a user turn, other fields kept for the grader) uploads and is recorded as prompts; a
 grpo job on it is made; every bad grpo spec is a 4xx naming its field (the grader's by its path,
-the batch that is not whole groups, packing, the task, a conversation file, a model grader no
-upstream serves, an evaluation without validation prompts) and leaves no job
-behind; the built-in prompts (builtin:arithmetic-prompts) take grpo, and sft or dpo on them is a
-422 naming the field."""
+the batch that is not whole groups, packing, the task, a conversation file, a model grader whose
+model does not answer for the tenant, an evaluation without validation prompts) and leaves no job
+behind, while a model grader on this server's own built-in is taken; the built-in prompts
+(builtin:arithmetic-prompts) take grpo, and sft or dpo on them is a 422 naming the field."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_bad_grpo_specs_name_their_field_and_make_no_job(client: TestClient) -> 
         ({**good, "packing": True}, "packing"),
         ({**good, "dataset": "builtin:chat-arithmetic"}, "method"),
         ({**good, "task": "sequence-classification", "model": "builtin:tiny-gpt2"}, "method"),
-        (_with(good, grader=SCORE), "grpo.grader.model"),
+        (_with(good, grader={**SCORE, "model": "nowhere-model"}), "grpo.grader.model"),
         (_with(good, grader=multi), "grpo.grader.graders.j.model"),
         (_with(good, eval_interval=1), "grpo.eval_interval"),  # a file: no validation split
     ]  # fmt: skip
@@ -110,6 +110,9 @@ def test_bad_grpo_specs_name_their_field_and_make_no_job(client: TestClient) -> 
     assert name not in _names(client)
     assert client.post("/v1/jobs", json={**good, "name": name}).status_code == 201
     assert name in _names(client)
+    # This server's own model grades inside a job: its worker's predict server answers it.
+    judged = client.post("/v1/jobs", json=_with(good, grader=SCORE))
+    assert judged.status_code == 201, judged.text
 
 
 def test_the_built_in_prompts_take_grpo_and_refuse_sft_and_dpo(client: TestClient) -> None:

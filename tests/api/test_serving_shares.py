@@ -67,8 +67,9 @@ def test_a_rewrite_to_another_tenant_s_model_is_a_404_and_never_sent(
              "input": [{"role": "user", "content": "Rate {{ sample.output_text }}"}]}  # fmt: skip
     graded = httpx.post(f"{server.url}/v1/fine_tuning/alpha/graders/run",
                         json={"grader": judge, "model_sample": "4"},
-                        headers=server.headers("alice"), timeout=60).json()  # fmt: skip
-    assert graded["reward"] == 0.0 and graded["metadata"]["errors"]["model_grader_server_error"]
+                        headers=server.headers("alice"), timeout=60)  # fmt: skip
+    assert graded.status_code == 400, graded.text  # as the job's POST below: never a silent 0
+    assert graded.json()["error"]["param"] == "grader.model"
     job = {"model": "builtin:tiny-chat", "task": "causal-lm", "method": "grpo", "max_steps": 2,
            "dataset": "builtin:arithmetic-prompts", "grpo": {"group_size": 2, "grader": judge}}  # fmt: skip
     posted = httpx.post(f"{server.url}/v1/jobs", json=job, headers=server.headers("alice"))

@@ -22,10 +22,10 @@ SCHEMA = {"type": "object", "properties": {"question": {"type": "string"},
           "answer": {"type": "string"}}, "required": ["question", "answer"]}  # fmt: skip
 CONTAINS = {"type": "string_check", "name": "contains", "operation": "like",
             "input": "{{sample.output_text}}", "reference": "{{item.answer}}"}  # fmt: skip
-DIGITS = {"type": "python", "name": "digits", "pass_threshold": 0.5,
+PARITY = {"type": "python", "name": "parity", "pass_threshold": 0.5,
           "source": "def grade(sample, item):\n"
-                    "    text = sample['output_text']\n"
-                    "    return sum(c.isdigit() for c in text) / max(1, len(text))\n"}  # fmt: skip
+                    "    same = len(sample['output_text']) % 2 == int(item['answer']) % 2\n"
+                    "    return 1.0 if same else 0.0\n"}  # fmt: skip
 TEMPLATE = {"type": "template", "template": [{"role": "user", "content": "{{item.question}}"}]}
 
 
@@ -38,8 +38,8 @@ def _by_hand(sdk: openai.OpenAI, model: str, items: list[dict[str, str]]) -> dic
     """Each item's greedy answer from chat completions, graded by ``graders/run``: the counts an
     eval run must report, and the answers."""
     counts = {"passed": 0, "failed": 0, "errored": 0}
-    per = {"contains": 0, "digits": 0}
-    answers = []
+    per = {"contains": 0, "parity": 0}
+    answers, marks = [], []
     for item in items:
         answer = sdk.chat.completions.create(
             model=model, messages=[{"role": "user", "content": item["question"]}],
@@ -47,14 +47,15 @@ def _by_hand(sdk: openai.OpenAI, model: str, items: list[dict[str, str]]) -> dic
         text = answer.choices[0].message.content or ""
         answers.append(text)
         passed = []
-        for grader, rule in ((CONTAINS, lambda r: r == 1.0), (DIGITS, lambda r: r >= 0.5)):
+        for grader, rule in ((CONTAINS, lambda r: r == 1.0), (PARITY, lambda r: r >= 0.5)):
             sent = {k: v for k, v in grader.items() if k != "pass_threshold"}
             graded = sdk.fine_tuning.alpha.graders.run(grader=sent, model_sample=text, item=item)  # type: ignore[arg-type]
             assert not any(graded.metadata.errors.model_dump(exclude_none=True).values())
             passed.append(rule(graded.reward))
             per[str(grader["name"])] += passed[-1]
         counts["passed" if all(passed) else "failed"] += 1
-    return {"counts": counts, "per": per, "answers": answers}
+        marks.append(passed)
+    return {"counts": counts, "per": per, "answers": answers, "marks": marks}
 
 
 def _run(sdk: openai.OpenAI, eval_id: str, model: str, items: list[dict[str, str]]) -> Any:
@@ -72,16 +73,25 @@ def _outputs(sdk: openai.OpenAI, eval_id: str, run_id: str) -> list[Any]:
     return list(sdk.evals.runs.output_items.list(run_id, eval_id=eval_id, limit=20))
 
 
-def check_evals(alice: openai.OpenAI, bob: openai.OpenAI, model: str, stub: StubUpstream) -> None:
+def check_evals(
+    alice: openai.OpenAI, bob: openai.OpenAI, model: str, stub: StubUpstream
+) -> tuple[str, list[str], int]:
+    """(the eval, its runs on the fine-tuned model and the base, the items where they differ)."""
     items = _items(50)
     made = alice.evals.create(
         name="arith", data_source_config={"type": "custom", "item_schema": SCHEMA,
                                           "include_sample_schema": True},
-        testing_criteria=[CONTAINS, DIGITS])  # type: ignore[list-item]  # fmt: skip
-    assert made.object == "eval" and [c.name for c in made.testing_criteria] == ["contains", "digits"]
+        testing_criteria=[CONTAINS, PARITY])  # type: ignore[list-item]  # fmt: skip
+    assert made.object == "eval" and [c.name for c in made.testing_criteria] == [
+        "contains",
+        "parity",
+    ]
+    runs, hands = [], []
     for name in (model, "builtin:tiny-chat"):
         done = _run(alice, made.id, name, items)
         hand = _by_hand(alice, name, items)
+        runs.append(done.id)
+        hands.append(hand)
         assert done.result_counts.model_dump() == {"total": 50, **hand["counts"]}, name
         per = {r.testing_criteria: r.passed for r in done.per_testing_criteria_results}
         assert per == hand["per"], name
@@ -92,8 +102,11 @@ def check_evals(alice: openai.OpenAI, bob: openai.OpenAI, model: str, stub: Stub
     asked = len(stub.seen)
     upstream = _run(alice, made.id, UPSTREAM, items[:10])
     assert len(stub.seen) == asked + 10  # the stand-in answered each item, once
-    assert {o.sample.output[0].content for o in _outputs(alice, made.id, upstream.id)} == {STUB_ANSWER}
-    expected = sum(STUB_ANSWER in i["answer"] for i in items[:10])  # "4" is all digits
+    assert {o.sample.output[0].content for o in _outputs(alice, made.id, upstream.id)} == {
+        STUB_ANSWER
+    }
+    expected = sum(STUB_ANSWER in i["answer"] and len(STUB_ANSWER) % 2 == int(i["answer"]) % 2
+                   for i in items[:10])  # both criteria by hand  # fmt: skip
     assert upstream.result_counts.passed == expected
     assert upstream.result_counts.failed == 10 - expected
     for call in (lambda: bob.evals.retrieve(made.id),
@@ -103,7 +116,12 @@ def check_evals(alice: openai.OpenAI, bob: openai.OpenAI, model: str, stub: Stub
                      "type": "file_content", "content": [{"item": items[0]}]}})):  # type: ignore[arg-type,misc]  # fmt: skip
         with pytest.raises(openai.NotFoundError):
             call()
-    judged = {"type": "score_model", "name": "judge", "model": model, "input": [{"role": "user", "content": "x"}]}
+    judged = {
+        "type": "score_model",
+        "name": "judge",
+        "model": model,
+        "input": [{"role": "user", "content": "x"}],
+    }
     with pytest.raises(openai.NotFoundError) as caught:  # alice's model is not bob's to judge with
         bob.evals.create(data_source_config={"type": "custom", "item_schema": SCHEMA},
                          testing_criteria=[judged])  # type: ignore[list-item]  # fmt: skip
@@ -112,6 +130,37 @@ def check_evals(alice: openai.OpenAI, bob: openai.OpenAI, model: str, stub: Stub
         alice.evals.runs.create(made.id, data_source={"type": "jsonl", "source": {
             "type": "file_content", "content": [{"item": {"question": 1}}]}})  # type: ignore[arg-type,misc]  # fmt: skip
     assert refused.value.body["param"] == "data_source.source.content"  # type: ignore[index]
+    differ = sum(hands[0]["answers"][i] != hands[1]["answers"][i]
+                 or hands[0]["marks"][i] != hands[1]["marks"][i] for i in range(len(items)))  # fmt: skip
+    return made.id, runs, differ
+
+
+def check_compare_page(url: str, key: str, eval_id: str, runs: list[str], differ: int) -> None:
+    """The evals page in a browser: the two runs side by side show the items where they differ,
+    as many as grading by hand found."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.e2e.test_dashboard import ARTIFACTS, CHROMIUM
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{url}/evals")
+        page.fill("#api-key", key)
+        page.click("#key-form button[type=submit]")
+        expect(page.locator("#evals tbody tr")).to_have_count(1)
+        page.goto(f"{url}/evals?eval={eval_id}&a={runs[0]}&b={runs[1]}")
+        expect(page.locator("#differ-count")).to_have_text(f"{differ} of 50 differ")
+        assert page.locator("#items tbody tr").count() == differ
+        assert page.locator("#criteria tbody tr").count() == 2
+        page.uncheck("#differ")
+        expect(page.locator("#items tbody tr")).to_have_count(50)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "evals-compare.png"), full_page=True)
+        browser.close()
+        assert errors == []
 
 
 def check_distillation(alice: openai.OpenAI, url: str, key: str, stub: StubUpstream) -> None:
@@ -129,10 +178,16 @@ def check_distillation(alice: openai.OpenAI, url: str, key: str, stub: StubUpstr
         bad = client.post("/distillations", json={"teacher": "nobody's", "prompt_file": file_id})
         assert bad.status_code in (400, 404) and bad.json()["error"]["param"] == "teacher"
     sent = stub.seen[asked:]
-    assert len(sent) == 20 and {s["temperature"] for s in sent} == {0.7} and {s["seed"] for s in sent} == {3}
+    assert (
+        len(sent) == 20
+        and {s["temperature"] for s in sent} == {0.7}
+        and {s["seed"] for s in sent} == {3}
+    )
     assert done["progress"] == {"total": 20, "done": 20, "failed": 0}
     assert done["usage"] == {"prompt_tokens": 140, "completion_tokens": 60, "total_tokens": 200}
-    rows = [json.loads(line) for line in alice.files.content(done["output_file_id"]).text.splitlines()]
+    rows = [
+        json.loads(line) for line in alice.files.content(done["output_file_id"]).text.splitlines()
+    ]
     assert rows == [{"messages": [*p["messages"], {"role": "assistant", "content": STUB_ANSWER}]}
                     for p in prompts]  # fmt: skip
     job = alice.fine_tuning.jobs.create(model="builtin:tiny-chat", training_file=done["output_file_id"],

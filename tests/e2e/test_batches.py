@@ -273,7 +273,9 @@ def test_a_killed_worker_asks_the_teacher_once_a_row(stack: Stack) -> None:
             stack.items_gate.unlink(missing_ok=True)
         done = wait_until(lambda: (d := client.get(path).json())["status"] == "completed" and d,
                           what="the distillation", timeout=120)  # fmt: skip
-        bobs = httpx.get(f"{stack.url}/v1{path}", headers={"Authorization": f"Bearer {stack.keys['bob']}"})
+        bobs = httpx.get(
+            f"{stack.url}/v1{path}", headers={"Authorization": f"Bearer {stack.keys['bob']}"}
+        )
         assert bobs.status_code == 404
     assert sorted(_asked(stack, "distill-kill")) == sorted(p["prompt"] for p in prompts)
     rows = _read(stack, done["output_file_id"])

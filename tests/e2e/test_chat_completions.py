@@ -22,8 +22,15 @@ import openai
 import pytest
 
 from tests.e2e.conftest import serve_with_keys
-from tests.e2e.evals_checks import STUB_ANSWER, UPSTREAM, check_distillation, check_evals
+from tests.e2e.evals_checks import (
+    STUB_ANSWER,
+    UPSTREAM,
+    check_compare_page,
+    check_distillation,
+    check_evals,
+)
 from tests.e2e.responses_checks import check_aliases, check_responses, check_train_sources
+from tests.e2e.test_dashboard import CHROMIUM, browser_missing
 from tests.support import serves, wait_final, wait_until
 from tests.upstream_stub import StubUpstream, stub_upstream
 from worker.predict.failpoints import SERVE_HOLD
@@ -311,7 +318,10 @@ def test_evals_grade_each_model_as_graders_run_does_by_hand(stack: Stack) -> Non
     model, its base and the upstream stand-in."""
     if stack.kind != "embedded":
         pytest.skip("run on the embedded stack; the production stack's runner is tested by kill")
-    check_evals(stack.alice, stack.bob, stack.model, stack.stub)
+    eval_id, runs, differ = check_evals(stack.alice, stack.bob, stack.model, stack.stub)
+    if not Path(CHROMIUM).exists():
+        browser_missing("chromium is not installed")
+    check_compare_page(stack.url, stack.keys["alice"], eval_id, runs, differ)
 
 
 def test_a_distillation_of_the_upstream_model_trains(stack: Stack) -> None:

@@ -80,7 +80,8 @@ def test_a_run_source_is_checked_and_renders_its_messages() -> None:
     assert _refused(parse_run_source, stored).param == "data_source.source.type"
     assert _refused(parse_run_source, {**RUN, "model": ""}).param == "data_source.model"
     lines = '{"item": {"a": 1}, "sample": {"output_text": "x"}}\n\n{"a": 2}\n' + (
-        '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}')
+        '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}'
+    )
     rows = file_rows(lines)
     assert rows[1] == {"item": {"a": 2}}
     assert rows[2]["item"] == {"input": [{"role": "user", "content": "hi"}], "reference": "yo"}
@@ -146,13 +147,17 @@ def test_distillation_rows_and_answers() -> None:
                        [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]]  # fmt: skip
     with pytest.raises(ValueError, match="line 2"):
         distill.parse_prompts('{"prompt": "a"}\n{"messages": []}\n')
-    with pytest.raises(ValueError, match="sampling.n"):
+    with pytest.raises(ValueError, match=r"sampling\.n"):
         distill.check_sampling({"n": 2})
-    answered = distill.answer_row("t", {"temperature": 0}, prompts[1], lambda b: (200, _answer("new")))
+    answered = distill.answer_row(
+        "t", {"temperature": 0}, prompts[1], lambda b: (200, _answer("new"))
+    )
     assert answered is not None and answered[0] == "ok"
     assert answered[1]["messages"][-1] == {"role": "assistant", "content": "new"}
     assert distill.answer_row("t", {}, prompts[0], lambda b: (429, None)) is None
-    refused = distill.answer_row("t", {}, prompts[0], lambda b: (400, {"error": {"message": "long"}}))
+    refused = distill.answer_row(
+        "t", {}, prompts[0], lambda b: (400, {"error": {"message": "long"}})
+    )
     assert refused == ("error", {"error": "400: long"})
     kept = [(0, "ok", answered[1]), (1, "error", refused[1])]
     assert distill.training_rows(kept) == [{"messages": answered[1]["messages"]}]

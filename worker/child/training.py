@@ -4,9 +4,12 @@ calling it imports torch."""
 
 from __future__ import annotations
 
-from gradacc.grading import sandbox_limits, upstream_chat
+from gradacc.db import get_sessionmaker, session_scope
+from gradacc.grading import sandbox_limits
+from gradacc.serving.ask import served_chat
 from gradacc.settings import Settings
-from trainer_core.graders import Grading
+from gradacc.tables import Job
+from trainer_core.graders import ChatFn, Grading
 from trainer_core.spec.callbacks import StopCheck, TrainingCallback, TrainResult
 from trainer_core.spec.job import JobSpec
 
@@ -32,9 +35,10 @@ def run_training(
         torch.set_num_threads(max(1, settings.train_threads // spec.processes_per_machine))
     # resume=True: a job handed over after its worker died continues from its last checkpoint.
     # A shared cache: a second job or a retry on the same data skips tokenization. A GRPO job's
-    # graders: python ones in the sandbox at the operator's limits, model ones through an
-    # upstream server.
-    grading = Grading(chat=upstream_chat(settings.serve_upstreams), limits=sandbox_limits(settings))
+    # graders: python ones in the sandbox at the operator's limits, model ones asked as the
+    # job's tenant would ask them (``judge_chat``).
+    chat = judge_chat(settings, job_id, should_stop) if spec.grpo is not None else None
+    grading = Grading(chat=chat, limits=sandbox_limits(settings))
     cache = DataCache(settings.data_cache_dir, settings.data_cache_max_bytes)
     return run_job(
         spec,
@@ -46,3 +50,15 @@ def run_training(
         data_cache=cache,
         loader_workers=settings.loader_workers,
     )
+
+
+def judge_chat(settings: Settings, job_id: str, should_stop: StopCheck) -> ChatFn:
+    """A model grader's chat for the job's tenant (``served_chat``): an upstream route's server,
+    or this server's own model (a built-in, the tenant's ``ft:`` model or checkpoint) on a
+    worker's predict server, an idle worker's first. While none can answer (the predict servers
+    are starting, or busy), it waits and asks again until the job is told to stop."""
+    with session_scope(settings) as session:
+        job = session.get(Job, job_id)
+        tenant = job.tenant if job is not None else ""  # gone: nothing of anyone's answers
+    sessions = get_sessionmaker(settings)
+    return served_chat(sessions, settings, tenant, waiting=lambda: should_stop() is None)
