@@ -213,7 +213,7 @@ def _allowed_methods(request: Request) -> str:
 # "Not Found" that reads like a wrong base URL or a missing id.
 OPENAI_ELSEWHERE = frozenset(
     {
-        *("assistants", "audio", "containers", "evals"),
+        *("assistants", "audio", "containers"),
         *("conversations", "embeddings", "fine_tuning/checkpoints"),
         *("images", "moderations", "organization", "realtime", "threads"),
         *("uploads", "vector_stores"),
@@ -222,8 +222,8 @@ OPENAI_ELSEWHERE = frozenset(
 
 # What it does serve, as that 404 lists it.
 SERVED = (
-    "chat/completions, completions, responses, batches, models, files, fine_tuning jobs (their "
-    "events and checkpoints) and graders"
+    "chat/completions, completions, responses, batches, evals, models, files (and their import), "
+    "fine_tuning jobs (their events and checkpoints) and graders, and gradacc's distillations"
 )
 
 

@@ -19,11 +19,13 @@ def test_an_unsupported_resource_is_a_404_that_names_it(sdk: openai.OpenAI) -> N
     error = stores.value.body
     assert isinstance(error, dict) and error["code"] == "unsupported_openai_route"
     assert "does not offer OpenAI's /v1/vector_stores API" in error["message"]
-    assert "serves chat/completions, completions, responses, batches, models" in error["message"]
+    assert (
+        "serves chat/completions, completions, responses, batches, evals, models"
+        in error["message"]
+    )
     with pytest.raises(openai.NotFoundError, match="/v1/uploads API"):
         sdk.uploads.create(bytes=10, filename="a.jsonl", mime_type="text/plain", purpose="batch")
-    with pytest.raises(openai.NotFoundError, match="/v1/evals API"):
-        sdk.evals.list()
+    assert sdk.evals.list().data == []  # served now: an empty list, not that 404
     permissions = sdk.fine_tuning.checkpoints.permissions
     with pytest.raises(openai.NotFoundError, match="/v1/fine_tuning/checkpoints API"):
         permissions.create("ft:gpt-4o-mini:acme::abc", project_ids=["proj_1"])
