@@ -41,14 +41,15 @@ COST_S: dict[str, float] = {
     "tests/e2e/test_openai_reinforcement.py": 38,
     # A live serve, an SFT judge and a reinforcement job it grades: wall 34 s, CPU 25 s (2026-12-05)
     "tests/e2e/test_own_model_graders.py": 36,
+    "tests/e2e/test_file_import_training.py": 25,
     "tests/e2e/test_shared_lora_bases.py": 39,  # alone, cgroup CPU 38.7 s, wall 38.0 s
     "tests/e2e/test_concurrent_posts.py": 36,
     "tests/e2e/test_scheduling.py": 36,
     "tests/e2e/test_pg_redis.py": 33,
     # + responses, aliases, uploaded and hub models (issue 52): ~55 s on a slow day (2026-12-05)
-    "tests/e2e/test_chat_completions.py": 55,
+    "tests/e2e/test_chat_completions.py": 125,
     # Two workers on PostgreSQL + Redis, a 200-line batch and its 198 live references: 85 s
-    "tests/e2e/test_batches.py": 85,
+    "tests/e2e/test_batches.py": 115,
     "tests/e2e/test_client_cli.py": 28,
     "tests/e2e/test_predict.py": 26,
     "tests/e2e/test_gang.py": 26,
