@@ -199,7 +199,11 @@ _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 def _allowed_methods(request: Request) -> str:
     """Every method some route serves at this path, found by asking the routes as if the request
     had used it. Starlette's own ``Allow`` names only the first route that matched the path
-    (GET /v1/jobs hid POST /v1/jobs)."""
+    (GET /v1/jobs hid POST /v1/jobs). A path some route names exactly (``/v1/files/import``) is
+    that route's, not the parameter's beside it (``/v1/files/{file_id}``)."""
+    named = request.app.openapi()["paths"].get(request.url.path)
+    if named is not None:
+        return ", ".join(m for m in _METHODS if m.lower() in named)
     routes = request.app.router.routes
     allowed = [
         method

@@ -56,3 +56,17 @@ def renew(
     found = session.execute(stmt.values(held_until=until)).rowcount  # type: ignore[attr-defined]
     session.commit()
     return session.scalar(select(table.status).where(table.id == row_id)) if found else None
+
+
+def cancel(session: Session, table: type[Row], row_id: str, *, running: Sequence[str]) -> None:
+    """A row in a ``running`` status no worker holds ends ``canceled`` now; one a worker holds
+    goes ``canceling``, and that worker ends it before its next item. Conditional updates, so a
+    worker ending it at the same moment wins or loses whole. Commits."""
+    now = utcnow()
+    ident: InstrumentedAttribute[Any] = table.id
+    status: InstrumentedAttribute[Any] = table.status
+    unheld = update(table).where(ident == row_id, status.in_(running), table.holder.is_(None))
+    if not session.execute(unheld.values(status="canceled", ended_at=now)).rowcount:  # type: ignore[attr-defined]
+        held = update(table).where(ident == row_id, status.in_(running))
+        session.execute(held.values(status="canceling"))
+    session.commit()

@@ -13,16 +13,15 @@ from api.schemas.distillations import (
     Progress,
     TokenUsage,
 )
-from gradacc import distill, run_items
+from gradacc import distill, leases, run_items
 from gradacc.errors import DomainError, InvalidRequest, ModelNotFound, ObjectNotFound
 from gradacc.ids import time_ordered_id
 from gradacc.serving.ask import target
 from gradacc.settings import Settings
 from gradacc.sources.files import local_source
-from gradacc.tables import Distillation, File, FilePurpose, RunStatus, utcnow
+from gradacc.tables import Distillation, File, FilePurpose, RunStatus
 
 PROMPT_FILES = (FilePurpose.FINE_TUNE, FilePurpose.EVALS)
-ENDED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED)
 
 
 def view(session: Session, found: Distillation) -> DistillationObject:
@@ -98,12 +97,10 @@ def cancel(session: Session, distillation_id: str, tenant: str) -> DistillationO
     """A queued one no worker holds ends now (no file); a running one at its next row, its
     answers so far written as its training file."""
     found = get(session, distillation_id, tenant)
-    if found.status not in ENDED and found.status != RunStatus.CANCELING:
-        if found.holder is None:
-            found.status, found.ended_at = RunStatus.CANCELED, utcnow()
-        else:
-            found.status = RunStatus.CANCELING
-        session.commit()
+    leases.cancel(
+        session, Distillation, found.id, running=(RunStatus.QUEUED, RunStatus.IN_PROGRESS)
+    )
+    session.refresh(found)
     return view(session, found)
 
 

@@ -18,7 +18,7 @@ from api.schemas.evals import (
     RunCreate,
     RunObject,
 )
-from gradacc import run_items
+from gradacc import leases, run_items
 from gradacc.errors import DomainError, InvalidRequest, ModelNotFound, ObjectNotFound
 from gradacc.evals.config import parse_config
 from gradacc.evals.criteria import as_sent, parse_criteria
@@ -28,10 +28,9 @@ from gradacc.ids import time_ordered_id
 from gradacc.serving.ask import target
 from gradacc.settings import Settings
 from gradacc.sources.files import local_source
-from gradacc.tables import Eval, EvalRun, File, FilePurpose, RunItem, RunStatus, utcnow
+from gradacc.tables import Eval, EvalRun, File, FilePurpose, RunItem, RunStatus
 from trainer_core.spec.graders import LabelModelGrader, MultiGrader, ScoreModelGrader
 
-ENDED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED)
 ITEM_FILES = (FilePurpose.EVALS, FilePurpose.FINE_TUNE)
 
 
@@ -213,12 +212,8 @@ def cancel_run(session: Session, eval_id: str, run_id: str, tenant: str) -> RunO
     """A queued run no worker holds ends now; a running one goes to ``canceling`` until its
     worker stops before its next item. Its items kept stay. An ended run is as it was."""
     run, found = get_run(session, eval_id, run_id, tenant)
-    if run.status not in ENDED and run.status != RunStatus.CANCELING:
-        if run.holder is None:
-            run.status, run.ended_at = RunStatus.CANCELED, utcnow()
-        else:
-            run.status = RunStatus.CANCELING
-        session.commit()
+    leases.cancel(session, EvalRun, run.id, running=(RunStatus.QUEUED, RunStatus.IN_PROGRESS))
+    session.refresh(run)
     return run_view(session, run, found)
 
 

@@ -280,3 +280,40 @@ def test_a_killed_worker_asks_the_teacher_once_a_row(stack: Stack) -> None:
     assert sorted(_asked(stack, "distill-kill")) == sorted(p["prompt"] for p in prompts)
     rows = _read(stack, done["output_file_id"])
     assert [r["messages"][0]["content"] for r in rows] == [p["prompt"] for p in prompts]
+
+
+def test_a_canceled_eval_run_and_distillation_keep_what_they_finished(stack: Stack) -> None:
+    made = stack.alice.evals.create(
+        data_source_config={"type": "custom", "item_schema": {"type": "object"}},
+        testing_criteria=[{"type": "string_check", "name": "eq", "operation": "eq",
+                           "input": "{{sample.output_text}}", "reference": "4"}])  # fmt: skip
+    items = [{"item": {"question": f"cancel {i}"}} for i in range(9)]
+    prompts = io.BytesIO("".join(json.dumps({"prompt": f"c{i}"}) + "\n" for i in range(9)).encode())
+    file_id = stack.alice.files.create(file=("c.jsonl", prompts), purpose="evals").id
+    headers = {"Authorization": f"Bearer {stack.keys['alice']}"}
+    stack.items_gate.write_text("3")
+    try:
+        run = stack.alice.evals.runs.create(made.id, data_source={
+            "type": "completions", "model": UPSTREAM, "source": {"type": "file_content", "content": items},
+            "input_messages": {"type": "item_reference", "item_reference": "item.question"}})  # type: ignore[arg-type,misc]  # fmt: skip
+        listed = lambda: stack.alice.evals.runs.output_items.list(run.id, eval_id=made.id).data  # noqa: E731
+        wait_until(lambda: len(listed()) == 3, what="three items graded", timeout=120)
+        assert stack.alice.evals.runs.cancel(run.id, eval_id=made.id).status == "canceling"
+        done = wait_until(lambda: (r := stack.alice.evals.runs.retrieve(run.id, eval_id=made.id))
+                          .status == "canceled" and r, what="the run canceled", timeout=60)  # fmt: skip
+        assert done.result_counts.passed == 3 and done.result_counts.total == 9
+        with httpx.Client(base_url=f"{stack.url}/v1", headers=headers, timeout=60) as client:
+            made_d = client.post(
+                "/distillations", json={"teacher": UPSTREAM, "prompt_file": file_id}
+            )
+            path = f"/distillations/{made_d.json()['id']}"
+            wait_until(lambda: client.get(path).json()["progress"]["done"] == 3,
+                       what="three rows answered", timeout=120)  # fmt: skip
+            assert client.post(f"{path}/cancel").json()["status"] == "canceling"
+            ended = wait_until(lambda: (d := client.get(path).json())["status"] == "canceled" and d,
+                               what="the distillation canceled", timeout=60)  # fmt: skip
+    finally:
+        stack.items_gate.unlink(missing_ok=True)
+    assert [r["messages"][0]["content"] for r in _read(stack, ended["output_file_id"])] == [
+        "c0", "c1", "c2"]  # fmt: skip
+    assert len(listed()) == 3  # nothing graded after the cancel

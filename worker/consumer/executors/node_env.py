@@ -29,8 +29,8 @@ NODE_SETTINGS = frozenset({
     "grader_uid", "grader_wall_s", "heartbeat_interval_s", "hub_allow", "hub_timeout_s",
     "kill_grace_s", "loader_workers", "log_level", "max_epochs", "max_job_seconds",
     "max_running_per_tenant", "max_samples", "max_seq_length", "max_steps", "queue",
-    "stale_after_s", "train_threads", "webhook_allow_private", "webhook_allowed_hosts",
-    "worker_alive_s",
+    "serve_aliases", "serve_timeout_s", "stale_after_s", "train_threads",
+    "webhook_allow_private", "webhook_allowed_hosts", "worker_alive_s",
 })  # fmt: skip
 # Test-only switches (trainer_core.testing.failpoints): a test holds a node's run as any other.
 FAILPOINTS = "GRADACC_FAILPOINT_"
