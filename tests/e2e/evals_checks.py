@@ -26,6 +26,9 @@ PARITY = {"type": "python", "name": "parity", "pass_threshold": 0.5,
           "source": "def grade(sample, item):\n"
                     "    same = len(sample['output_text']) % 2 == int(item['answer']) % 2\n"
                     "    return 1.0 if same else 0.0\n"}  # fmt: skip
+BOTH = {"type": "multi", "name": "both", "calculate_output": "contains * parity",
+        "graders": {"contains": CONTAINS, "parity": {k: v for k, v in PARITY.items()
+                                                     if k != "pass_threshold"}}}  # fmt: skip
 TEMPLATE = {"type": "template", "template": [{"role": "user", "content": "{{item.question}}"}]}
 
 
@@ -46,27 +49,35 @@ def _by_hand(sdk: openai.OpenAI, model: str, items: list[dict[str, str]]) -> dic
             temperature=0, max_completion_tokens=TOKENS)  # fmt: skip
         text = answer.choices[0].message.content or ""
         answers.append(text)
-        passed = []
-        for grader, rule in ((CONTAINS, lambda r: r == 1.0), (PARITY, lambda r: r >= 0.5)):
-            sent = {k: v for k, v in grader.items() if k != "pass_threshold"}
-            graded = sdk.fine_tuning.alpha.graders.run(grader=sent, model_sample=text, item=item)  # type: ignore[arg-type]
-            assert not any(graded.metadata.errors.model_dump(exclude_none=True).values())
-            passed.append(rule(graded.reward))
-            per[str(grader["name"])] += passed[-1]
+        # Both criteria in one graders/run call: a multi grader reports each sub-grader's score.
+        graded = sdk.fine_tuning.alpha.graders.run(grader=BOTH, model_sample=text, item=item)  # type: ignore[arg-type]
+        assert not any(graded.metadata.errors.model_dump(exclude_none=True).values())
+        scores = graded.sub_rewards
+        passed = [scores["contains"] == 1.0, scores["parity"] >= 0.5]
+        per["contains"] += passed[0]
+        per["parity"] += passed[1]
         counts["passed" if all(passed) else "failed"] += 1
         marks.append(passed)
     return {"counts": counts, "per": per, "answers": answers, "marks": marks}
 
 
-def _run(sdk: openai.OpenAI, eval_id: str, model: str, items: list[dict[str, str]]) -> Any:
+def _start(sdk: openai.OpenAI, eval_id: str, model: str, items: list[dict[str, str]]) -> Any:
     run = sdk.evals.runs.create(eval_id, name=model, data_source={
         "type": "completions", "model": model, "input_messages": TEMPLATE,
         "sampling_params": {"temperature": 0, "max_completion_tokens": TOKENS},
         "source": {"type": "file_content", "content": [{"item": i} for i in items]}})  # type: ignore[arg-type,misc,list-item]  # fmt: skip
     assert run.status in ("queued", "in_progress") and run.result_counts.total == len(items)
+    return run
+
+
+def _ended(sdk: openai.OpenAI, eval_id: str, run_id: str) -> Any:
     return wait_until(
-        lambda: (r := sdk.evals.runs.retrieve(run.id, eval_id=eval_id)).status == "completed" and r,
-        what=f"eval run on {model}", timeout=300)  # fmt: skip
+        lambda: (r := sdk.evals.runs.retrieve(run_id, eval_id=eval_id)).status == "completed" and r,
+        what=f"eval run {run_id}", timeout=300)  # fmt: skip
+
+
+def _run(sdk: openai.OpenAI, eval_id: str, model: str, items: list[dict[str, str]]) -> Any:
+    return _ended(sdk, eval_id, _start(sdk, eval_id, model, items).id)
 
 
 def _outputs(sdk: openai.OpenAI, eval_id: str, run_id: str) -> list[Any]:
@@ -87,9 +98,11 @@ def check_evals(
         "parity",
     ]
     runs, hands = [], []
-    for name in (model, "builtin:tiny-chat"):
-        done = _run(alice, made.id, name, items)
+    names = (model, "builtin:tiny-chat")
+    started = [_start(alice, made.id, name, items) for name in names]  # graded by hand meanwhile
+    for name, run in zip(names, started, strict=True):
         hand = _by_hand(alice, name, items)
+        done = _ended(alice, made.id, run.id)
         runs.append(done.id)
         hands.append(hand)
         assert done.result_counts.model_dump() == {"total": 50, **hand["counts"]}, name
