@@ -15,12 +15,11 @@ cancel a batch mid-way without racing a tiny model.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
 import httpx
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from gradacc.batches import store
 from gradacc.batches.lines import (
@@ -31,36 +30,20 @@ from gradacc.batches.lines import (
     read_line,
     refused,
 )
-from gradacc.db import get_sessionmaker
 from gradacc.serving.resolve import TENANT_HEADER, pick_server
-from gradacc.settings import Settings
 from gradacc.sources.files import local_source
 from gradacc.tables import Batch, BatchStatus, File, Worker, utcnow
-from worker.consumer.hold_gate import held as gate_held
+from worker.consumer.polling import POLL_S, PollingRunner
+from worker.consumer.polling import held as gate_held
 
 log = logging.getLogger(__name__)
-POLL_S = 1.0
 RETRY_S = 2.0  # no predict server answers now: the line is asked again after this
 HOLD = "GRADACC_FAILPOINT_BATCH_HOLD"
 TRANSIENT = (429, 502, 503, 504)  # asked again, not kept
 
 
-class BatchRunner:
-    def __init__(self, settings: Settings, worker: str, stop: threading.Event) -> None:
-        self.settings, self.worker, self.stop = settings, worker, stop
-        self.sessions: sessionmaker[Session] = get_sessionmaker(settings)
-
-    def start_thread(self) -> threading.Thread:
-        thread = threading.Thread(target=self._loop, name="gradacc-batches", daemon=True)
-        thread.start()
-        return thread
-
-    def _loop(self) -> None:
-        while not self.stop.wait(POLL_S):
-            try:
-                self.run_once()
-            except Exception:  # a database outage: tried again at the next poll
-                log.exception("the batch runner failed; it tries again")
+class BatchRunner(PollingRunner):
+    name = "batches"
 
     def run_once(self) -> bool:
         """Take a batch and run it as far as it goes; False when there was none."""

@@ -19,39 +19,25 @@ import threading
 import time
 from typing import Any
 
-from sqlalchemy.orm import Session, sessionmaker
-
 from gradacc import leases, run_items
-from gradacc.db import get_sessionmaker
 from gradacc.settings import Settings
 from gradacc.tables import RunStatus, Worker, utcnow
-from worker.consumer.hold_gate import held as gate_held
+from worker.consumer.polling import POLL_S, PollingRunner
+from worker.consumer.polling import held as gate_held
 from worker.consumer.run_kinds import KINDS, Kind
 
 log = logging.getLogger(__name__)
-POLL_S = 1.0
 RETRY_S = 2.0  # no server could answer an item: it is asked again after this
 HOLD = "GRADACC_FAILPOINT_RUN_HOLD"
 RUNNING = (RunStatus.QUEUED, RunStatus.IN_PROGRESS, RunStatus.CANCELING)
 
 
-class ItemRunner:
+class ItemRunner(PollingRunner):
+    name = "items"
+
     def __init__(self, settings: Settings, worker: str, stop: threading.Event) -> None:
-        self.settings, self.worker, self.stop = settings, worker, stop
-        self.sessions: sessionmaker[Session] = get_sessionmaker(settings)
+        super().__init__(settings, worker, stop)
         self.kinds = [kind(self.sessions, settings, stop) for kind in KINDS]
-
-    def start_thread(self) -> threading.Thread:
-        thread = threading.Thread(target=self._loop, name="gradacc-items", daemon=True)
-        thread.start()
-        return thread
-
-    def _loop(self) -> None:
-        while not self.stop.wait(POLL_S):
-            try:
-                self.run_once()
-            except Exception:  # a database outage: tried again at the next poll
-                log.exception("the item runner failed; it tries again")
 
     def run_once(self) -> bool:
         """Take an eval run or a distillation and run it as far as it goes; False: none."""
