@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from gradacc.tables import utcnow
@@ -70,3 +71,15 @@ def cancel(session: Session, table: type[Row], row_id: str, *, running: Sequence
         held = update(table).where(ident == row_id, status.in_(running))
         session.execute(held.values(status="canceling"))
     session.commit()
+
+
+def keep_once(session: Session, row: Any) -> bool:
+    """A finished line or item added, in its own commit; False when it was kept already (by a
+    worker that held the work before). Commits."""
+    session.add(row)
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        return False
+    return True

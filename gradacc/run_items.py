@@ -7,21 +7,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import delete, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from gradacc import leases
 from gradacc.tables import RunItem
 
 
 def keep(session: Session, run_id: str, item: int, status: str, record: dict[str, Any]) -> bool:
     """False: kept already (by a worker that held the run before). Commits."""
-    session.add(RunItem(run_id=run_id, item=item, status=status, record=record))
-    try:
-        session.commit()
-    except IntegrityError:
-        session.rollback()
-        return False
-    return True
+    return leases.keep_once(
+        session, RunItem(run_id=run_id, item=item, status=status, record=record)
+    )
 
 
 def kept_numbers(session: Session, run_id: str) -> set[int]:

@@ -505,6 +505,21 @@ class RunStatus(StrEnum):
     CANCELED = "canceled"
 
 
+class ItemWork:
+    """What an eval run and a distillation share: their items' progress and the lease a worker
+    holds them by (``gradacc.leases``; ``worker.consumer.item_runner`` does their items)."""
+
+    status: Mapped[str] = mapped_column(String(16), default=RunStatus.QUEUED)
+    total: Mapped[int] = mapped_column(Integer, default=0, doc="its items")
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON, doc="why it failed")
+    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
+    holder: Mapped[str | None] = mapped_column(String(255), doc="the worker running it")
+    held_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 class Eval(Base):
     """One ``/v1/evals`` eval: what its items look like and the graders every run of it uses."""
 
@@ -520,7 +535,7 @@ class Eval(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class EvalRun(Base):
+class EvalRun(ItemWork, Base):
     """A run of an eval: its items sampled from a model (or read with their samples) and graded
     by a worker (``worker.consumer.item_runner``), each item kept as a ``RunItem``. Held by a
     renewed lease, like a batch, so another worker goes on when its holder dies."""
@@ -534,18 +549,9 @@ class EvalRun(Base):
     name: Mapped[str] = mapped_column(String(256))
     model: Mapped[str | None] = mapped_column(String(512), doc="sampled; None: samples given")
     data_source: Mapped[dict[str, Any]] = mapped_column(JSON, doc="as sent, checked")
-    status: Mapped[str] = mapped_column(String(16), default=RunStatus.QUEUED)
-    total: Mapped[int] = mapped_column(Integer, default=0, doc="items to grade")
-    error: Mapped[dict[str, Any] | None] = mapped_column(JSON, doc="why the run failed")
-    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
-    holder: Mapped[str | None] = mapped_column(String(255), doc="the worker running it")
-    held_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
-class Distillation(Base):
+class Distillation(ItemWork, Base):
     """A teacher model sampled on a prompt file into a chat training file of the tenant's: each
     prompt's answer kept as a ``RunItem`` as it comes, so a worker that dies loses none and the
     teacher is never asked twice for a row."""
@@ -558,16 +564,7 @@ class Distillation(Base):
     teacher: Mapped[str] = mapped_column(String(512))
     prompt_file_id: Mapped[str] = mapped_column(String(32))
     sampling: Mapped[dict[str, Any]] = mapped_column(JSON, doc="sent with every prompt")
-    status: Mapped[str] = mapped_column(String(16), default=RunStatus.QUEUED)
-    total: Mapped[int] = mapped_column(Integer, default=0, doc="prompts to answer")
-    error: Mapped[dict[str, Any] | None] = mapped_column(JSON, doc="why it failed")
     output_file_id: Mapped[str | None] = mapped_column(String(32))
-    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
-    holder: Mapped[str | None] = mapped_column(String(255), doc="the worker running it")
-    held_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class RunItem(Base):

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gradacc import leases
@@ -36,13 +35,9 @@ def done_lines(session: Session, batch_id: str) -> set[int]:
 def keep(session: Session, batch_id: str, line: int, failed: bool, record: Any) -> bool:
     """The line's answer kept (False: it was kept already, by a worker that held the batch
     before). Commits."""
-    session.add(BatchLine(batch_id=batch_id, line=line, failed=failed, record=record))
-    try:
-        session.commit()
-    except IntegrityError:
-        session.rollback()
-        return False
-    return True
+    return leases.keep_once(
+        session, BatchLine(batch_id=batch_id, line=line, failed=failed, record=record)
+    )
 
 
 def counts(session: Session, batch_id: str) -> tuple[int, int]:

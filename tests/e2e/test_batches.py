@@ -27,7 +27,7 @@ from gradacc.settings import Settings
 from gradacc.tables import Batch, Distillation, EvalRun
 from tests.e2e.conftest import serve_with_keys
 from tests.e2e.evals_checks import STUB_ANSWER, UPSTREAM
-from tests.support import wait_until
+from tests.support import serves, wait_until
 from tests.upstream_stub import StubUpstream, stub_upstream
 from worker.consumer.batch_runner import HOLD
 from worker.consumer.item_runner import HOLD as ITEMS_HOLD
@@ -63,6 +63,8 @@ def stack(
         with serve_with_keys(request, home, env, workers=2) as (settings, url, keys):
             sdks = {t: openai.OpenAI(base_url=f"{url}/v1", api_key=k, max_retries=0, timeout=60)
                     for t, k in keys.items()}  # fmt: skip
+            # The predict server listens once torch is imported: a 503 until then.
+            wait_until(lambda: serves(sdks["alice"], MODEL), what="the predict server", timeout=60)
             yield Stack(settings, sdks["alice"], sdks["bob"], url, keys, gate, items_gate, stub)
 
 
