@@ -1,7 +1,11 @@
 """``gradacc serve`` on the embedded stack, signalled like Docker, systemd or ``kill`` do: SIGTERM
 stops the API and the workers, a running job is preempted and released at once, no process is
 left behind; after a restart the job resumes (not after a stale period) and succeeds. Along the
-way: /readyz and GET /v1/workers show the real worker, and the default log stays quiet."""
+way: /readyz and GET /v1/workers show the real worker, and the default log stays quiet.
+
+The first serve starts as in production (its whole process tree is what SIGTERM must end); the
+restart, which proves only the resume, forks its fork server from the test process's zygote and
+starts no predict server (a cold fork server and a predict server fewer, 2026-12-05)."""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from gradacc.db import session_scope
 from gradacc.settings import Settings
 from gradacc.tables import Worker
 from tests.conftest import ROOT, TINY
-from tests.e2e.conftest import settings_env, without_zygote
+from tests.e2e.conftest import NO_PREDICT, settings_env, without_zygote
 from tests.support import Hold, free_port, wait_for, wait_ready
 
 # 2 epochs of 4 steps; held at step 3 until the signal has done its work (no race on a job
@@ -31,14 +35,17 @@ HOLD_STEP = 3
 
 
 def start_serve(
-    settings: Settings, port: int, log: Path, env: dict[str, str]
+    settings: Settings, port: int, log: Path, env: dict[str, str], *, production: bool = True
 ) -> subprocess.Popen[bytes]:
+    """``production``: the fork server started as a fresh interpreter, as users get it;
+    otherwise forked from the zygote, without a predict server."""
     argv = [sys.executable, "-m", "commands.cli", "serve", "--port", str(port), "--workers", "1"]
+    base = settings_env(settings)
     with log.open("ab") as out:
         return subprocess.Popen(
             argv,
             cwd=ROOT,
-            env=without_zygote(settings_env(settings)) | env,
+            env=(without_zygote(base) if production else base | NO_PREDICT) | env,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -82,7 +89,7 @@ def test_sigterm_leaves_nothing_and_the_job_resumes(settings: Settings, tmp_path
 
     hold.release()
     restarted_at = time.monotonic()
-    serve = start_serve(settings, port, log, hold.env())
+    serve = start_serve(settings, port, log, hold.env(), production=False)
     try:
         wait_ready(client, timeout_s=180)
         job = wait_for(

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import trainer_core.checkpoint.writer as ac
+from tests.trainer_core.forked_cli import forked
 from tests.trainer_core.helpers import (
     CLASSIFICATION,
     final_weights,
@@ -24,33 +26,30 @@ from tests.trainer_core.helpers import (
 from trainer_core.spec.callbacks import TrainingCallback
 from trainer_core.spec.job import JobSpec
 from trainer_core.spec.outputs import CHECKPOINT_STATE
+from trainer_core.train import train
 
 SPEC = {**CLASSIFICATION, "num_train_epochs": 3, "max_train_samples": 96, "max_eval_samples": 16,
         "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
         "learning_rate": 2e-3, "seed": 3}  # fmt: skip
 
-# The second save (epoch 2's end) writes its weights, says so, then hangs until it is killed:
-# a background write caught in the middle, deterministically.
-STALLED_WRITER = """
-import sys, time
-from pathlib import Path
-import trainer_core.checkpoint.writer as ac
-from trainer_core.spec.job import JobSpec
-from trainer_core.train import train
 
-real, calls = ac.write_files, []
+def stalled_writer(spec_file: Path, marker: Path, out: Path) -> int:
+    """The run whose second save (epoch 2's end) writes its weights, says so, then hangs until
+    it is killed: a background write caught in the middle, deterministically. Run in a forked
+    process (``forked``: the patch is that process's alone)."""
+    real, calls = ac.write_files, []
 
-def stalled(folder, snap):
-    calls.append(folder)
-    if len(calls) == 2:
-        ac.save_file(snap.weights, str(folder / "model.safetensors"))
-        Path(sys.argv[2]).write_text("mid-write")
-        time.sleep(600)
-    real(folder, snap)
+    def stalled(folder: Path, snap: Any) -> None:
+        calls.append(folder)
+        if len(calls) == 2:
+            ac.save_file(snap.weights, str(folder / "model.safetensors"))
+            marker.write_text("mid-write")
+            time.sleep(600)
+        real(folder, snap)
 
-ac.write_files = stalled
-train(JobSpec.model_validate_json(Path(sys.argv[1]).read_text()), Path(sys.argv[3]))
-"""
+    ac.write_files = stalled
+    train(JobSpec.model_validate_json(spec_file.read_text()), out)
+    return 0
 
 
 def _state(folder: Path) -> dict[str, Any]:
@@ -64,10 +63,9 @@ def test_kill_during_background_write_resumes_from_the_previous_checkpoint(
     spec = JobSpec(**SPEC)
     (tmp_path / "spec.json").write_text(spec.model_dump_json())
     marker, out = tmp_path / "writing", tmp_path / "crashed"
-    victim = subprocess.Popen(
-        [sys.executable, "-c", STALLED_WRITER, str(tmp_path / "spec.json"), str(marker), str(out)],
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    command = [sys.executable, "-c", "stalled_writer", str(tmp_path / "spec.json")]
+    body = partial(stalled_writer, tmp_path / "spec.json", marker, out)
+    victim = forked(command, body, {**os.environ, "HF_HUB_OFFLINE": "1"})
     deadline = time.monotonic() + 240
     while not marker.exists():
         assert victim.poll() is None, "the job ended before its second save"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import trainer_core.__main__ as cli
 from tests.support import Hold, with_env
+from tests.trainer_core.forked_cli import forked_cli
 from tests.trainer_core.helpers import (
     CLASSIFICATION,
     final_weights,
@@ -34,10 +34,9 @@ HOLD_STEP = STEPS_PER_EPOCH + 8  # in the middle of epoch 2, after epoch 1's che
 def _start(
     spec_file: Path, out: Path, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "trainer_core", "run", str(spec_file), "--output-dir", str(out)]
-    return subprocess.Popen(
-        cmd, env=with_env(env or {}), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    """``python -m trainer_core run``, forked from this process (``forked_cli``: a process of its
+    own without the cold import of torch and the core)."""
+    return forked_cli(["run", str(spec_file), "--output-dir", str(out)], with_env(env or {}))
 
 
 def _lines(path: Path) -> list[str]:

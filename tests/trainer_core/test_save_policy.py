@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ import pytest
 
 import trainer_core.__main__ as cli
 from tests.support import Hold, checkpoint_at, with_env
+from tests.trainer_core.forked_cli import forked_cli
 from tests.trainer_core.helpers import (
     CLASSIFICATION,
     final_weights,
@@ -101,10 +100,9 @@ def test_a_kill_after_step_7_resumes_from_step_5(tmp_path: Path, backend: str) -
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
     hold = Hold(tmp_path, 7)
-    command = [sys.executable, "-m", "trainer_core", "run", str(spec_file), "--output-dir",
-               str(tmp_path / "killed")]  # fmt: skip
-    victim = subprocess.Popen(command, env=with_env(hold.env()), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)  # fmt: skip
+    # The killed run is a process forked from this one (``forked_cli``: no cold import).
+    args = ["run", str(spec_file), "--output-dir", str(tmp_path / "killed")]
+    victim = forked_cli(args, with_env(hold.env()))
     hold.held(process=victim)
     checkpoint_at(tmp_path / "killed", 5)  # written in the background: on disk before the kill
     victim.send_signal(signal.SIGKILL)

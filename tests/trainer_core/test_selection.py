@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ from safetensors.torch import load_file
 
 import trainer_core.__main__ as cli
 from tests.support import Hold, checkpoint_at, with_env
+from tests.trainer_core.forked_cli import forked_cli
 from tests.trainer_core.helpers import CLASSIFICATION, final_weights, max_abs_diff
 from trainer_core.spec.job import JobSpec
 from trainer_core.testing.recorder import Recorder
@@ -109,10 +108,9 @@ def test_kill_and_resume_keeps_the_selection(runs: dict[str, Any], tmp_path: Pat
     spec_file.write_text(json.dumps({**SELECTING, "backend": "pytorch"}))
 
     hold = Hold(tmp_path, 7)
-    cmd = [sys.executable, "-m", "trainer_core", "run", str(spec_file), "--output-dir",
-           str(tmp_path / "crashed"), "--no-cache"]  # fmt: skip
-    victim = subprocess.Popen(cmd, env=with_env(hold.env()), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)  # fmt: skip
+    # The killed run is a process forked from this one (``forked_cli``: no cold import).
+    args = ["run", str(spec_file), "--output-dir", str(tmp_path / "crashed"), "--no-cache"]
+    victim = forked_cli(args, with_env(hold.env()))
     hold.held(process=victim)
     saved = checkpoint_at(tmp_path / "crashed", 6)  # in the background: it may land after 7
     early = [(step, loss) for step, loss in evals if step <= 6]
