@@ -61,11 +61,19 @@ def _by_hand(sdk: openai.OpenAI, model: str, items: list[dict[str, str]]) -> dic
     return {"counts": counts, "per": per, "answers": answers, "marks": marks}
 
 
-def _start(sdk: openai.OpenAI, eval_id: str, model: str, items: list[dict[str, str]]) -> Any:
+def _start(
+    sdk: openai.OpenAI, eval_id: str, model: str, items: list[dict[str, str]], *, file: bool = False
+) -> Any:
+    """A run on ``items``, inline or (``file``) from an uploaded ``evals`` file."""
+    source: dict[str, Any] = {"type": "file_content", "content": [{"item": i} for i in items]}
+    if file:
+        data = io.BytesIO("".join(json.dumps({"item": i}) + "\n" for i in items).encode())
+        uploaded = sdk.files.create(file=("items.jsonl", data), purpose="evals")  # type: ignore[arg-type]
+        source = {"type": "file_id", "id": uploaded.id}
     run = sdk.evals.runs.create(eval_id, name=model, data_source={
         "type": "completions", "model": model, "input_messages": TEMPLATE,
         "sampling_params": {"temperature": 0, "max_completion_tokens": TOKENS},
-        "source": {"type": "file_content", "content": [{"item": i} for i in items]}})  # type: ignore[arg-type,misc,list-item]  # fmt: skip
+        "source": source})  # type: ignore[arg-type,misc]  # fmt: skip
     assert run.status in ("queued", "in_progress") and run.result_counts.total == len(items)
     return run
 
@@ -74,10 +82,6 @@ def _ended(sdk: openai.OpenAI, eval_id: str, run_id: str) -> Any:
     return wait_until(
         lambda: (r := sdk.evals.runs.retrieve(run_id, eval_id=eval_id)).status == "completed" and r,
         what=f"eval run {run_id}", timeout=300)  # fmt: skip
-
-
-def _run(sdk: openai.OpenAI, eval_id: str, model: str, items: list[dict[str, str]]) -> Any:
-    return _ended(sdk, eval_id, _start(sdk, eval_id, model, items).id)
 
 
 def _outputs(sdk: openai.OpenAI, eval_id: str, run_id: str) -> list[Any]:
@@ -113,7 +117,7 @@ def check_evals(
         assert [o.datasource_item for o in outputs] == items
         assert done.per_model_usage[0].invocation_count == 50
     asked = len(stub.seen)
-    upstream = _run(alice, made.id, UPSTREAM, items[:10])
+    upstream = _ended(alice, made.id, _start(alice, made.id, UPSTREAM, items[:10], file=True).id)
     assert len(stub.seen) == asked + 10  # the stand-in answered each item, once
     assert {o.sample.output[0].content for o in _outputs(alice, made.id, upstream.id)} == {
         STUB_ANSWER
