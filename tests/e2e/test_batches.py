@@ -142,6 +142,7 @@ def _read(stack: Stack, file_id: str | None) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines()]
 
 
+@pytest.mark.timeout(900)  # 91 s alone; past 300 s with two suites at once (its 198 references)
 def test_a_batch_answers_as_the_live_endpoints(stack: Stack) -> None:
     bodies = _lines(LINES)
     url, body = _body(0, BOBS)
@@ -207,7 +208,8 @@ def test_a_cancelled_batch_keeps_what_it_finished(stack: Stack) -> None:
                                            endpoint="/v1/responses", completion_window="24h")  # fmt: skip
         wait_until(lambda: stack.alice.batches.retrieve(batch.id).request_counts.completed == 3,  # type: ignore[union-attr]
                    what="three lines answered", timeout=180)  # fmt: skip
-        assert stack.alice.batches.cancel(batch.id).status == "cancelling"
+        # Its runner, polling the parked line every 0.2 s, may end it before the answer is read.
+        assert stack.alice.batches.cancel(batch.id).status in ("cancelling", "cancelled")
         done = _wait(stack, batch.id, ("cancelled",), timeout=60)
     finally:
         stack.gate.unlink(missing_ok=True)
@@ -300,7 +302,10 @@ def test_a_canceled_eval_run_and_distillation_keep_what_they_finished(stack: Sta
             "input_messages": {"type": "item_reference", "item_reference": "item.question"}})  # type: ignore[arg-type,misc]  # fmt: skip
         listed = lambda: stack.alice.evals.runs.output_items.list(run.id, eval_id=made.id).data  # noqa: E731
         wait_until(lambda: len(listed()) == 3, what="three items graded", timeout=120)
-        assert stack.alice.evals.runs.cancel(run.id, eval_id=made.id).status == "canceling"
+        # The runner, polling the parked item every 0.2 s, may end it before the answer is read
+        # (seen with two suites at once).
+        assert stack.alice.evals.runs.cancel(run.id, eval_id=made.id).status in (
+            "canceling", "canceled")  # fmt: skip
         done = wait_until(lambda: (r := stack.alice.evals.runs.retrieve(run.id, eval_id=made.id))
                           .status == "canceled" and r, what="the run canceled", timeout=60)  # fmt: skip
         assert done.result_counts.passed == 3 and done.result_counts.total == 9
@@ -311,7 +316,7 @@ def test_a_canceled_eval_run_and_distillation_keep_what_they_finished(stack: Sta
             path = f"/distillations/{made_d.json()['id']}"
             wait_until(lambda: client.get(path).json()["progress"]["done"] == 3,
                        what="three rows answered", timeout=120)  # fmt: skip
-            assert client.post(f"{path}/cancel").json()["status"] == "canceling"
+            assert client.post(f"{path}/cancel").json()["status"] in ("canceling", "canceled")
             ended = wait_until(lambda: (d := client.get(path).json())["status"] == "canceled" and d,
                                what="the distillation canceled", timeout=60)  # fmt: skip
     finally:
