@@ -14,12 +14,11 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gradacc.evals.sources import content_text
+from gradacc.errors import InvalidRequest
+from gradacc.evals.sources import ROLES, content_text, sampling_params
 from gradacc.serving.ask import TRANSIENT, error_message
 
 MAX_PROMPTS = 50_000
-SAMPLING = ("temperature", "top_p", "seed", "max_completion_tokens")
-ROLES = ("system", "developer", "user", "assistant")
 USAGE = ("prompt_tokens", "completion_tokens", "total_tokens")
 AskFn = Callable[[dict[str, Any]], tuple[int, Any]]
 
@@ -61,16 +60,10 @@ def _prompt(row: Any) -> list[dict[str, str]]:
 
 def check_sampling(raw: Any) -> dict[str, Any]:
     """The sampling settings sent with every prompt; a ValueError names the field."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ValueError("sampling: an object")
-    for name, value in raw.items():
-        if name not in SAMPLING:
-            raise ValueError(f"sampling.{name}: not one of {', '.join(SAMPLING)}")
-        if value is not None and not isinstance(value, int | float):
-            raise ValueError(f"sampling.{name}: a number")
-    return {k: v for k, v in raw.items() if v is not None}
+    try:
+        return sampling_params(raw, "sampling")
+    except InvalidRequest as problem:
+        raise ValueError(f"{problem.param}: {problem.message}") from None
 
 
 def answer_row(

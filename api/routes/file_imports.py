@@ -10,7 +10,6 @@ from api.deps import SessionDep, SettingsDep, TenantDep
 from api.schemas.file_imports import FileImportRead
 from api.schemas.jobs import ErrorResponse
 from api.services import file_imports, files
-from api.uploads.receive import receive_upload
 from gradacc.openai.imports import IMPORT_FORMATS
 
 router = APIRouter(
@@ -64,12 +63,10 @@ IMPORT_BODY = {
 async def import_file(
     request: Request, session: SessionDep, settings: SettingsDep, tenant: TenantDep
 ) -> FileImportRead:
-    await run_in_threadpool(  # a tenant already at its quota is refused before the body is read
-        files.check_storage, session, settings=settings, tenant=tenant, adding=0
-    )
     request.state.openai_errors = True  # refusals are 400s, as a fine-tune upload's (api.errors)
-    folder = files.upload_folder(settings)
-    upload = await receive_upload(request, folder=folder, parts=file_imports.IMPORT_PARTS)
+    upload = await files.receive_within_quota(
+        request, session, settings=settings, tenant=tenant, parts=file_imports.IMPORT_PARTS
+    )
     file, report = await run_in_threadpool(  # reads and writes the whole file: not on the loop
         file_imports.import_file, session, settings=settings, tenant=tenant, upload=upload
     )

@@ -13,7 +13,6 @@ from api.schemas.jobs import ErrorResponse, FileDeleted, FileList, FileRead
 from api.schemas.preview import PreviewRead, PreviewRequest
 from api.services import files as file_services
 from api.services.preview import preview_file
-from api.uploads.receive import receive_upload
 from gradacc.tables import FilePurpose
 from trainer_core.spec.sources import FILE_ID_PATTERN
 
@@ -69,11 +68,9 @@ UPLOAD_BODY = {
 async def upload_file(
     request: Request, session: SessionDep, settings: SettingsDep, tenant: TenantDep
 ) -> FileRead:
-    await run_in_threadpool(  # a tenant already at its quota is refused before the body is read
-        file_services.check_storage, session, settings=settings, tenant=tenant, adding=0
+    upload = await file_services.receive_within_quota(
+        request, session, settings=settings, tenant=tenant
     )
-    folder = file_services.upload_folder(settings)
-    upload = await receive_upload(request, folder=folder)
     # The OpenAI SDK's uploads get OpenAI's status codes for what is wrong with them (api.errors).
     request.state.openai_errors = upload.fields.get("purpose") == FilePurpose.FINE_TUNE
     file = await run_in_threadpool(  # checking and unpacking read the whole file: not on the loop

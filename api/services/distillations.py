@@ -14,9 +14,9 @@ from api.schemas.distillations import (
     TokenUsage,
 )
 from gradacc import distill, leases, run_items
-from gradacc.errors import DomainError, InvalidRequest, ModelNotFound, ObjectNotFound
+from gradacc.errors import InvalidRequest, ObjectNotFound
 from gradacc.ids import time_ordered_id
-from gradacc.serving.ask import target
+from gradacc.serving.ask import checked_target
 from gradacc.settings import Settings
 from gradacc.sources.files import local_source
 from gradacc.tables import Distillation, File, FilePurpose, RunStatus
@@ -47,13 +47,7 @@ def view(session: Session, found: Distillation) -> DistillationObject:
 def create(
     session: Session, settings: Settings, body: DistillationCreate, tenant: str
 ) -> DistillationObject:
-    try:
-        target(session, settings, model=body.teacher, tenant=tenant)
-    except ModelNotFound as missing:
-        missing.param = "teacher"
-        raise
-    except DomainError as problem:
-        raise InvalidRequest(problem.message, param="teacher") from None
+    checked_target(session, settings, model=body.teacher, tenant=tenant, param="teacher")
     try:
         sampling = distill.check_sampling(body.sampling)
     except ValueError as exc:

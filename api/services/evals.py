@@ -19,17 +19,17 @@ from api.schemas.evals import (
     RunObject,
 )
 from gradacc import leases, run_items
-from gradacc.errors import DomainError, InvalidRequest, ModelNotFound, ObjectNotFound
+from gradacc.errors import InvalidRequest, ObjectNotFound
 from gradacc.evals.config import parse_config
 from gradacc.evals.criteria import as_sent, parse_criteria
 from gradacc.evals.results import summary
 from gradacc.evals.sources import check_items, file_rows, parse_run_source
 from gradacc.ids import time_ordered_id
-from gradacc.serving.ask import target
+from gradacc.serving.ask import checked_target
 from gradacc.settings import Settings
 from gradacc.sources.files import local_source
+from gradacc.sources.graders import model_graders
 from gradacc.tables import Eval, EvalRun, File, FilePurpose, RunItem, RunStatus
-from trainer_core.spec.graders import LabelModelGrader, MultiGrader, ScoreModelGrader
 
 ITEM_FILES = (FilePurpose.EVALS, FilePurpose.FINE_TUNE)
 
@@ -49,8 +49,10 @@ def create_eval(session: Session, settings: Settings, body: EvalCreate, tenant: 
     config = parse_config(body.data_source_config)
     criteria = parse_criteria(body.testing_criteria)
     for i, criterion in enumerate(criteria):
-        for where, grader in _model_graders(criterion.grader, f"testing_criteria[{i}]"):
-            _check_model(session, settings, grader.model, tenant, f"{where}.model")
+        for where, grader in model_graders(criterion.grader, f"testing_criteria[{i}]"):
+            checked_target(
+                session, settings, model=grader.model, tenant=tenant, param=f"{where}.model"
+            )
     found = Eval(
         id=time_ordered_id("eval_"),
         tenant=tenant,
@@ -62,28 +64,6 @@ def create_eval(session: Session, settings: Settings, body: EvalCreate, tenant: 
     session.add(found)
     session.commit()
     return eval_view(found)
-
-
-def _model_graders(grader: Any, where: str) -> list[tuple[str, Any]]:
-    if isinstance(grader, MultiGrader):
-        return [
-            (f"{where}.graders.{name}", sub)
-            for name, sub in grader.graders.items()
-            if isinstance(sub, ScoreModelGrader | LabelModelGrader)
-        ]
-    return [(where, grader)] if isinstance(grader, ScoreModelGrader | LabelModelGrader) else []
-
-
-def _check_model(session: Session, settings: Settings, model: str, tenant: str, param: str) -> None:
-    """The model answers for the tenant, as chat would; else a 404 (unknown) or 400 naming
-    ``param``."""
-    try:
-        target(session, settings, model=model, tenant=tenant)
-    except ModelNotFound as missing:
-        missing.param = param
-        raise
-    except DomainError as problem:
-        raise InvalidRequest(problem.message, param=param) from None
 
 
 def get_eval(session: Session, eval_id: str, tenant: str) -> Eval:
@@ -159,7 +139,9 @@ def create_run(
     found = get_eval(session, eval_id, tenant)
     plan = parse_run_source(body.data_source)
     if plan.model is not None:
-        _check_model(session, settings, plan.model, tenant, "data_source.model")
+        checked_target(
+            session, settings, model=plan.model, tenant=tenant, param="data_source.model"
+        )
     if plan.inline is not None:
         rows = plan.inline
         check_items(found.data_source_config, rows, "data_source.source.content")

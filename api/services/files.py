@@ -15,6 +15,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 
 from api.uploads.archives import unpack_model
 from api.uploads.datasets import (
@@ -26,7 +28,7 @@ from api.uploads.datasets import (
     schema_mix_in_tools,
 )
 from api.uploads.formats import archive_format, dataset_format, inspect_dataset
-from api.uploads.receive import Upload
+from api.uploads.receive import PARTS, Upload, receive_upload
 from gradacc.errors import FileInUse, FileNotFound, InvalidRequest, StorageQuotaExceeded
 from gradacc.jobs.states import lock_tenant
 from gradacc.settings import Settings
@@ -119,6 +121,20 @@ def check_storage(session: Session, *, settings: Settings, tenant: str, adding: 
     used += sum(sum(o.values()) for o in session.scalars(outputs) if o)
     if used + adding > limit:
         raise StorageQuotaExceeded(used=used, adding=adding, limit=limit)
+
+
+async def receive_within_quota(
+    request: Request,
+    session: Session,
+    *,
+    settings: Settings,
+    tenant: str,
+    parts: tuple[str, ...] = PARTS,
+) -> Upload:
+    """An upload's parts, its file on disk; a tenant already at its storage quota is refused
+    before the body is read (``POST /v1/files``, ``POST /v1/files/import``)."""
+    await run_in_threadpool(check_storage, session, settings=settings, tenant=tenant, adding=0)
+    return await receive_upload(request, folder=upload_folder(settings), parts=parts)
 
 
 UPLOADABLE = (

@@ -28,6 +28,7 @@ from trainer_core.graders import GraderFailed, lookup, render
 MAX_ITEMS = 50_000
 KINDS = ("jsonl", "completions", "responses")
 SAMPLING = ("temperature", "top_p", "seed", "max_completion_tokens")
+UNSERVED = ("response_format", "text", "tools")  # in a run's sampling_params
 TEXT_PARTS = ("input_text", "output_text")
 ROLES = ("system", "developer", "user", "assistant")
 
@@ -124,16 +125,28 @@ def content_text(content: Any) -> str:
 
 
 def _sampling(raw: Any, where: str) -> dict[str, Any]:
+    """A run's ``sampling_params``: OpenAI's structured output and tools refused when given."""
+    if isinstance(raw, dict):
+        for name in UNSERVED:
+            if raw.get(name):
+                raise InvalidRequest(f"{name} is not served in eval runs", param=f"{where}.{name}")
+        raw = {k: v for k, v in raw.items() if k not in UNSERVED}
+    return sampling_params(raw, where)
+
+
+def sampling_params(raw: Any, where: str) -> dict[str, Any]:
+    """The sampling settings a chat request gets (``SAMPLING``, numbers), or a 400 naming the
+    field; an eval run's and a distillation's alike."""
+    if raw is None:
+        return {}
     if not isinstance(raw, dict):
         raise InvalidRequest("an object", param=where)
     for name, value in raw.items():
-        if name in ("response_format", "text", "tools") and value:
-            raise InvalidRequest(f"{name} is not served in eval runs", param=f"{where}.{name}")
-        if name not in SAMPLING and name not in ("response_format", "text", "tools"):
+        if name not in SAMPLING:
             raise InvalidRequest(f"not one of {', '.join(SAMPLING)}", param=f"{where}.{name}")
         if value is not None and not isinstance(value, int | float):
             raise InvalidRequest("a number", param=f"{where}.{name}")
-    return {k: v for k, v in raw.items() if k in SAMPLING and v is not None}
+    return {k: v for k, v in raw.items() if v is not None}
 
 
 def file_rows(text: str) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from sqlalchemy.orm import Session, sessionmaker
 
-from gradacc.errors import DomainError
+from gradacc.errors import DomainError, InvalidRequest, ModelNotFound
 from gradacc.serving.aliases import resolve_alias
 from gradacc.serving.resolve import TENANT_HEADER, pick_server, resolve_model
 from gradacc.settings import Settings
@@ -38,6 +38,20 @@ def target(session: Session, settings: Settings, *, model: str, tenant: str) -> 
     return answering
 
 
+def checked_target(
+    session: Session, settings: Settings, *, model: str, tenant: str, param: str
+) -> str:
+    """``target``, its refusal naming ``param``: a 404 ``model_not_found`` for a name nothing
+    of the tenant's answers to, a 400 for any other reason."""
+    try:
+        return target(session, settings, model=model, tenant=tenant)
+    except ModelNotFound as missing:
+        missing.param = param
+        raise
+    except DomainError as problem:
+        raise InvalidRequest(problem.message, param=param) from None
+
+
 def ask(
     sessions: sessionmaker[Session],
     settings: Settings,
@@ -46,14 +60,18 @@ def ask(
     path: str,
     body: dict[str, Any],
     timeout_s: float | None = None,
+    checked: bool = False,
 ) -> tuple[int, Any]:
     """POST ``body`` to the server that answers its model, at ``path`` on its ``/v1``
     (``/chat/completions``). A model that is not the tenant's is answered as the API answers it
-    (404 ``model_not_found``) without asking anyone."""
+    (404 ``model_not_found``) without asking anyone; ``checked``: the caller followed the alias
+    and checked the model already (a batch line's ``prepare``)."""
     timeout = (timeout_s or settings.serve_timeout_s) + 5
     with sessions() as session:
+        model = str(body.get("model"))
         try:
-            model = target(session, settings, model=str(body.get("model")), tenant=tenant)
+            if not checked:
+                model = target(session, settings, model=model, tenant=tenant)
         except DomainError as problem:
             status = 404 if problem.code == "model_not_found" else 400
             return status, {"error": {"code": problem.code, "message": problem.message}}

@@ -13,14 +13,15 @@ from trainer_core.spec.job import JobSpec
 
 
 def model_graders(
-    grader: Grader, where: str = "grpo.grader"
+    grader: Grader | LabelModelGrader, where: str = "grpo.grader"
 ) -> Iterator[tuple[str, ScoreModelGrader | LabelModelGrader]]:
-    """(field path, grader) for each model grader, a multi's included."""
+    """(field path, grader) for each model grader, a multi's included (a ``label_model`` stands
+    alone only as an eval's criterion)."""
     if isinstance(grader, MultiGrader):
         for name, sub in grader.graders.items():
             if isinstance(sub, ScoreModelGrader | LabelModelGrader):
                 yield f"{where}.graders.{name}", sub
-    elif isinstance(grader, ScoreModelGrader):
+    elif isinstance(grader, ScoreModelGrader | LabelModelGrader):
         yield where, grader
 
 

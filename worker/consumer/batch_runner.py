@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
-import httpx
 from sqlalchemy.orm import Session
 
 from gradacc.batches import store
@@ -30,11 +28,10 @@ from gradacc.batches.lines import (
     read_line,
     refused,
 )
-from gradacc.serving.resolve import TENANT_HEADER, pick_server
+from gradacc.serving.ask import ask
 from gradacc.sources.files import local_source
-from gradacc.tables import Batch, BatchStatus, File, Worker, utcnow
-from worker.consumer.polling import POLL_S, PollingRunner
-from worker.consumer.polling import held as gate_held
+from gradacc.tables import Batch, BatchStatus, File, utcnow
+from worker.consumer.polling import PollingRunner
 
 log = logging.getLogger(__name__)
 RETRY_S = 2.0  # no predict server answers now: the line is asked again after this
@@ -100,28 +97,23 @@ class BatchRunner(PollingRunner):
     def _turn(self, batch: Batch, number: int) -> bool:
         """Whether to ask the next line now: the lease renewed, the batch neither cancelled nor
         expired (then it ends here), and this worker not training (then it waits)."""
-        while True:
-            with self.sessions() as session:
-                status = store.renew(
-                    session, batch.id, worker=self.worker, lease_s=self.settings.batch_lease_s
-                )
-                if status is None:
-                    return False  # another worker holds it now
-                ending = _ending(status, batch)
-                if ending is not None:
-                    found = session.get(Batch, batch.id)
-                    assert found is not None
-                    store.end(session, self.settings, found, ending)
-                    log.info("batch %s %s", batch.id, ending)
-                    return False
-                worker = session.get(Worker, self.worker)
-                busy = worker is not None and worker.current_job is not None
-            if self.stop.is_set():
+
+        def goes_on(session: Session) -> bool:
+            status = store.renew(
+                session, batch.id, worker=self.worker, lease_s=self.settings.batch_lease_s
+            )
+            if status is None:
+                return False  # another worker holds it now
+            ending = _ending(status, batch)
+            if ending is not None:
+                found = session.get(Batch, batch.id)
+                assert found is not None
+                store.end(session, self.settings, found, ending)
+                log.info("batch %s %s", batch.id, ending)
                 return False
-            held = gate_held(HOLD, number)
-            if not busy and not held:
-                return True
-            time.sleep(0.2 if held else POLL_S)
+            return True
+
+        return self.wait_turn(goes_on, HOLD, number)
 
     def _answer(self, batch: Batch, number: int, text: str) -> None:
         """Ask one line and keep its answer; a line no server can answer now is asked again."""
@@ -134,29 +126,20 @@ class BatchRunner(PollingRunner):
                         session, batch.id, number, True, refused(custom_id_of(text), problem)
                     )
                     return
-                server = pick_server(session, self.settings)
-            if server is not None:
-                status, body = self._ask(server.url, server.token, batch.tenant, prepared)
-                if status not in TRANSIENT:
-                    with self.sessions() as session:
-                        store.keep(session, batch.id, number, *answered(prepared, status, body))
-                    return
-            time.sleep(RETRY_S)
-
-    def _ask(self, url: str, token: str, tenant: str, prepared: Any) -> tuple[int, Any]:
-        headers = {"Authorization": f"Bearer {token}", TENANT_HEADER: tenant}
-        timeout = self.settings.serve_timeout_s + 5
-        try:
-            answer = httpx.post(
-                f"{url}/v1{prepared.path}", json=prepared.body, headers=headers, timeout=timeout
+            # The line's model is checked and its alias followed already (``prepare``).
+            status, body = ask(
+                self.sessions,
+                self.settings,
+                tenant=batch.tenant,
+                path=prepared.path,
+                body=prepared.body,
+                checked=True,
             )
-        except httpx.HTTPError as exc:
-            log.warning("batch line: the predict server at %s: %s", url, type(exc).__name__)
-            return 503, None
-        try:
-            return answer.status_code, answer.json()
-        except ValueError:
-            return 502, None
+            if status not in TRANSIENT:
+                with self.sessions() as session:
+                    store.keep(session, batch.id, number, *answered(prepared, status, body))
+                return
+            time.sleep(RETRY_S)
 
 
 def _ending(status: str, batch: Batch) -> BatchStatus | None:

@@ -19,11 +19,12 @@ import threading
 import time
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from gradacc import leases, run_items
 from gradacc.settings import Settings
-from gradacc.tables import RunStatus, Worker, utcnow
-from worker.consumer.polling import POLL_S, PollingRunner
-from worker.consumer.polling import held as gate_held
+from gradacc.tables import RunStatus, utcnow
+from worker.consumer.polling import PollingRunner
 from worker.consumer.run_kinds import KINDS, Kind
 
 log = logging.getLogger(__name__)
@@ -87,31 +88,21 @@ class ItemRunner(PollingRunner):
     def _turn(self, kind: Kind, run: Any, index: int) -> bool:
         """Whether to do the next item now: the lease renewed, the run not canceled (then it
         ends here), and this worker not training (then it waits)."""
-        while True:
-            with self.sessions() as session:
-                status = leases.renew(
-                    session,
-                    kind.table,
-                    run.id,
-                    worker=self.worker,
-                    lease_s=self.settings.batch_lease_s,
-                )
-                if status is None:
-                    return False  # another worker holds it now
-                if status == RunStatus.CANCELING:
-                    found = session.get(kind.table, run.id)
-                    assert found is not None
-                    kind.end(session, found, RunStatus.CANCELED)
-                    log.info("%s %s canceled", kind.name, run.id)
-                    return False
-                worker = session.get(Worker, self.worker)
-                busy = worker is not None and worker.current_job is not None
-            if self.stop.is_set():
+
+        def goes_on(session: Session) -> bool:
+            lease_s = self.settings.batch_lease_s
+            status = leases.renew(session, kind.table, run.id, worker=self.worker, lease_s=lease_s)
+            if status is None:
+                return False  # another worker holds it now
+            if status == RunStatus.CANCELING:
+                found = session.get(kind.table, run.id)
+                assert found is not None
+                kind.end(session, found, RunStatus.CANCELED)
+                log.info("%s %s canceled", kind.name, run.id)
                 return False
-            held = gate_held(HOLD, index + 1)
-            if not busy and not held:
-                return True
-            time.sleep(0.2 if held else POLL_S)
+            return True
+
+        return self.wait_turn(goes_on, HOLD, index + 1)
 
     def _item(self, kind: Kind, run: Any, index: int, row: Any) -> None:
         """Do one item and keep it; an item no server can answer now is tried again."""

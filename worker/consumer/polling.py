@@ -1,5 +1,6 @@
 """What the batch runner and the item runner share: their polling thread (``PollingRunner``:
-``run_once`` every second, a failure such as a database outage logged and tried again), and a
+``run_once`` every second, a failure such as a database outage logged and tried again), the wait
+before each line or item (``wait_turn``: the lease renewed, none while this worker trains), and a
 test failpoint: ``held(env, n)`` is true while the file the environment variable ``env`` names
 exists and holds a number below ``n``, so the n-th line or item waits."""
 
@@ -8,12 +9,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from gradacc.db import get_sessionmaker
 from gradacc.settings import Settings
+from gradacc.tables import Worker
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
@@ -40,6 +44,24 @@ class PollingRunner:
 
     def run_once(self) -> bool:
         raise NotImplementedError
+
+    def wait_turn(self, goes_on: Callable[[Session], bool], hold: str, number: int) -> bool:
+        """Whether to do the ``number``-th line or item (from 1) now. ``goes_on(session)`` renews
+        the lease and says whether the work goes on (False: another worker holds it, or it ended
+        there); then this waits while this worker trains, or while the test gate ``hold`` holds
+        it."""
+        while True:
+            with self.sessions() as session:
+                if not goes_on(session):
+                    return False
+                worker = session.get(Worker, self.worker)
+                busy = worker is not None and worker.current_job is not None
+            if self.stop.is_set():
+                return False
+            waiting = held(hold, number)
+            if not busy and not waiting:
+                return True
+            time.sleep(0.2 if waiting else POLL_S)
 
 
 def held(env: str, number: int) -> bool:

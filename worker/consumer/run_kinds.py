@@ -13,9 +13,9 @@ from typing import Any, Protocol
 from sqlalchemy.orm import Session, sessionmaker
 
 from gradacc import distill, run_items
-from gradacc.evals.criteria import parse_criteria
+from gradacc.evals.criteria import TestingCriterion, parse_criteria
 from gradacc.evals.grade import grade_item
-from gradacc.evals.sources import file_rows, parse_run_source
+from gradacc.evals.sources import RunPlan, file_rows, parse_run_source
 from gradacc.grading import sandbox_limits
 from gradacc.serving.ask import ask, served_chat
 from gradacc.settings import Settings
@@ -53,34 +53,34 @@ class _Base:
 
 
 class EvalKind(_Base):
+    """Its run's plan, criteria and grading are read once, when the runner takes the run
+    (``rows``), for every item after: the runner does one run at a time."""
+
     name = "eval run"
     table = EvalRun
+    current: tuple[str, RunPlan, list[TestingCriterion], Grading] | None = None
 
     def rows(self, session: Session, run: EvalRun) -> list[Any]:
+        found = session.get(Eval, run.eval_id)
+        if found is None:
+            raise ValueError(f"the eval {run.eval_id} is gone")
         plan = parse_run_source(run.data_source)
+        waiting = partial(lambda stop: not stop.is_set(), self.stop)
+        grading = Grading(
+            chat=served_chat(self.sessions, self.settings, run.tenant, waiting=waiting),
+            limits=sandbox_limits(self.settings),
+        )
+        self.current = (run.id, plan, parse_criteria(found.testing_criteria), grading)
         if plan.inline is not None:
             return plan.inline
         assert plan.file_id is not None
         return file_rows(self._file_text(session, plan.file_id, run.tenant))
 
     def one(self, run: EvalRun, index: int, row: Any) -> tuple[str, dict[str, Any]] | None:
-        with self.sessions() as session:
-            found = session.get(Eval, run.eval_id)
-            if found is None:
-                raise ValueError(f"the eval {run.eval_id} is gone")
-            criteria = parse_criteria(found.testing_criteria)
-        waiting = partial(lambda stop: not stop.is_set(), self.stop)
-        grading = Grading(
-            chat=served_chat(self.sessions, self.settings, run.tenant, waiting=waiting),
-            limits=sandbox_limits(self.settings),
-        )
+        assert self.current is not None and self.current[0] == run.id  # rows() came first
+        _, plan, criteria, grading = self.current
         return grade_item(
-            parse_run_source(run.data_source),
-            criteria,
-            row,
-            index,
-            ask=partial(self._ask, run.tenant),
-            grading=grading,
+            plan, criteria, row, index, ask=partial(self._ask, run.tenant), grading=grading
         )
 
     def end(self, session: Session, run: EvalRun, status: RunStatus) -> None:
