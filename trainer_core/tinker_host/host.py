@@ -1,0 +1,196 @@
+"""One Tinker training model between its calls. Every ``forward_backward`` before an
+``optim_step`` adds to one accumulation window: the gradient buffers hold the raw sum of the
+window's losses (``trainer_core.tinker_losses``), so the chunks a client cut a call into, the order
+they arrive in and the micro-batches this host cuts them into for memory cannot change it. At
+``optim_step`` the sum is divided by the window's divisor (its normalisation mode), clipped when
+asked, and applied by AdamW or plain SGD with the parameters the step carries."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from trainer_core.tinker_host.model import ModelChoice, load, trainable
+from trainer_core.tinker_losses import Window, check_inputs, datum_loss, loss_tokens
+
+Config = Mapping[str, float | str]
+FAMILIES = ("adamw", "sgd")
+
+
+@dataclass
+class Datum:
+    """``tokens``: the model input; ``inputs``: the loss inputs, each of the input's length."""
+
+    tokens: list[int]
+    inputs: dict[str, Tensor]
+
+
+@dataclass(frozen=True)
+class StepParams:
+    """An ``optim_step``'s parameters; ``family`` ``adamw`` (AdamParams as sent) or ``sgd``."""
+
+    family: str = "adamw"
+    learning_rate: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-12
+    weight_decay: float = 0.0
+    grad_clip_norm: float = 0.0
+
+
+@dataclass
+class Output:
+    logprobs: list[Tensor]  # per datum, the target tokens' log-probabilities
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class TrainingHost:
+    def __init__(self, choice: ModelChoice, *, family: str = "adamw", micro_batch: int = 0) -> None:
+        if family not in FAMILIES:
+            raise ValueError(f"optimizer_config.type: one of {', '.join(FAMILIES)} (got {family!r})")
+        self.choice, self.family, self.micro_batch = choice, family, micro_batch
+        self.model, self.tokenizer = load(choice)
+        self.params = trainable(self.model)
+        self.window = Window()
+        self.optimizer: torch.optim.Optimizer = self._new_optimizer()
+        self.steps = 0
+
+    def _new_optimizer(self) -> torch.optim.Optimizer:
+        params = list(self.params.values())
+        if self.family == "sgd":
+            return torch.optim.SGD(params, lr=0.0)
+        return torch.optim.AdamW(params, lr=0.0, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
+
+    # -- forward and backward -------------------------------------------------------------
+
+    def forward_backward(
+        self, data: Sequence[Datum], loss: str, config: Config, *, forward_only: bool = False
+    ) -> Output:
+        """Each datum's target logprobs and ``loss:sum``; unless ``forward_only``, the gradient of
+        the summed loss is added to the window (nothing is added when a datum is refused)."""
+        for index, datum in enumerate(data):
+            try:
+                check_inputs(loss, datum.inputs, len(datum.tokens))
+            except ValueError as exc:
+                raise ValueError(f"data[{index}].{exc}") from None
+        window = Window()
+        if not forward_only:
+            window.add(config, [loss_tokens(d.inputs, len(d.tokens)) for d in data])
+        size = self.micro_batch if self.micro_batch > 0 else max(len(data), 1)
+        logprobs: list[Tensor] = []
+        total = 0.0
+        for start in range(0, len(data), size):
+            part = data[start : start + size]
+            with torch.set_grad_enabled(not forward_only):
+                found = self._logprobs(part)
+                losses = [datum_loss(loss, p, d.inputs, config) for p, d in zip(found, part, strict=True)]
+                summed = torch.stack(losses).sum()
+                if not forward_only:
+                    summed.backward()
+            total += float(summed.detach())
+            logprobs.extend(p.detach().float() for p in found)
+        if not forward_only:
+            self.window.merge(window)
+        return Output(logprobs, {"loss:sum": total})
+
+    def _logprobs(self, data: Sequence[Datum]) -> list[Tensor]:
+        """The target tokens' log-probabilities, one micro-batch padded on the right."""
+        longest = max(len(d.tokens) for d in data)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(data), longest), pad, dtype=torch.long)
+        mask = torch.zeros((len(data), longest), dtype=torch.long)
+        for row, datum in enumerate(data):
+            ids[row, : len(datum.tokens)] = torch.tensor(datum.tokens, dtype=torch.long)
+            mask[row, : len(datum.tokens)] = 1
+        logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+        logp = torch.log_softmax(logits, dim=-1)
+        found = []
+        for row, datum in enumerate(data):
+            n = len(datum.tokens)
+            targets = datum.inputs["target_tokens"].long()
+            found.append(logp[row, :n].gather(-1, targets[:, None])[:, 0])
+        return found
+
+    # -- the step ---------------------------------------------------------------------------
+
+    def optim_step(self, step: StepParams) -> dict[str, float]:
+        """The window's update; its divisor is checked before anything changes."""
+        if step.family != self.family:
+            raise ValueError(
+                f"optimizer: this model was created with {self.family!r}, the step sends "
+                f"{step.family!r} parameters"
+            )
+        divisor = self.window.divisor()
+        grads = [p.grad for p in self.params.values() if p.grad is not None]
+        for grad in grads:
+            grad.div_(divisor)
+        norm = _norm(grads)
+        if step.grad_clip_norm > 0 and grads:
+            torch.nn.utils.clip_grad_norm_(list(self.params.values()), step.grad_clip_norm)
+        for group in self.optimizer.param_groups:
+            group["lr"] = step.learning_rate
+            if self.family == "adamw":
+                group.update(betas=(step.beta1, step.beta2), eps=step.eps, weight_decay=step.weight_decay)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        tokens, sequences = self.window.tokens, self.window.sequences
+        self.window = Window()
+        self.steps += 1
+        return {
+            "grad_norm:mean": norm,
+            "window_divisor:mean": divisor,
+            "window_tokens:sum": float(tokens),
+            "window_sequences:sum": float(sequences),
+        }
+
+    # -- state ------------------------------------------------------------------------------
+
+    def weights(self) -> dict[str, Tensor]:
+        """The trainable weights (a LoRA's adapters, or every weight), copied."""
+        return {name: p.detach().clone() for name, p in self.params.items()}
+
+    def set_weights(self, weights: Mapping[str, Tensor]) -> None:
+        missing = set(self.params) - set(weights)
+        if missing:
+            raise ValueError(f"path: the checkpoint lacks {len(missing)} weights of this model")
+        with torch.no_grad():
+            for name, p in self.params.items():
+                p.copy_(weights[name])
+
+    def save(self, path: Path, *, optimizer: bool) -> int:
+        """``save_state`` (with the optimizer) or sampler weights (without); the bytes written."""
+        state: dict[str, Any] = {"weights": self.weights(), "choice": vars(self.choice)}
+        if optimizer:
+            state.update(optimizer=self.optimizer.state_dict(), family=self.family, steps=self.steps)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(state, path)
+        return path.stat().st_size
+
+    def restore(self, path: Path, *, optimizer: bool) -> None:
+        """``load_state``: the weights, and the optimizer state when asked (else a fresh one).
+        The window starts empty."""
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        self.set_weights(state["weights"])
+        self.optimizer = self._new_optimizer()
+        if optimizer:
+            if "optimizer" not in state:
+                raise ValueError("path: sampler weights hold no optimizer state; save_state does")
+            if state.get("family") != self.family:
+                raise ValueError(f"optimizer: the checkpoint's is {state.get('family')!r}")
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.steps = int(state.get("steps", 0))
+        self.optimizer.zero_grad(set_to_none=True)
+        self.window = Window()
+
+
+def _norm(grads: list[Tensor]) -> float:
+    if not grads:
+        return 0.0
+    value = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+    return value if math.isfinite(value) else 0.0
