@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_VERSION) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps tinker-cookbook==0.6.1  # see pyproject.toml's dev extra
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -38,6 +38,7 @@ from api.routes import (
     ops,
     predict,
     responses,
+    tinker,
     webhook_secret,
     workers,
 )
@@ -48,6 +49,8 @@ from gradacc.db import get_read_engine, get_sessionmaker
 from gradacc.scheduling.queue import create_celery_app
 from gradacc.settings import Settings, get_settings
 from gradacc.webhook_sender import WebhookSender
+
+TINKER_CHUNK_BYTES = 6_000_000
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +87,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     # Uploads stream to disk, so their limit is the upload setting, not the in-memory body one.
     upload_limits = dict.fromkeys(("/v1/files", "/v1/files/import"), settings.max_upload_bytes)
+    # A Tinker client sends forward_backward in chunks of up to 5 MB (docs/tinker.md).
+    upload_limits["/api/v1/forward_backward"] = max(settings.max_body_bytes, TINKER_CHUNK_BYTES)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, limits=upload_limits)
     app.add_middleware(TimingMiddleware)
     if settings.require_auth:  # before size checks, routing and parsing
@@ -115,6 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(batches.router, prefix="/v1")
     app.include_router(evals.router, prefix="/v1")
     app.include_router(distillations.router, prefix="/v1")
+    app.include_router(tinker.router)
     install_docs(app)
     install_openapi(app, settings)
     return app

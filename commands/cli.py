@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from gradacc.settings import Settings, get_settings
 
@@ -47,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     demo = subcommands.add_parser("demo", help="serve, train a demo job per backend and K, stop")
     demo.add_argument("--port", type=int, default=0, help="default: any free port")
     demo.add_argument("--workers", type=int, default=2)
+    tokenizers = subcommands.add_parser(
+        "tinker-tokenizers",
+        help="write the tokenizers of the models offered to Tinker clients (gradacc/<name>) "
+        "into the local Hugging Face cache, or under --dir, for a client without the hub",
+    )
+    tokenizers.add_argument("--dir", type=Path, default=None, help="write DIR/gradacc/<name>")
     cache = subcommands.add_parser("cache", help="the tokenized-data cache: show or clear it")
     cache.add_argument("action", choices=("show", "clear"))
     return parser
@@ -66,7 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = get_settings()
     if getattr(args, "log_level", None):
         settings = settings.model_copy(update={"log_level": args.log_level})
-    quiet = args.command in ("demo", "create-api-key", "cache")  # these print their own output
+    quiet = args.command in (
+        "demo",
+        "create-api-key",
+        "cache",
+        "tinker-tokenizers",
+    )  # these print their own output
     configure_logging(settings, ours=logging.WARNING if quiet else logging.INFO)
     if args.command == "serve":
         from commands.serve import serve
@@ -83,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "create-api-key":
         return _create_api_key(settings, tenant=args.tenant)
+    if args.command == "tinker-tokenizers":
+        return _tinker_tokenizers(args.dir)
     if args.command == "cache":
         from commands.cache import cache_command
 
@@ -106,6 +120,18 @@ def configure_logging(settings: Settings, *, ours: int) -> None:
     )
     for name in OUR_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if debug else ours)
+
+
+def _tinker_tokenizers(folder: Path | None) -> int:
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    from gradacc.tinker.names import OFFERED, source_of
+    from trainer_core.tinker_host.tokenizers import write
+
+    names = {name: source_of(name) for name in OFFERED}
+    for path in write(names, cache=None if folder else Path(HF_HUB_CACHE), folder=folder):
+        print(path)
+    return 0
 
 
 def _create_api_key(settings: Settings, *, tenant: str) -> int:

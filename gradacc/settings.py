@@ -214,6 +214,13 @@ class Settings(BaseSettings):
     # How long a worker holds a batch without renewing it (before each line): past it, after a
     # worker died, another worker goes on with the batch (worker.consumer.batch_runner).
     batch_lease_s: float = Field(default=30.0, gt=0, le=3600)
+    # The Tinker API (docs/tinker.md): a model no request reached for this long is released by
+    # its worker's host; a retrieve_future waits this long for its answer before "try again".
+    tinker_idle_s: float = Field(default=1800.0, gt=0)
+    tinker_poll_wait_s: float = Field(default=25.0, gt=0, le=40)
+    # The micro-batch a host cuts a forward_backward chunk into for memory (0: the chunk whole);
+    # the window's update does not depend on it.
+    tinker_micro_batch: int = Field(default=0, ge=0)
     # Each python grader call's sandbox (trainer_core.graders.sandbox, docs/reinforcement.md): CPU
     # seconds, wall-clock seconds and address space; OpenAI's limits by default. A training
     # run's graders and /v1/fine_tuning/alpha/graders/run both take them.
@@ -281,6 +288,11 @@ class Settings(BaseSettings):
     @property
     def data_cache_dir(self) -> Path:
         return self.home / DATA_CACHE_DIR  # the core's CLI uses the same one
+
+    @property
+    def tinker_dir(self) -> Path:
+        """Tinker checkpoints: ``tinker/<tenant>/<run>/<kind>/<name>.pt``."""
+        return self.home / "tinker"
 
     @property
     def broker_dir(self) -> Path:

@@ -18,14 +18,25 @@ from gradacc.db import DATABASE_ERRORS
 
 log = logging.getLogger(__name__)
 
-PROTECTED_PREFIX = "/v1"
+PROTECTED_PREFIXES = ("/v1", "/api/v1")  # the second: the Tinker API (api.routes.tinker)
+TINKER_KEY_PREFIX = "tml-"
 
 
 def bearer_token(scope: Scope) -> str | None:
-    raw = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+    """The key of ``Authorization: Bearer <key>``, or of ``X-API-Key: tml-<key>`` (the Tinker
+    SDK's form: its client refuses a key without the prefix, so ``tml-`` + a gradacc key is that
+    key)."""
+    headers: dict[bytes, bytes] = dict(scope["headers"])
+    raw = headers.get(b"authorization", b"").decode("latin-1")
     scheme, _, token = raw.partition(" ")
     token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
+    if scheme.lower() == "bearer" and token:
+        return token
+    tinker = headers.get(b"x-api-key", b"").decode("latin-1").strip()
+    path: str = scope.get("path", "")
+    if path.startswith("/api/v1") and tinker.startswith(TINKER_KEY_PREFIX):
+        return tinker.removeprefix(TINKER_KEY_PREFIX) or None
+    return None
 
 
 class RequireAuth:
@@ -38,7 +49,7 @@ class RequireAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
-        if scope["type"] != "http" or not path.startswith(PROTECTED_PREFIX):
+        if scope["type"] != "http" or not path.startswith(PROTECTED_PREFIXES):
             await self.app(scope, receive, send)
             return
         token = bearer_token(scope)

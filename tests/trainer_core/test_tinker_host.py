@@ -79,7 +79,9 @@ def test_none_is_the_raw_signed_sum_and_sequences_divide_by_rows() -> None:
     data = _data(6, seed=1)
     for datum in data:  # signed, fractional weights, as forward_backward_custom sends them
         datum.inputs["weights"] = datum.inputs["weights"] * -0.37
-    _close(_update(TrainingHost(CHOICE, family="sgd"), [data], "none"), _hand_update(data, 1.0), 1e-6)
+    _close(
+        _update(TrainingHost(CHOICE, family="sgd"), [data], "none"), _hand_update(data, 1.0), 1e-6
+    )
     rows = sum(1 for d in data if bool((d.inputs["weights"] != 0).any()))
     got = _update(TrainingHost(CHOICE, family="sgd"), [data[:2], data[2:]], "num_sequences")
     _close(got, _hand_update(data, rows), 1e-6)
@@ -89,7 +91,9 @@ def test_disagreeing_modes_are_refused_before_anything_changes() -> None:
     host = TrainingHost(CHOICE, family="sgd")
     data = _data(2)
     host.forward_backward(data[:1], "cross_entropy", {"grad_accumulation_normalization": "none"})
-    host.forward_backward(data[1:], "cross_entropy", {"grad_accumulation_normalization": "num_sequences"})
+    host.forward_backward(
+        data[1:], "cross_entropy", {"grad_accumulation_normalization": "num_sequences"}
+    )
     before = host.weights()
     with pytest.raises(ValueError, match="disagree"):
         host.optim_step(StepParams(family="sgd", learning_rate=LR))
@@ -105,20 +109,27 @@ def test_forward_logprobs_and_greedy_sampling_match_plain_transformers() -> None
     assert all(p.grad is None for p in host.params.values())  # forward-only touches no gradient
     for datum, got in zip(data, out.logprobs, strict=True):
         logits = host.model(input_ids=torch.tensor([datum.tokens])).logits[0]
-        want = torch.log_softmax(logits.float(), -1).gather(-1, datum.inputs["target_tokens"][:, None])[:, 0]
+        want = torch.log_softmax(logits.float(), -1).gather(
+            -1, datum.inputs["target_tokens"][:, None]
+        )[:, 0]
         assert torch.allclose(got, want.detach(), atol=1e-6)
     prompt = data[0].tokens
     params = SampleParams(max_tokens=12, temperature=0.0, stop=[])
     got = sample(host.model, host.tokenizer, prompt, 2, params, prompt_logprobs=True)
     generated = host.model.generate(
-        torch.tensor([prompt]), max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0
+        torch.tensor([prompt]),
+        max_new_tokens=12,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
     )[0, len(prompt) :].tolist()
     assert [s.tokens for s in got.sequences] == [generated, generated]
     assert all(s.stop_reason == "length" for s in got.sequences)
     assert got.prompt_logprobs is not None and got.prompt_logprobs[0] != got.prompt_logprobs[0]
     assert got.prompt_logprobs[1:] == pytest.approx(
         torch.log_softmax(host.model(input_ids=torch.tensor([prompt])).logits[0].float(), -1)[:-1]
-        .gather(-1, torch.tensor(prompt[1:])[:, None])[:, 0].tolist(),
+        .gather(-1, torch.tensor(prompt[1:])[:, None])[:, 0]
+        .tolist(),
         abs=1e-5,
     )
 

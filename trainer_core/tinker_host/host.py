@@ -53,7 +53,9 @@ class Output:
 class TrainingHost:
     def __init__(self, choice: ModelChoice, *, family: str = "adamw", micro_batch: int = 0) -> None:
         if family not in FAMILIES:
-            raise ValueError(f"optimizer_config.type: one of {', '.join(FAMILIES)} (got {family!r})")
+            raise ValueError(
+                f"optimizer_config.type: one of {', '.join(FAMILIES)} (got {family!r})"
+            )
         self.choice, self.family, self.micro_batch = choice, family, micro_batch
         self.model, self.tokenizer = load(choice)
         self.params = trainable(self.model)
@@ -89,10 +91,12 @@ class TrainingHost:
             part = data[start : start + size]
             with torch.set_grad_enabled(not forward_only):
                 found = self._logprobs(part)
-                losses = [datum_loss(loss, p, d.inputs, config) for p, d in zip(found, part, strict=True)]
+                losses = [
+                    datum_loss(loss, p, d.inputs, config) for p, d in zip(found, part, strict=True)
+                ]
                 summed = torch.stack(losses).sum()
                 if not forward_only:
-                    summed.backward()
+                    summed.backward()  # type: ignore[no-untyped-call]
             total += float(summed.detach())
             logprobs.extend(p.detach().float() for p in found)
         if not forward_only:
@@ -136,7 +140,9 @@ class TrainingHost:
         for group in self.optimizer.param_groups:
             group["lr"] = step.learning_rate
             if self.family == "adamw":
-                group.update(betas=(step.beta1, step.beta2), eps=step.eps, weight_decay=step.weight_decay)
+                group.update(
+                    betas=(step.beta1, step.beta2), eps=step.eps, weight_decay=step.weight_decay
+                )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         tokens, sequences = self.window.tokens, self.window.sequences
@@ -167,7 +173,9 @@ class TrainingHost:
         """``save_state`` (with the optimizer) or sampler weights (without); the bytes written."""
         state: dict[str, Any] = {"weights": self.weights(), "choice": vars(self.choice)}
         if optimizer:
-            state.update(optimizer=self.optimizer.state_dict(), family=self.family, steps=self.steps)
+            state.update(
+                optimizer=self.optimizer.state_dict(), family=self.family, steps=self.steps
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(state, path)
         return path.stat().st_size
@@ -192,5 +200,7 @@ class TrainingHost:
 def _norm(grads: list[Tensor]) -> float:
     if not grads:
         return 0.0
-    value = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+    value = float(
+        torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    )
     return value if math.isfinite(value) else 0.0

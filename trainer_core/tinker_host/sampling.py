@@ -42,14 +42,24 @@ class Samples:
 
 @torch.no_grad()
 def sample(
-    model: Any, tokenizer: Any, prompt: list[int], n: int, params: SampleParams, *, prompt_logprobs: bool
+    model: Any,
+    tokenizer: Any,
+    prompt: list[int],
+    n: int,
+    params: SampleParams,
+    *,
+    prompt_logprobs: bool,
 ) -> Samples:
     if not prompt:
         raise ValueError("prompt: it holds no tokens")
     was_training = model.training
     model.eval()
     try:
-        generator = torch.Generator().manual_seed(params.seed if params.seed is not None else 0)
+        generator = torch.Generator()
+        if params.seed is None:
+            generator.seed()  # a fresh draw per call
+        else:
+            generator.manual_seed(params.seed)
         ids = torch.tensor([prompt], dtype=torch.long)
         out = model(input_ids=ids, use_cache=True)
         found = _prompt_logprobs(out.logits[0], prompt) if prompt_logprobs else None

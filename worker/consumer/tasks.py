@@ -46,6 +46,7 @@ from worker.consumer.supervisor import (
     supervise,
     worker_name,
 )
+from worker.consumer.tinker_runner import TinkerRunner
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +218,12 @@ def _run_batches(sender: Any = None, **_: Any) -> None:
 def _run_items(sender: Any = None, **_: Any) -> None:
     """Eval runs and distillations likewise, an item at a time, when it is not training."""
     ItemRunner(get_settings(), worker_name(), _stopping).start_thread()
+
+
+@worker_ready.connect
+def _host_tinker(sender: Any = None, **_: Any) -> None:
+    """Tinker models (docs/tinker.md) are held by a host process each worker starts when asked."""
+    TinkerRunner(get_settings(), worker_name(), _stopping).start_thread()
 
 
 @worker_ready.connect

@@ -1,0 +1,329 @@
+"""The Tinker API's calls (docs/tinker.md): sessions, models, and every training or sampling call
+as a future in its model's queue (``gradacc.tinker.queue``). Nothing here trains: a worker's
+Tinker host answers the queue. A refused call is a 400 or 404 naming the field, never a 409 or a
+5xx, which the SDK would retry for minutes."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+import zstandard
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from gradacc.errors import InvalidRequest, ObjectNotFound
+from gradacc.tables import utcnow
+from gradacc.tinker import names, paths, queue
+from gradacc.tinker.tables import TinkerCheckpoint, TinkerModel, TinkerSession
+from gradacc.tinker.wire import pb
+
+FAMILIES = ("adamw", "sgd")
+JSON_KINDS = {
+    "optim_step": "optim_step",
+    "save_weights": "save_weights",
+    "save_weights_for_sampler": "save_weights_for_sampler",
+    "load_weights": "load_weights",
+}
+
+
+def need(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = body.get(key)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise InvalidRequest(f"required, a {getattr(kind, '__name__', 'value')}", param=key)
+    return value
+
+
+def create_session(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+    row = TinkerSession(
+        id="ts-" + secrets.token_hex(10),
+        tenant=tenant,
+        tags=list(body.get("tags") or []),
+        user_metadata=body.get("user_metadata"),
+    )
+    session.add(row)
+    session.commit()
+    return {"session_id": row.id, "type": "create_session"}
+
+
+def own_session(session: Session, tenant: str, session_id: Any) -> TinkerSession:
+    row = session.get(TinkerSession, session_id) if isinstance(session_id, str) else None
+    if row is None or row.tenant != tenant:
+        raise ObjectNotFound("session", str(session_id), param="session_id")
+    return row
+
+
+def heartbeat(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+    row = own_session(session, tenant, body.get("session_id"))
+    row.seen_at = utcnow()
+    session.commit()
+    return {"type": "session_heartbeat"}
+
+
+def finish(session: Session, tenant: str, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The first reason wins; the session's models and samplers are released by their hosts."""
+    row = own_session(session, tenant, session_id)
+    if row.finished_at is None:
+        reason = (body.get("reason") or {}).get("type", "success")
+        row.finished_at, row.finish_reason = utcnow(), str(reason)[:16]
+        stmt = update(TinkerModel).where(
+            TinkerModel.session_id == row.id, TinkerModel.status == "active"
+        )
+        session.execute(stmt.values(status="closed"))
+        session.commit()
+    return {"session_id": row.id, "finish_reason": row.finish_reason}
+
+
+def own_model(
+    session: Session, tenant: str, model_id: Any, *, param: str = "model_id"
+) -> TinkerModel:
+    row = session.get(TinkerModel, model_id) if isinstance(model_id, str) else None
+    if row is None or row.tenant != tenant:
+        raise ObjectNotFound("model", str(model_id), param=param)
+    return row
+
+
+def _active(row: TinkerModel, param: str) -> None:
+    if row.status != "active":
+        why = f": {row.error}" if row.error else ""
+        raise InvalidRequest(f"model {row.id!r} is {row.status}{why}", param=param)
+
+
+def create_model(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+    owner = own_session(session, tenant, body.get("session_id"))
+    number = need(body, "model_seq_id", int)
+    base = need(body, "base_model", str)
+    try:
+        names.source_of(base)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc).partition(": ")[2], param="base_model") from None
+    lora = body.get("lora_config") or {}
+    rank = lora.get("rank", 0) if isinstance(lora, dict) else None
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank <= 1024:
+        raise InvalidRequest("an integer from 0 (every weight) to 1024", param="lora_config.rank")
+    if rank and not all(lora.get(k, True) for k in ("train_unembed", "train_mlp", "train_attn")):
+        raise InvalidRequest(
+            "this server puts adapters on every linear layer: train_unembed, train_mlp and "
+            "train_attn must all be true",
+            param="lora_config",
+        )
+    family = (body.get("optimizer_config") or {}).get("type", "adamw")
+    if family not in FAMILIES:
+        raise InvalidRequest(
+            f"one of {', '.join(FAMILIES)} (got {family!r})", param="optimizer_config.type"
+        )
+    model_id = f"{owner.id}:train:{number}"
+    if session.get(TinkerModel, model_id) is None:
+        session.add(
+            TinkerModel(
+                id=model_id,
+                session_id=owner.id,
+                tenant=tenant,
+                kind="train",
+                base_model=base,
+                rank=rank,
+                seed=int(lora.get("seed") or 0),
+                optimizer=family,
+                user_metadata=body.get("user_metadata"),
+            )
+        )
+        session.flush()
+    done = json.dumps({"model_id": model_id, "type": "create_model"}).encode()
+    request_id = queue.enqueue(
+        session,
+        tenant=tenant,
+        model_id=model_id,
+        seq_id=0,
+        kind="create_model",
+        body=b"{}",
+        done=done,
+    )
+    return {"request_id": request_id, "model_id": model_id}
+
+
+def get_info(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+    row = own_model(session, tenant, body.get("model_id"))
+    return {
+        "model_id": row.id,
+        "model_data": {"arch": "transformer", "model_name": row.base_model},
+        "optimizer_config": {"type": row.optimizer},
+        "is_lora": row.rank > 0,
+        "lora_rank": row.rank or None,
+        "model_name": row.base_model,
+        "type": "get_info",
+    }
+
+
+def forward_backward(session: Session, tenant: str, raw: bytes, encoding: str) -> dict[str, Any]:
+    """A protobuf ``ForwardBackwardRequest`` (zstd when the client compressed it), queued whole."""
+    if encoding.strip().lower() == "zstd":
+        try:
+            raw = zstandard.ZstdDecompressor().decompress(raw, max_output_size=256 << 20)
+        except zstandard.ZstdError as exc:
+            raise InvalidRequest(f"not a zstd frame ({exc})", param="body") from None
+    message = pb.ForwardBackwardRequest()
+    try:
+        message.ParseFromString(raw)
+    except Exception:
+        raise InvalidRequest("not a ForwardBackwardRequest message", param="body") from None
+    row = own_model(session, tenant, message.model_id)
+    _active(row, "model_id")
+    if message.seq_id < 1:
+        raise InvalidRequest("from 1", param="seq_id")
+    kind = "forward" if message.forward_only else "forward_backward"
+    request_id = queue.enqueue(
+        session, tenant=tenant, model_id=row.id, seq_id=message.seq_id, kind=kind, body=raw
+    )
+    return {"request_id": request_id}
+
+
+def model_call(session: Session, tenant: str, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``optim_step``, ``save_weights``, ``save_weights_for_sampler``, ``load_weights`` on a model."""
+    row = own_model(session, tenant, body.get("model_id"))
+    _active(row, "model_id")
+    seq_id = need(body, "seq_id", int)
+    if seq_id < 1:
+        raise InvalidRequest("from 1", param="seq_id")
+    extra: dict[str, Any] = {}
+    if kind in ("save_weights", "save_weights_for_sampler") and body.get("path") is not None:
+        paths.check_name(need(body, "path", str))
+    if kind == "save_weights_for_sampler" and body.get("path") is None:
+        number = need(body, "sampling_session_seq_id", int)
+        sampler_id = f"{row.session_id}:sample:{number}"
+        name = f"ephemeral-{secrets.token_hex(6)}"
+        extra = {"sampler_id": sampler_id, "ephemeral_name": name}
+        if session.get(TinkerModel, sampler_id) is None:
+            weights = str(paths.TinkerPath(row.id, "sampler_weights", name))
+            session.add(_sampler(row.session_id, sampler_id, tenant, row.base_model, weights))
+            session.flush()
+    if kind == "load_weights":
+        _checkpoint(session, tenant, need(body, "path", str))
+    data = json.dumps({**body, **extra}).encode()
+    request_id = queue.enqueue(
+        session, tenant=tenant, model_id=row.id, seq_id=seq_id, kind=kind, body=data
+    )
+    return {"request_id": request_id}
+
+
+def _sampler(
+    session_id: str, sampler_id: str, tenant: str, base: str, weights: str | None
+) -> TinkerModel:
+    return TinkerModel(
+        id=sampler_id,
+        session_id=session_id,
+        tenant=tenant,
+        kind="sample",
+        base_model=base,
+        weights_path=weights,
+    )
+
+
+def _checkpoint(session: Session, tenant: str, path: str, field: str = "path") -> TinkerCheckpoint:
+    try:
+        parsed = paths.parse(path, field)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc).partition(": ")[2], param=field) from None
+    found = session.get(TinkerCheckpoint, (parsed.run_id, parsed.checkpoint_id))
+    if found is None or found.tenant != tenant:
+        raise ObjectNotFound("checkpoint", path, param=field)
+    return found
+
+
+def create_via_load(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``create_training_client_from_state``: a new model in the session, its weights (and, when
+    asked, optimizer state) from a ``save_state`` checkpoint of the tenant's."""
+    owner = own_session(session, tenant, body.get("session_id"))
+    number = need(body, "model_seq_id", int)
+    found = _checkpoint(session, tenant, need(body, "path", str))
+    if not found.checkpoint_id.startswith("weights/"):
+        raise InvalidRequest("load a save_state (weights/) checkpoint", param="path")
+    source = session.get(TinkerModel, found.run_id)
+    assert source is not None
+    family = (body.get("optimizer_config") or {}).get("type", source.optimizer)
+    if family not in FAMILIES:
+        raise InvalidRequest(f"one of {', '.join(FAMILIES)}", param="optimizer_config.type")
+    model_id = f"{owner.id}:train:{number}"
+    if session.get(TinkerModel, model_id) is None:
+        session.add(
+            TinkerModel(
+                id=model_id,
+                session_id=owner.id,
+                tenant=tenant,
+                kind="train",
+                base_model=source.base_model,
+                rank=source.rank,
+                seed=source.seed,
+                optimizer=family,
+                user_metadata=body.get("user_metadata") or source.user_metadata,
+            )
+        )
+        session.flush()
+    data = json.dumps({**body, "model_id": model_id}).encode()
+    request_id = queue.enqueue(
+        session, tenant=tenant, model_id=model_id, seq_id=0, kind="load_weights", body=data
+    )
+    return {"request_id": request_id, "model_id": model_id}
+
+
+def create_sampling_session(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+    owner = own_session(session, tenant, body.get("session_id"))
+    number = need(body, "sampling_session_seq_id", int)
+    sampler_id = f"{owner.id}:sample:{number}"
+    existing = session.get(TinkerModel, sampler_id)
+    if existing is None:
+        model_path = body.get("model_path")
+        if model_path is not None:
+            found = _checkpoint(session, tenant, str(model_path), "model_path")
+            if found.checkpoint_id.startswith("external_weights/"):
+                raise InvalidRequest("sample from weights/ or sampler_weights/", param="model_path")
+            source = session.get(TinkerModel, found.run_id)
+            assert source is not None
+            base = source.base_model
+        else:
+            base = need(body, "base_model", str)
+            try:
+                names.source_of(base)
+            except ValueError as exc:
+                raise InvalidRequest(str(exc).partition(": ")[2], param="base_model") from None
+        session.add(_sampler(owner.id, sampler_id, tenant, base, model_path))
+        session.commit()
+    return {"sampling_session_id": sampler_id, "type": "create_sampling_session"}
+
+
+def sampler_info(session: Session, tenant: str, sampler_id: str) -> dict[str, Any]:
+    row = own_model(session, tenant, sampler_id, param="sampler_id")
+    if row.kind != "sample":
+        raise ObjectNotFound("sampler", sampler_id, param="sampler_id")
+    return {"sampler_id": row.id, "base_model": row.base_model, "model_path": row.weights_path}
+
+
+def asample(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+    row = own_model(session, tenant, body.get("sampling_session_id"), param="sampling_session_id")
+    if row.kind != "sample":
+        raise ObjectNotFound("sampler", row.id, param="sampling_session_id")
+    _active(row, "sampling_session_id")
+    seq_id = need(body, "seq_id", int)
+    count = need(body, "num_samples", int)
+    if not 1 <= count <= 128:
+        raise InvalidRequest("from 1 to 128", param="num_samples")
+    for key in ("prompt_alt_tokens_k", "topk_prompt_logprobs", "topk_sample_logprobs"):
+        if body.get(key):
+            raise InvalidRequest("not served by this server (docs/tinker.md)", param=key)
+    if body.get("prompt_logprobs_last_n") is not None or body.get("target_prompt_logprobs"):
+        raise InvalidRequest("not served by this server (docs/tinker.md)", param="prompt_logprobs")
+    request_id = queue.enqueue(
+        session,
+        tenant=tenant,
+        model_id=row.id,
+        seq_id=seq_id,
+        kind="sample",
+        body=json.dumps(body).encode(),
+    )
+    ids = [f"{row.id}:{seq_id}:{i}" for i in range(count)]
+    return {"request_id": request_id, "sample_sequence_ids": ids}
+
+
+def pending_models(session: Session) -> int:
+    query = select(TinkerModel.id).where(TinkerModel.status == "active")
+    return len(session.scalars(query).all())

@@ -1,0 +1,123 @@
+"""The Tinker API's REST reads: training runs (a training model is a run), their checkpoints,
+and what a ``tinker://`` path holds. Another tenant's run or checkpoint is a 404."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from api.services.tinker import _checkpoint, own_model
+from gradacc.errors import ObjectNotFound
+from gradacc.tinker import paths
+from gradacc.tinker.tables import TinkerCheckpoint, TinkerModel
+
+
+def _when(value: datetime) -> str:
+    return value.isoformat()
+
+
+def checkpoint_view(row: TinkerCheckpoint) -> dict[str, Any]:
+    kind = row.checkpoint_id.partition("/")[0]
+    return {
+        "checkpoint_id": row.checkpoint_id,
+        "checkpoint_type": paths.KINDS[kind],
+        "time": _when(row.created_at),
+        "tinker_path": f"{paths.PREFIX}{row.run_id}/{row.checkpoint_id}",
+        "size_bytes": row.size_bytes,
+        "public": False,
+        "expires_at": _when(row.expires_at) if row.expires_at else None,
+    }
+
+
+def _last(session: Session, run_id: str, kind: str) -> dict[str, Any] | None:
+    query = (
+        select(TinkerCheckpoint)
+        .where(
+            TinkerCheckpoint.run_id == run_id, TinkerCheckpoint.checkpoint_id.startswith(kind + "/")
+        )
+        .order_by(TinkerCheckpoint.created_at.desc())
+        .limit(1)
+    )
+    row = session.scalar(query)
+    return checkpoint_view(row) if row is not None else None
+
+
+def run_view(session: Session, row: TinkerModel) -> dict[str, Any]:
+    return {
+        "training_run_id": row.id,
+        "base_model": row.base_model,
+        "model_owner": row.tenant,
+        "is_lora": row.rank > 0,
+        "corrupted": row.status == "lost",
+        "lora_rank": row.rank or None,
+        "last_request_time": _when(row.seen_at),
+        "last_checkpoint": _last(session, row.id, "weights"),
+        "last_sampler_checkpoint": _last(session, row.id, "sampler_weights"),
+        "user_metadata": row.user_metadata,
+    }
+
+
+def get_run(session: Session, tenant: str, run_id: str) -> dict[str, Any]:
+    row = own_model(session, tenant, run_id, param="run_id")
+    if row.kind != "train":
+        raise ObjectNotFound("training run", run_id, param="run_id")
+    return run_view(session, row)
+
+
+def list_runs(session: Session, tenant: str, *, limit: int, offset: int) -> dict[str, Any]:
+    mine = (TinkerModel.tenant == tenant, TinkerModel.kind == "train")
+    total = session.scalar(select(func.count()).select_from(TinkerModel).where(*mine)) or 0
+    query = select(TinkerModel).where(*mine).order_by(TinkerModel.created_at.desc())
+    rows = session.scalars(query.limit(max(1, min(limit, 1000))).offset(max(offset, 0))).all()
+    return {
+        "training_runs": [run_view(session, row) for row in rows],
+        "cursor": {"offset": offset, "limit": limit, "total_count": total},
+    }
+
+
+def list_checkpoints(
+    session: Session, tenant: str, run_id: str | None, *, limit: int = 1000, offset: int = 0
+) -> dict[str, Any]:
+    query = select(TinkerCheckpoint).where(TinkerCheckpoint.tenant == tenant)
+    if run_id is not None:
+        own_model(session, tenant, run_id, param="run_id")
+        query = query.where(TinkerCheckpoint.run_id == run_id)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    query = (
+        query.order_by(TinkerCheckpoint.created_at)
+        .limit(max(1, min(limit, 1000)))
+        .offset(max(offset, 0))
+    )
+    return {
+        "checkpoints": [checkpoint_view(row) for row in session.scalars(query).all()],
+        "cursor": {"offset": offset, "limit": limit, "total_count": total},
+    }
+
+
+def delete_checkpoint(
+    session: Session, tenant: str, run_id: str, checkpoint_id: str
+) -> dict[str, Any]:
+    row = _checkpoint(session, tenant, f"{paths.PREFIX}{run_id}/{checkpoint_id}", "checkpoint_id")
+    Path(row.file).unlink(missing_ok=True)
+    session.delete(row)
+    session.commit()
+    return {}
+
+
+def weights_info(session: Session, tenant: str, path: str) -> dict[str, Any]:
+    row = _checkpoint(session, tenant, path, "tinker_path")
+    run = session.get(TinkerModel, row.run_id)
+    assert run is not None
+    return {
+        "base_model": run.base_model,
+        "is_lora": run.rank > 0,
+        "lora_rank": run.rank or None,
+        "optimizer_config": {"type": run.optimizer},
+        "train_unembed": True,
+        "train_mlp": True,
+        "train_attn": True,
+    }
