@@ -61,11 +61,13 @@ def sample(
         else:
             generator.manual_seed(params.seed)
         ids = torch.tensor([prompt], dtype=torch.long)
-        out = model(input_ids=ids, use_cache=True)
-        found = _prompt_logprobs(out.logits[0], prompt) if prompt_logprobs else None
-        sequences = [
-            _continue(model, tokenizer, out, len(prompt), params, generator) for _ in range(n)
-        ]
+        found = None
+        sequences = []
+        for _ in range(n):  # the prompt again for each: a continuation grows its cache in place
+            out = model(input_ids=ids, use_cache=True)
+            if prompt_logprobs and found is None:
+                found = _prompt_logprobs(out.logits[0], prompt)
+            sequences.append(_continue(model, tokenizer, out, len(prompt), params, generator))
     finally:
         model.train(was_training)
     return Samples(sequences, found)

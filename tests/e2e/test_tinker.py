@@ -1,0 +1,250 @@
+"""The Tinker API through the stock ``tinker`` SDK (0.38), unmodified but for the base URL and
+key, against a live ``gradacc serve`` (embedded stack, one worker, API keys as ``tml-<key>``), on
+``gradacc/tiny-chat``:
+
+- one accumulation window's SGD update, sent as one call of 1,030 items (which the SDK cuts into
+  two chunks), as 3 and as 8 calls in shuffled order, equals a hand loop's update of the
+  token-normalised loss (``num_loss_tokens``); with ``none`` the update is the raw signed sum's;
+- ``forward`` logprobs equal a hand forward on the saved weights, and greedy ``sample`` equals
+  ``generate`` on them;
+- a host killed between two ``optim_step``s: ``load_state`` into a new session's model goes on to
+  the uninterrupted run's weights, and the lost model says so instead of training from scratch;
+- another tenant's model, run, checkpoint, sampler and future are 404s; bad input is a 422
+  naming its field.
+
+The cookbook's four loops run in ``test_tinker_cookbook.py``. Weights are read from the
+server's checkpoint files: what a client would download (export is not served yet)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+import tinker
+import torch
+from tinker import types
+from tinker.types.optimizer import OptimizerConfigBase, OptimParamsBase
+
+from gradacc.settings import Settings
+from gradacc.tinker import paths
+from tests.e2e.conftest import serve_with_keys
+from tests.trainer_core.test_tinker_host import CHOICE, _close, _data, _hand_update
+from trainer_core.tinker_host.host import Datum, TrainingHost
+from trainer_core.tinker_host.model import ModelChoice
+
+pytestmark = pytest.mark.integration
+MODEL = "gradacc/tiny-chat"
+LR = 0.5
+TOKENS = "num_loss_tokens"
+Served = tuple[Settings, str, dict[str, str]]
+
+
+@pytest.fixture(scope="module", params=["embedded"])
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    home = tmp_path_factory.mktemp("tinker")
+    env = {"GRADACC_PREDICT_SERVER": "false", "GRADACC_BATCH_LEASE_S": "3", "TINKER_TELEMETRY": "0"}
+    with serve_with_keys(request, home, env) as found:
+        yield found
+
+
+def service(served: Served, tenant: str = "alice") -> tinker.ServiceClient:
+    _, url, keys = served
+    return tinker.ServiceClient(base_url=url, api_key="tml-" + keys[tenant])
+
+
+def wire(data: list[Datum]) -> list[types.Datum]:
+    return [
+        types.Datum(
+            model_input=types.ModelInput.from_ints(d.tokens),
+            loss_fn_inputs={k: v.tolist() for k, v in d.inputs.items()},
+        )
+        for d in data
+    ]
+
+
+def saved(served: Served, path: str, tenant: str = "alice") -> dict[str, torch.Tensor]:
+    settings = served[0]
+    state = torch.load(
+        paths.file_of(settings.tinker_dir, tenant, paths.parse(path)), weights_only=False
+    )
+    return state["weights"]
+
+
+def sgd_update(served: Served, calls: list[list[Datum]], mode: str) -> dict[str, torch.Tensor]:
+    svc = service(served)
+    tc = svc.create_lora_training_client(
+        MODEL, rank=0, optimizer=OptimizerConfigBase(type="sgd")
+    ).result()
+    futures = [
+        tc.forward_backward(wire(c), "cross_entropy", {"grad_accumulation_normalization": mode})
+        for c in calls
+    ]
+    step = tc.optim_step(OptimParamsBase(type="sgd", learning_rate=LR))
+    for future in futures:
+        assert "loss:sum" in future.result().metrics
+    assert step.result().metrics["window_divisor:mean"] > 0
+    after = saved(served, tc.save_state("after").result().path)
+    base = TrainingHost(CHOICE).weights()
+    return {k: after[k] - base[k] for k in base}
+
+
+def test_one_window_is_exact_however_the_sdk_and_the_client_cut_it(served: Served) -> None:
+    data = _data(1030, seed=7)
+    tokens = sum(int((d.inputs["weights"] != 0).sum()) for d in data)
+    reference = _hand_update(data, tokens)
+    largest = max(float(v.abs().max()) for v in reference.values())
+    one = sgd_update(served, [data], TOKENS)  # the SDK sends 1,024 + 6 items
+    _close(one, reference, 1e-5 * largest)
+    rng = random.Random(1)
+    for parts in (3, 8):
+        calls = [data[i::parts] for i in range(parts)]
+        rng.shuffle(calls)
+        _close(sgd_update(served, calls, TOKENS), one, 1e-6)
+
+
+def test_none_is_the_raw_signed_weighted_sum(served: Served) -> None:
+    data = _data(12, seed=8)
+    for datum in data:
+        datum.inputs["weights"] = datum.inputs["weights"] * -0.6
+    got = sgd_update(served, [data[:5], data[5:]], "none")
+    _close(got, _hand_update(data, 1.0), 1e-6)
+
+
+def test_forward_and_greedy_sampling_match_the_saved_weights(served: Served) -> None:
+    svc = service(served)
+    tc = svc.create_lora_training_client(MODEL, rank=4, seed=3).result()
+    data = _data(6, seed=9)
+    tc.forward_backward(wire(data), "cross_entropy").result()
+    tc.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    local = TrainingHost(ModelChoice("builtin:tiny-chat", rank=4, seed=3))
+    local.set_weights(saved(served, tc.save_state("now").result().path))
+    out = tc.forward(wire(data), "cross_entropy").result()
+    want = local.forward_backward(data, "cross_entropy", {}, forward_only=True).logprobs
+    for got, expected in zip(out.loss_fn_outputs, want, strict=True):
+        assert torch.allclose(torch.tensor(got["logprobs"].tolist()), expected, atol=1e-5)
+    sampler = tc.save_weights_and_get_sampling_client().result()
+    prompt = data[0].tokens
+    params = types.SamplingParams(max_tokens=10, temperature=0.0, stop=[])
+    answer = sampler.sample(
+        types.ModelInput.from_ints(prompt), num_samples=2, sampling_params=params
+    ).result()
+    local.model.eval()
+    generated = local.model.generate(
+        torch.tensor([prompt]),
+        max_new_tokens=10,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+    )[0, len(prompt) :].tolist()
+    assert [list(s.tokens) for s in answer.sequences] == [generated, generated]
+    assert all(len(s.logprobs or []) == 10 and s.stop_reason == "length" for s in answer.sequences)
+
+
+def _host_pids(settings: Settings) -> list[int]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if "worker.tinker.host" in " ".join(process.info["cmdline"] or []) and (
+                process.environ().get("GRADACC_HOME") == str(settings.home)
+            ):
+                found.append(process.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def test_a_killed_host_loses_nothing_saved_and_load_state_goes_on(served: Served) -> None:
+    data = _data(9, seed=10)
+    windows = [data[0:3], data[3:6], data[6:9]]
+    step = types.AdamParams(learning_rate=1e-2)
+    straight = service(served).create_lora_training_client(MODEL, rank=4, seed=5).result()
+    for window in windows:
+        straight.forward_backward(wire(window), "cross_entropy")
+        straight.optim_step(step)
+    expected = saved(served, straight.save_state("straight").result().path)
+
+    first = service(served).create_lora_training_client(MODEL, rank=4, seed=5).result()
+    first.forward_backward(wire(windows[0]), "cross_entropy")
+    first.optim_step(step).result()
+    path = first.save_state("step1").result().path
+    pids = _host_pids(served[0])
+    assert pids
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    second = service(served).create_training_client_from_state_with_optimizer(path).result()
+    for window in windows[1:]:
+        second.forward_backward(wire(window), "cross_entropy")
+        second.optim_step(step)
+    _close(saved(served, second.save_state("resumed").result().path), expected, 1e-6)
+    with pytest.raises(tinker.RequestFailedError, match="load_state"):  # not silently re-made
+        first.forward_backward(wire(windows[1]), "cross_entropy").result()
+
+
+def _post(served: Served, tenant: str, route: str, body: dict[str, Any]) -> httpx.Response:
+    _, url, keys = served
+    headers = {"X-API-Key": "tml-" + keys[tenant]}
+    return httpx.post(f"{url}/api/v1/{route}", json=body, headers=headers, timeout=60)
+
+
+def test_another_tenant_sees_nothing_and_bad_input_names_its_field(served: Served) -> None:
+    _, url, keys = served
+    tc = service(served).create_lora_training_client(MODEL, rank=2).result()
+    path = tc.save_state("mine").result().path
+    sampler_path = tc.save_weights_for_sampler("mine").result().path
+    run_id = tc.model_id
+    sampler = service(served).create_sampling_client(model_path=sampler_path).result()
+    bob_session = _post(served, "bob", "create_session", {"tags": []}).json()["session_id"]
+    bob = {"X-API-Key": "tml-" + keys["bob"]}
+    refused = [
+        _post(served, "bob", "get_info", {"model_id": run_id}),
+        _post(served, "bob", "optim_step", {"model_id": run_id, "seq_id": 9, "adam_params": {}}),
+        _post(served, "bob", "weights_info", {"tinker_path": path}),
+        _post(served, "bob", "create_sampling_session",
+              {"session_id": bob_session, "sampling_session_seq_id": 0, "model_path": sampler_path}),
+        _post(served, "bob", "load_weights",
+              {"session_id": bob_session, "model_seq_id": 0, "path": path, "optimizer": True}),
+        _post(served, "bob", "asample", {"sampling_session_id": sampler._sampling_session_id,
+              "seq_id": 0, "num_samples": 1, "prompt": {"chunks": []}}),
+        _post(served, "bob", "retrieve_future", {"request_id": "1"}),
+        httpx.get(f"{url}/api/v1/training_runs/{run_id}", headers=bob),
+        httpx.get(f"{url}/api/v1/training_runs/{run_id}/checkpoints", headers=bob),
+    ]  # fmt: skip
+    assert [r.status_code for r in refused] == [404] * len(refused), [r.text for r in refused]
+    assert httpx.get(f"{url}/api/v1/training_runs", headers=bob).json()["training_runs"] == []
+    alice = service(served)
+    listed = alice.create_rest_client().list_checkpoints(run_id).result()
+    assert {c.tinker_path for c in listed.checkpoints} == {path, sampler_path}
+
+    session = _post(served, "alice", "create_session", {"tags": []}).json()["session_id"]
+    bad = [
+        ({"base_model": "gradacc/nope"}, "base_model"),
+        ({"base_model": MODEL, "lora_config": {"rank": -1}}, "lora_config.rank"),
+        ({"base_model": MODEL, "optimizer_config": {"type": "lion"}}, "optimizer_config.type"),
+    ]
+    for fields, named in bad:
+        answer = _post(
+            served, "alice", "create_model", {"session_id": session, "model_seq_id": 0, **fields}
+        )
+        assert answer.status_code == 422 and named in answer.json()["error"]["param"], answer.text
+    assert (
+        httpx.post(
+            f"{url}/api/v1/create_session", json={}, headers={"X-API-Key": "tml-nope"}
+        ).status_code
+        == 401
+    )
+    adam = service(served).create_lora_training_client(MODEL, rank=2).result()
+    with pytest.raises(tinker.RequestFailedError, match="created with 'adamw'"):
+        adam.optim_step(OptimParamsBase(type="sgd", learning_rate=0.1)).result()
+    one, two = wire(_data(2, seed=11)), {"grad_accumulation_normalization": "num_sequences"}
+    adam.forward_backward(one[:1], "cross_entropy", {"grad_accumulation_normalization": "none"})
+    adam.forward_backward(one[1:], "cross_entropy", two)
+    with pytest.raises(tinker.RequestFailedError, match="disagree"):
+        adam.optim_step(types.AdamParams(learning_rate=0.1)).result()
