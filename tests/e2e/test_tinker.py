@@ -12,7 +12,9 @@ key, against a live ``gradacc serve`` (embedded stack, one worker, API keys as `
 - another tenant's model, run, checkpoint, sampler and future are 404s; bad input is a 422
   naming its field.
 
-The cookbook's four loops run in ``test_tinker_cookbook.py``. Weights are read from the
+- tinker-cookbook's four loops (``tinker_loops``) run to the end, and a sampler made from each
+  one's final sampler weights answers as ``generate`` does on them.
+ Weights are read from the
 server's checkpoint files: what a client would download (export is not served yet)."""
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -33,7 +38,8 @@ from tinker.types.optimizer import OptimizerConfigBase, OptimParamsBase
 
 from gradacc.settings import Settings
 from gradacc.tinker import paths
-from tests.e2e.conftest import serve_with_keys
+from tests.e2e import tinker_loops
+from tests.e2e.conftest import ROOT, serve_with_keys
 from tests.trainer_core.test_tinker_host import CHOICE, _close, _data, _hand_update
 from trainer_core.tinker_host.host import Datum, TrainingHost
 from trainer_core.tinker_host.model import ModelChoice
@@ -248,3 +254,39 @@ def test_another_tenant_sees_nothing_and_bad_input_names_its_field(served: Serve
     adam.forward_backward(one[1:], "cross_entropy", two)
     with pytest.raises(tinker.RequestFailedError, match="disagree"):
         adam.optim_step(types.AdamParams(learning_rate=0.1)).result()
+
+
+@pytest.fixture
+def cookbook_dir(served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A client's folder: the key in its environment and the tokenizers written under it by the
+    documented command, where the cookbook looks for ``gradacc/tiny-chat`` first."""
+    written = subprocess.run(
+        [sys.executable, "-m", "commands.cli", "tinker-tokenizers", "--dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert str(tmp_path / MODEL) in written.stdout
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TINKER_API_KEY", "tml-" + served[2]["alice"])
+    return tmp_path
+
+
+@pytest.mark.parametrize("loop", sorted(tinker_loops.LOOPS))
+def test_cookbook_loop_runs_to_the_end_and_its_sampler_answers(
+    served: Served, cookbook_dir: Path, loop: str
+) -> None:
+    final = tinker_loops.LOOPS[loop](served[1], cookbook_dir)
+    local = TrainingHost(ModelChoice("builtin:tiny-chat", rank=4))
+    base = local.weights()
+    local.set_weights(saved(served, final["sampler_path"]))
+    moved = max(float((local.weights()[k] - base[k]).abs().max()) for k in base)
+    # RL's groups of two mostly score alike (zero advantage, no gradient); the others train.
+    assert moved > 0 or loop == "rl"
+    sampler = service(served).create_sampling_client(model_path=final["sampler_path"]).result()
+    prompt = [5, 17, 42, 9]
+    params = types.SamplingParams(max_tokens=6, temperature=0.0, stop=[])
+    answer = sampler.sample(types.ModelInput.from_ints(prompt), 1, params).result()
+    local.model.eval()
+    generated = local.model.generate(
+        torch.tensor([prompt]), max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0
+    )[0, len(prompt) :].tolist()
+    assert list(answer.sequences[0].tokens) == generated
