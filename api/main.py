@@ -121,6 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(evals.router, prefix="/v1")
     app.include_router(distillations.router, prefix="/v1")
     app.include_router(tinker.router)
+    app.include_router(tinker.downloads)
     install_docs(app)
     install_openapi(app, settings)
     return app

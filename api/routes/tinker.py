@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
 
 from api.deps import ReadSessionDep, SessionDep, SettingsDep, TenantDep
 from api.services import tinker as services
@@ -100,6 +100,11 @@ def save_for_sampler(session: SessionDep, tenant: TenantDep, body: JsonBody) -> 
     return services.model_call(session, tenant, "save_weights_for_sampler", body)
 
 
+@router.post("/save_weights_external")
+def save_external(session: SessionDep, tenant: TenantDep, body: JsonBody) -> Json:
+    return services.model_call(session, tenant, "save_weights_external", body)
+
+
 @router.post("/load_weights")
 def load_weights(session: SessionDep, tenant: TenantDep, body: JsonBody) -> Json:
     if body.get("model_id") is None:  # create_training_client_from_state
@@ -179,6 +184,20 @@ def checkpoints(
     return runs.list_checkpoints(session, tenant, None, limit=limit, offset=offset)
 
 
+@router.get("/training_runs/{run_id}/checkpoints/external_weights/{name}/external_weights_urls")
+def external_urls(
+    run_id: str, name: str, request: Request, session: SessionDep, tenant: TenantDep
+) -> Json:
+    return runs.external_urls(session, tenant, str(request.base_url), run_id, name)
+
+
+@router.put("/training_runs/{run_id}/checkpoints/{checkpoint_id:path}/ttl")
+def checkpoint_ttl(
+    run_id: str, checkpoint_id: str, session: SessionDep, tenant: TenantDep, body: JsonBody
+) -> Json:
+    return runs.set_ttl(session, tenant, run_id, checkpoint_id, body.get("ttl_seconds"))
+
+
 @router.delete("/training_runs/{run_id}/checkpoints/{checkpoint_id:path}")
 def delete_checkpoint(
     run_id: str, checkpoint_id: str, session: SessionDep, tenant: TenantDep
@@ -189,3 +208,12 @@ def delete_checkpoint(
 @router.post("/weights_info")
 def weights_info(session: ReadSessionDep, tenant: TenantDep, body: JsonBody) -> Json:
     return runs.weights_info(session, tenant, str(body.get("tinker_path", "")))
+
+
+downloads = APIRouter(tags=["tinker"])
+
+
+@downloads.get(runs.DOWNLOADS + "/{token}/{relative:path}")
+def download(token: str, relative: str, session: ReadSessionDep) -> FileResponse:
+    """An export's file, by the token of its URL (no key: the SDK's downloaders send none)."""
+    return FileResponse(runs.download(session, token, relative))

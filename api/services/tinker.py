@@ -10,7 +10,7 @@ import secrets
 from typing import Any
 
 import zstandard
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from gradacc.errors import InvalidRequest, ObjectNotFound
@@ -20,12 +20,6 @@ from gradacc.tinker.tables import TinkerCheckpoint, TinkerModel, TinkerSession
 from gradacc.tinker.wire import pb
 
 FAMILIES = ("adamw", "sgd")
-JSON_KINDS = {
-    "optim_step": "optim_step",
-    "save_weights": "save_weights",
-    "save_weights_for_sampler": "save_weights_for_sampler",
-    "load_weights": "load_weights",
-}
 
 
 def need(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -179,15 +173,21 @@ def forward_backward(session: Session, tenant: str, raw: bytes, encoding: str) -
 
 
 def model_call(session: Session, tenant: str, kind: str, body: dict[str, Any]) -> dict[str, Any]:
-    """``optim_step``, ``save_weights``, ``save_weights_for_sampler``, ``load_weights`` on a model."""
+    """``optim_step``, ``save_weights``, ``save_weights_for_sampler``, ``save_weights_external``
+    and ``load_weights`` on a model."""
     row = own_model(session, tenant, body.get("model_id"))
     _active(row, "model_id")
     seq_id = need(body, "seq_id", int)
     if seq_id < 1:
         raise InvalidRequest("from 1", param="seq_id")
     extra: dict[str, Any] = {}
-    if kind in ("save_weights", "save_weights_for_sampler") and body.get("path") is not None:
-        paths.check_name(need(body, "path", str))
+    if kind.startswith("save_weights") and (
+        body.get("path") is not None or kind != "save_weights_for_sampler"
+    ):
+        try:
+            paths.check_name(need(body, "path", str))
+        except ValueError as exc:
+            raise InvalidRequest(str(exc).partition(": ")[2], param="path") from None
     if kind == "save_weights_for_sampler" and body.get("path") is None:
         number = need(body, "sampling_session_seq_id", int)
         sampler_id = f"{row.session_id}:sample:{number}"
@@ -199,6 +199,11 @@ def model_call(session: Session, tenant: str, kind: str, body: dict[str, Any]) -
             session.flush()
     if kind == "load_weights":
         _checkpoint(session, tenant, need(body, "path", str))
+    if body.get("age_encryption_recipients"):
+        raise InvalidRequest(
+            "age encryption is not served: export unencrypted (docs/tinker.md)",
+            param="age_encryption_recipients",
+        )
     data = json.dumps({**body, **extra}).encode()
     request_id = queue.enqueue(
         session, tenant=tenant, model_id=row.id, seq_id=seq_id, kind=kind, body=data
@@ -322,8 +327,3 @@ def asample(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, An
     )
     ids = [f"{row.id}:{seq_id}:{i}" for i in range(count)]
     return {"request_id": request_id, "sample_sequence_ids": ids}
-
-
-def pending_models(session: Session) -> int:
-    query = select(TinkerModel.id).where(TinkerModel.status == "active")
-    return len(session.scalars(query).all())

@@ -3,7 +3,8 @@ and what a ``tinker://`` path holds. Another tenant's run or checkpoint is a 404
 
 from __future__ import annotations
 
-from datetime import datetime
+import secrets
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.services.tinker import _checkpoint, own_model
-from gradacc.errors import ObjectNotFound
+from gradacc.errors import InvalidRequest, ObjectNotFound
+from gradacc.tables import utcnow
 from gradacc.tinker import paths
 from gradacc.tinker.tables import TinkerCheckpoint, TinkerModel
 
@@ -108,6 +110,18 @@ def delete_checkpoint(
     return {}
 
 
+def set_ttl(
+    session: Session, tenant: str, run_id: str, checkpoint_id: str, ttl: Any
+) -> dict[str, Any]:
+    """``None``: kept until deleted; else from an hour to ten years."""
+    row = _checkpoint(session, tenant, f"{paths.PREFIX}{run_id}/{checkpoint_id}", "checkpoint_id")
+    if ttl is not None and (not isinstance(ttl, int) or not 3600 <= ttl <= 315_360_000):
+        raise InvalidRequest("null, or 3600 to 315360000 seconds", param="ttl_seconds")
+    row.expires_at = None if ttl is None else utcnow() + timedelta(seconds=ttl)
+    session.commit()
+    return {}
+
+
 def weights_info(session: Session, tenant: str, path: str) -> dict[str, Any]:
     row = _checkpoint(session, tenant, path, "tinker_path")
     run = session.get(TinkerModel, row.run_id)
@@ -121,3 +135,36 @@ def weights_info(session: Session, tenant: str, path: str) -> dict[str, Any]:
         "train_mlp": True,
         "train_attn": True,
     }
+
+
+URL_TTL = timedelta(hours=1)
+DOWNLOADS = "/tinker-files"  # outside /api/v1: a URL carries its own token, no key
+
+
+def external_urls(
+    session: Session, tenant: str, base_url: str, run_id: str, name: str
+) -> dict[str, Any]:
+    """A URL per file of an export, each carrying a token that lapses in an hour (asking again
+    makes a new one); the files are fetched with no key, as the SDK's downloaders do."""
+    path = f"{paths.PREFIX}{run_id}/external_weights/{name}"
+    row = _checkpoint(session, tenant, path, "checkpoint_id")
+    folder = Path(row.file)
+    if not folder.is_dir():
+        raise InvalidRequest("this export's files are gone", param="checkpoint_id")
+    row.download_token, row.token_expires = secrets.token_urlsafe(32), utcnow() + URL_TTL
+    session.commit()
+    files = sorted(f.relative_to(folder).as_posix() for f in folder.rglob("*") if f.is_file())
+    root = f"{base_url.rstrip('/')}{DOWNLOADS}/{row.download_token}"
+    return {"urls": {f: f"{root}/{f}" for f in files}, "expires": _when(row.token_expires)}
+
+
+def download(session: Session, token: str, relative: str) -> Path:
+    """The file a download URL names, while its token holds; a 404 otherwise."""
+    row = session.scalar(select(TinkerCheckpoint).where(TinkerCheckpoint.download_token == token))
+    if row is None or row.token_expires is None or row.token_expires < utcnow():
+        raise ObjectNotFound("download", token[:8] + "…", param="token")
+    folder = Path(row.file).resolve()
+    target = (folder / relative).resolve()
+    if folder not in target.parents or not target.is_file():
+        raise ObjectNotFound("file", relative, param="path")
+    return target

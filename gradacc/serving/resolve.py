@@ -23,12 +23,15 @@ from gradacc.sources import fine_tuned
 from gradacc.sources.files import is_file_id, local_source
 from gradacc.sources.hub import cached_snapshot, check_allowed
 from gradacc.tables import File, FilePurpose, JobStatus, Worker
+from gradacc.tinker import paths as tinker_paths
+from gradacc.tinker.tables import TinkerCheckpoint
 from gradacc.workers import alive_workers
 from trainer_core.spec.cards import ADAPTER_CONFIG
 from trainer_core.spec.fields import BUILTIN_MODEL_TASKS, HUB_ID_PATTERN
 from trainer_core.spec.sources import classify_source
 
 CAUSAL = "causal-lm"
+TINKER_PREFIX = tinker_paths.PREFIX
 HUB_ID = re.compile(HUB_ID_PATTERN)  # what a job accepts as a hub id
 CAUSAL_ARCHITECTURES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 # A built-in base model's weights are made from a seed (they exist nowhere else): the seed a job
@@ -59,6 +62,8 @@ def resolve_model(session: Session, settings: Settings, *, model: str, tenant: s
         return ServedModel(model, model, None)
     if is_file_id(model):
         return _uploaded(session, settings, model, tenant)
+    if model.startswith(TINKER_PREFIX):
+        return _tinker(session, model, tenant)
     if is_hub_id(model):
         return _hub(settings, model)
     found = fine_tuned.find(session, model, tenant=tenant, any_api=True)
@@ -74,6 +79,26 @@ def resolve_model(session: Session, settings: Settings, *, model: str, tenant: s
     except fine_tuned.ModelUnavailable:
         raise ModelNotFound(model) from None
     return ServedModel(model, None, folder)
+
+
+def _tinker(session: Session, model: str, tenant: str) -> ServedModel:
+    """A Tinker client's named sampler weights or export (``tinker://<run>/sampler_weights/<name>``),
+    as the model folder its host wrote (docs/tinker.md)."""
+    try:
+        path = tinker_paths.parse(model, "model")
+    except ValueError:
+        raise ModelNotFound(model) from None
+    found = session.get(TinkerCheckpoint, (path.run_id, path.checkpoint_id))
+    if (
+        found is None
+        or found.tenant != tenant
+        or not found.folder
+        or not Path(found.folder).is_dir()
+    ):
+        raise ModelNotFound(
+            model, hint="a Tinker model is served by the name of named sampler weights or an export"
+        )
+    return ServedModel(model, None, Path(found.folder))
 
 
 def is_hub_id(model: str) -> bool:

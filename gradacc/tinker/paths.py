@@ -42,5 +42,12 @@ def check_name(name: str, field: str = "path") -> str:
 
 
 def file_of(root: Path, tenant: str, path: TinkerPath) -> Path:
+    """The saved state (``torch.save``): weights, and optimizer state for ``weights/``."""
     safe_run = path.run_id.replace(":", "_")
     return root / tenant / safe_run / path.kind / f"{path.name}.pt"
+
+
+def folder_of(root: Path, tenant: str, path: TinkerPath) -> Path:
+    """The model folder of a named sampler or an export: what chat completions serve under the
+    ``tinker://`` name and what an export's URLs download."""
+    return file_of(root, tenant, path).with_suffix(".model")

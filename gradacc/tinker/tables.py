@@ -77,11 +77,15 @@ class TinkerCheckpoint(Base):
     """``tinker://<run_id>/<checkpoint_id>``, ``checkpoint_id`` = ``<kind>/<name>``."""
 
     __tablename__ = "tinker_checkpoints"
+    __table_args__ = (Index("ix_tinker_checkpoints_token", "download_token"),)
 
     run_id: Mapped[str] = mapped_column(String(96), primary_key=True)
     checkpoint_id: Mapped[str] = mapped_column(String(160), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(64))
-    file: Mapped[str] = mapped_column(String(1024))
+    file: Mapped[str] = mapped_column(String(1024), doc="the saved state, or an export's folder")
+    folder: Mapped[str | None] = mapped_column(String(1024), doc="a model folder, when written")
     size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    download_token: Mapped[str | None] = mapped_column(String(64), doc="an export's URLs'")
+    token_expires: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -76,13 +76,18 @@ def upgrade() -> None:
         sa.Column("checkpoint_id", sa.String(length=160), primary_key=True),
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("file", sa.String(length=1024), nullable=False),
+        sa.Column("folder", sa.String(length=1024)),
         sa.Column("size_bytes", sa.BigInteger(), nullable=False),
         sa.Column("created_at", WHEN, nullable=False),
         sa.Column("expires_at", WHEN),
+        sa.Column("download_token", sa.String(length=64)),
+        sa.Column("token_expires", WHEN),
     )
+    op.create_index("ix_tinker_checkpoints_token", "tinker_checkpoints", ["download_token"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_tinker_checkpoints_token", table_name="tinker_checkpoints")
     op.drop_table("tinker_checkpoints")
     op.drop_index("ix_tinker_requests_pending", table_name="tinker_requests")
     op.drop_table("tinker_requests")

@@ -15,7 +15,8 @@ key, against a live ``gradacc serve`` (embedded stack, one worker, API keys as `
 - tinker-cookbook's four loops (``tinker_loops``) run to the end, and a sampler made from each
   one's final sampler weights answers as ``generate`` does on them.
  Weights are read from the
-server's checkpoint files: what a client would download (export is not served yet)."""
+server's checkpoint files, and from an export downloaded through its URLs; a named sampler is
+served by chat completions under its ``tinker://`` name."""
 
 from __future__ import annotations
 
@@ -24,17 +25,20 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import psutil
 import pytest
 import tinker
 import torch
 from tinker import types
 from tinker.types.optimizer import OptimizerConfigBase, OptimParamsBase
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gradacc.settings import Settings
 from gradacc.tinker import paths
@@ -56,7 +60,7 @@ def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("tinker")
-    env = {"GRADACC_PREDICT_SERVER": "false", "GRADACC_BATCH_LEASE_S": "3", "TINKER_TELEMETRY": "0"}
+    env = {"GRADACC_PREDICT_SERVER": "true", "GRADACC_BATCH_LEASE_S": "3", "TINKER_TELEMETRY": "0"}
     with serve_with_keys(request, home, env) as found:
         yield found
 
@@ -290,3 +294,51 @@ def test_cookbook_loop_runs_to_the_end_and_its_sampler_answers(
         torch.tensor([prompt]), max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0
     )[0, len(prompt) :].tolist()
     assert list(answer.sequences[0].tokens) == generated
+
+
+def test_an_export_downloads_and_a_named_sampler_is_served_by_chat_completions(
+    served: Served,
+) -> None:
+    _, url, keys = served
+    svc = service(served)
+    whole = svc.create_lora_training_client(MODEL, rank=0).result()
+    data = _data(4, seed=12)
+    whole.forward_backward(wire(data), "cross_entropy")
+    whole.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    exported = whole.save_weights_external("export").result()
+    urls = svc.create_rest_client().get_external_weights_urls(exported.path).result()
+    assert urls.expires.tzinfo is not None and "config.json" in urls.urls
+    folder = Path(tempfile.mkdtemp())
+    for relative, link in urls.urls.items():  # as the SDK's downloaders fetch them: no key
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).write_bytes(httpx.get(link).raise_for_status().content)
+    assert httpx.get(link.replace("/tinker-files/", "/tinker-files/x")).status_code == 404
+    model = AutoModelForCausalLM.from_pretrained(folder)  # plain transformers, nothing of ours
+    want = whole.forward(wire(data), "cross_entropy").result().loss_fn_outputs
+    for datum, got in zip(data, want, strict=True):
+        logits = model(input_ids=torch.tensor([datum.tokens])).logits[0].float()
+        hand = torch.log_softmax(logits, -1).gather(-1, datum.inputs["target_tokens"][:, None])[
+            :, 0
+        ]
+        assert torch.allclose(hand.detach(), torch.tensor(got["logprobs"].tolist()), atol=1e-5)
+
+    lora = svc.create_lora_training_client(MODEL, rank=4).result()
+    lora.forward_backward(wire(data), "cross_entropy")
+    lora.optim_step(types.AdamParams(learning_rate=5e-2)).result()
+    name = lora.save_weights_for_sampler("served").result().path
+    messages = [{"role": "user", "content": "what is 2 plus 2"}]
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    prompt = tokenizer.encode(text, add_special_tokens=False)
+    sampler = svc.create_sampling_client(model_path=name).result()
+    params = types.SamplingParams(max_tokens=8, temperature=0.0)
+    sampled = sampler.sample(types.ModelInput.from_ints(prompt), 1, params).result().sequences[0]
+    chat = openai.OpenAI(base_url=f"{url}/v1", api_key=keys["alice"], max_retries=0, timeout=120)
+    answer = chat.chat.completions.create(
+        model=name, messages=messages, max_tokens=8, temperature=0
+    )  # type: ignore[arg-type]
+    said = tokenizer.decode(sampled.tokens, skip_special_tokens=True)
+    assert said and answer.choices[0].message.content == said, said
+    bob = openai.OpenAI(base_url=f"{url}/v1", api_key=keys["bob"], max_retries=0, timeout=60)
+    with pytest.raises(openai.NotFoundError):
+        bob.chat.completions.create(model=name, messages=messages, max_tokens=2)  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trainer_core.tinker_host.model import ModelChoice, load, trainable
+from trainer_core.tinker_host.model import ModelChoice, export, load, trainable
 from trainer_core.tinker_losses import Window, check_inputs, datum_loss, loss_tokens
 
 Config = Mapping[str, float | str]
@@ -179,6 +179,10 @@ class TrainingHost:
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(state, path)
         return path.stat().st_size
+
+    def export(self, folder: Path) -> int:
+        """The weights as a model folder (``trainer_core.tinker_host.model.export``)."""
+        return export(self.model, self.tokenizer, self.choice, folder)
 
     def restore(self, path: Path, *, optimizer: bool) -> None:
         """``load_state``: the weights, and the optimizer state when asked (else a fresh one).

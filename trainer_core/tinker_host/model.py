@@ -1,19 +1,22 @@
-"""The model a Tinker client trains: a built-in model (made from seed 0, as the predict server
-makes it) or a hub or local causal LM, with LoRA adapters of ``rank`` on every linear layer, or
-whole (rank 0)."""
+"""The model a Tinker client trains: a built-in model (its weights made from seed 42, as the
+predict server makes the base it serves and a default job trains from) or a hub or local causal
+LM, with LoRA adapters of ``rank`` on every linear layer, or whole (rank 0). ``export`` writes it
+as a model folder the predict server and ``transformers`` load (``trainer_core.model.trained``)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from trainer_core.builtin.models import builtin_tokenizer
-from trainer_core.model.trained import build_builtin
+from trainer_core.model.trained import BUILTIN_BASE, build_builtin
 
-BUILTIN_SEED = 0  # the seed the predict server makes a built-in base from
+BUILTIN_SEED = 42  # gradacc.serving.resolve.BUILTIN_SEED: the served base's, a default job's
 
 
 @dataclass(frozen=True)
@@ -47,3 +50,15 @@ def load(choice: ModelChoice) -> tuple[Any, PreTrainedTokenizerBase]:
 
 def trainable(model: Any) -> dict[str, torch.nn.Parameter]:
     return {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+
+def export(model: Any, tokenizer: Any, choice: ModelChoice, folder: Path) -> int:
+    """A LoRA model's adapters (with ``gradacc_base.json`` naming a built-in base and its seed),
+    or a whole model's weights, with the tokenizer: the bytes written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    if choice.rank > 0 and choice.source.startswith("builtin:"):
+        named = {"model": choice.source, "seed": BUILTIN_SEED}
+        (folder / BUILTIN_BASE).write_text(json.dumps(named), encoding="utf-8")
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())

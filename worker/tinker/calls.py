@@ -21,6 +21,11 @@ from trainer_core.tinker_host.sampling import SampleParams, sample
 from worker.tinker import codec
 
 Answer = tuple[bytes, str]  # the result and its type, proto or json
+SAVED_KINDS = {
+    "save_weights": "weights",
+    "save_weights_for_sampler": "sampler_weights",
+    "save_weights_external": "external_weights",
+}
 
 
 def load(session: Session, settings: Settings, row: TinkerModel) -> TrainingHost:
@@ -68,7 +73,7 @@ def run(
     if kind == "optim_step":
         metrics = host.optim_step(step_params(request))
         return _json({"metrics": metrics, "type": "optim_step"})
-    if kind in ("save_weights", "save_weights_for_sampler"):
+    if kind in SAVED_KINDS:
         return _save(session, settings, row, host, kind, request)
     if kind == "load_weights":
         found = checkpoint_file(session, settings, row.tenant, str(request.get("path")))
@@ -104,36 +109,41 @@ def _save(
     kind: str,
     request: dict[str, Any],
 ) -> Answer:
-    sampler = kind == "save_weights_for_sampler"
-    name = request.get("path") or request.get("ephemeral_name")
-    where = paths.TinkerPath(
-        row.id, "sampler_weights" if sampler else "weights", paths.check_name(str(name))
-    )
+    """``save_state`` (weights and optimizer), sampler weights (a named one also as a model
+    folder, served by chat completions under its ``tinker://`` name) or an export (the folder
+    alone, downloaded through ``external_weights_urls``)."""
+    ephemeral = request.get("path") is None
+    name = paths.check_name(str(request.get("path") or request.get("ephemeral_name")))
+    where = paths.TinkerPath(row.id, SAVED_KINDS[kind], name)
     existing = session.get(TinkerCheckpoint, (row.id, where.checkpoint_id))
-    if existing is not None and not request.get("overwrite", sampler):
+    if existing is not None and kind == "save_weights" and not request.get("overwrite"):
         raise ValueError(f"path: {where} exists; save under another name or with overwrite")
     file = paths.file_of(settings.tinker_dir, row.tenant, where)
-    size = host.save(file, optimizer=not sampler)
+    folder = (
+        None
+        if ephemeral and kind != "save_weights_external"
+        else paths.folder_of(settings.tinker_dir, row.tenant, where)
+    )
+    size = 0
+    if kind != "save_weights_external":
+        size = host.save(file, optimizer=kind == "save_weights")
+    if folder is not None and kind != "save_weights":
+        size += host.export(folder)
     ttl = request.get("ttl_seconds")
     expires = utcnow() + timedelta(seconds=float(ttl)) if ttl else None
     if existing is None:
-        session.add(
-            TinkerCheckpoint(
-                run_id=row.id,
-                checkpoint_id=where.checkpoint_id,
-                tenant=row.tenant,
-                file=str(file),
-                size_bytes=size,
-                expires_at=expires,
-            )
+        existing = TinkerCheckpoint(
+            run_id=row.id, checkpoint_id=where.checkpoint_id, tenant=row.tenant
         )
-    else:
-        existing.size_bytes, existing.created_at, existing.expires_at = size, utcnow(), expires
+        session.add(existing)
+    existing.file = str(folder if kind == "save_weights_external" else file)
+    existing.folder = str(folder) if folder is not None and kind != "save_weights" else None
+    existing.size_bytes, existing.created_at, existing.expires_at = size, utcnow(), expires
     session.commit()
-    if sampler and request.get("path") is None:
-        return _json(
-            {"sampling_session_id": request["sampler_id"], "type": "save_weights_for_sampler"}
-        )
+    if kind == "save_weights_for_sampler" and ephemeral:
+        return _json({"sampling_session_id": request["sampler_id"], "type": kind})
+    if kind == "save_weights_external":
+        return _json({"path": str(where), "size_bytes": size, "type": kind})
     return _json({"path": str(where), "type": kind})
 
 
