@@ -218,6 +218,9 @@ class Settings(BaseSettings):
     # its worker's host; a retrieve_future waits this long for its answer before "try again".
     tinker_idle_s: float = Field(default=1800.0, gt=0)
     tinker_poll_wait_s: float = Field(default=25.0, gt=0, le=40)
+    # A worker's Tinker host that holds no model ends after this (the next request starts
+    # another, seconds of imports); while it lives, its worker takes no job.
+    tinker_host_linger_s: float = Field(default=30.0, gt=0)
     # The micro-batch a host cuts a forward_backward chunk into for memory (0: the chunk whole);
     # the window's update does not depend on it.
     tinker_micro_batch: int = Field(default=0, ge=0)

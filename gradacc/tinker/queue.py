@@ -21,6 +21,7 @@ class Answer:
     result: bytes | None
     result_type: str | None
     kind: str
+    held: bool  # a worker's host holds its model (else it waits for a free worker)
 
 
 def enqueue(
@@ -75,7 +76,12 @@ def answer(session: Session, *, tenant: str, request_id: str) -> Answer | None:
     row = session.get(TinkerRequest, int(request_id))
     if row is None or row.tenant != tenant:
         return None
-    return Answer(row.status, row.result, row.result_type, row.kind)
+    held = True
+    if row.status == "pending":
+        model = session.get(TinkerModel, row.model_id)
+        until = model.held_until if model is not None else None
+        held = until is not None and until > utcnow()
+    return Answer(row.status, row.result, row.result_type, row.kind, held)
 
 
 def next_pending(session: Session, model_ids: list[str]) -> TinkerRequest | None:

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,15 @@ import psutil
 import pytest
 import tinker
 import torch
+from sqlalchemy import select
 from tinker import types
 from tinker.types.optimizer import OptimizerConfigBase, OptimParamsBase
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from gradacc.db import session_scope
 from gradacc.settings import Settings
 from gradacc.tinker import paths
+from gradacc.tinker.tables import TinkerSession
 from tests.e2e import tinker_loops
 from tests.e2e.conftest import ROOT, serve_with_keys
 from tests.trainer_core.test_tinker_host import CHOICE, _close, _data, _hand_update
@@ -60,7 +64,13 @@ def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("tinker")
-    env = {"GRADACC_PREDICT_SERVER": "true", "GRADACC_BATCH_LEASE_S": "3", "TINKER_TELEMETRY": "0"}
+    env = {
+        "GRADACC_PREDICT_SERVER": "true",
+        "GRADACC_BATCH_LEASE_S": "3",
+        "GRADACC_TINKER_HOST_LINGER_S": "2",
+        "GRADACC_RECONCILE_INTERVAL_S": "2",
+        "TINKER_TELEMETRY": "0",
+    }
     with serve_with_keys(request, home, env) as found:
         yield found
 
@@ -342,3 +352,43 @@ def test_an_export_downloads_and_a_named_sampler_is_served_by_chat_completions(
     bob = openai.OpenAI(base_url=f"{url}/v1", api_key=keys["bob"], max_retries=0, timeout=60)
     with pytest.raises(openai.NotFoundError):
         bob.chat.completions.create(model=name, messages=messages, max_tokens=2)  # type: ignore[arg-type]
+
+
+def test_a_worker_holding_tinker_models_leaves_jobs_until_they_are_let_go(served: Served) -> None:
+    """Last in this module: it finishes every session of the module's tenant."""
+    settings, url, keys = served
+    tc = service(served).create_lora_training_client(MODEL, rank=2).result()
+    tc.forward_backward(wire(_data(2, seed=13)), "cross_entropy").result()  # held by the host
+    spec = {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment",
+            "task": "sequence-classification", "backend": "pytorch", "num_train_epochs": 1,
+            "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
+            "learning_rate": 1e-3, "max_train_samples": 16}  # fmt: skip
+    bearer = {"Authorization": f"Bearer {keys['alice']}"}
+    job = (
+        httpx.post(f"{url}/v1/jobs", json=spec, headers=bearer, timeout=30)
+        .raise_for_status()
+        .json()
+    )
+    log = settings.home / "serve.log"
+    left = f"job {job['id']} left for another worker: this one holds Tinker models"
+    deadline = time.monotonic() + 120
+    while left not in log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, "the worker never turned the job away"
+        time.sleep(0.5)
+    status = httpx.get(f"{url}/v1/jobs/{job['id']}", headers=bearer).json()["status"]
+    assert status == "queued"
+    with session_scope(settings) as session:
+        sessions = session.scalars(
+            select(TinkerSession.id).where(TinkerSession.tenant == "alice")
+        ).all()
+    for sid in sessions:  # as ServiceClient.close() does
+        _post(
+            served, "alice", f"sessions/{sid}/finish", {"reason": {"type": "success"}}
+        ).raise_for_status()
+    with pytest.raises(tinker.UnprocessableEntityError, match="closed"):
+        tc.forward_backward(wire(_data(1, seed=14)), "cross_entropy").result()
+    while status not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline + 180, f"the job stayed {status}"
+        time.sleep(1)
+        status = httpx.get(f"{url}/v1/jobs/{job['id']}", headers=bearer).json()["status"]
+    assert status == "succeeded"

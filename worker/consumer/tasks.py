@@ -46,7 +46,7 @@ from worker.consumer.supervisor import (
     supervise,
     worker_name,
 )
-from worker.consumer.tinker_runner import TinkerRunner
+from worker.consumer.tinker_runner import TinkerRunner, job_turn
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +91,22 @@ def handle_job(job_id: str) -> str:
     def send(named: str) -> bool:
         return send_or_leave(app, settings, named)
 
-    taken = take_for_message(settings, named=job_id, worker=worker, send=send)
-    if taken.job_id is None:
-        if taken.note == "throttled":
-            log.info("job %s waits: its tenant is at its running-job limit", job_id)
-            return "throttled"
-        log.info(
-            "job %s is not claimable (done, running elsewhere or cancelled), nor another", job_id
-        )
-        return "skipped"
-    return _run(settings, app, taken.job_id, worker)
+    with job_turn() as free:
+        if not free:  # this worker's Tinker host holds models (worker.consumer.tinker_runner)
+            log.info("job %s left for another worker: this one holds Tinker models", job_id)
+            leave_for_others(settings, named=job_id)
+            return "skipped"
+        taken = take_for_message(settings, named=job_id, worker=worker, send=send)
+        if taken.job_id is None:
+            if taken.note == "throttled":
+                log.info("job %s waits: its tenant is at its running-job limit", job_id)
+                return "throttled"
+            log.info(
+                "job %s is not claimable (done, running elsewhere or cancelled), nor another",
+                job_id,
+            )
+            return "skipped"
+        return _run(settings, app, taken.job_id, worker)
 
 
 def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:

@@ -1,6 +1,11 @@
 """The consumer's side of the Tinker host: a polling thread that starts the host process
 (``python -m worker.tinker.host``) when a Tinker model has requests waiting and no live host, and
-stops it at the worker's shutdown. The host ends by itself once it has held nothing for a while."""
+stops it at the worker's shutdown. The host ends by itself once it has held nothing for a while.
+
+A worker holds a training job or Tinker models, never both: the host starts only while no job
+runs here, and while it lives the worker leaves job messages to the others (``job_turn``; the
+reconciler sends them again). On one machine of one worker, a job waits until the host has let
+its models go (their session finished, or ``tinker_idle_s`` without a request)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,8 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy import exists, or_, select
 
@@ -19,6 +26,27 @@ from worker.child.ranks.launcher import die_with_parent
 from worker.consumer.polling import PollingRunner
 
 log = logging.getLogger(__name__)
+_turn = threading.Lock()  # between a job's claim and the host's start
+_state: dict[str, object] = {"job": False, "host": None}
+
+
+def _hosting() -> bool:
+    host = _state["host"]
+    return isinstance(host, subprocess.Popen) and host.poll() is None
+
+
+@contextmanager
+def job_turn() -> Iterator[bool]:
+    """Whether this worker may take a job now (False: its Tinker host holds models); while the
+    caller's block runs, the host is not started."""
+    with _turn:
+        free = not _hosting()
+        _state["job"] = free
+    try:
+        yield free
+    finally:
+        with _turn:
+            _state["job"] = False
 
 
 class TinkerRunner(PollingRunner):
@@ -26,18 +54,19 @@ class TinkerRunner(PollingRunner):
 
     def __init__(self, settings: Settings, worker: str, stop: threading.Event) -> None:
         super().__init__(settings, worker, stop)
-        self.process: subprocess.Popen[bytes] | None = None
         stopper = threading.Thread(target=self._stop_host, name="tinker-stop", daemon=True)
         stopper.start()
 
     def run_once(self) -> bool:
-        if self.process is not None and self.process.poll() is None:
+        if _hosting() or not self._waiting():
             return False
-        if not self._waiting():
-            return False
-        command = [sys.executable, "-m", "worker.tinker.host", self.worker]
-        self.process = subprocess.Popen(command, env=dict(os.environ), preexec_fn=die_with_parent)
-        log.info("tinker host started (pid %d)", self.process.pid)
+        with _turn:
+            if _state["job"] or _hosting():
+                return False
+            command = [sys.executable, "-m", "worker.tinker.host", self.worker]
+            host = subprocess.Popen(command, env=dict(os.environ), preexec_fn=die_with_parent)
+            _state["host"] = host
+        log.info("tinker host started (pid %d)", host.pid)
         return True
 
     def _waiting(self) -> bool:
@@ -58,6 +87,6 @@ class TinkerRunner(PollingRunner):
 
     def _stop_host(self) -> None:
         self.stop.wait()
-        process = self.process
-        if process is not None and process.poll() is None:
-            process.terminate()
+        host = _state["host"]
+        if isinstance(host, subprocess.Popen) and host.poll() is None:
+            host.terminate()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -33,7 +34,6 @@ from worker.tinker import calls
 log = logging.getLogger(__name__)
 POLL_S = 0.05
 SAMPLER_IDLE_S = 120.0
-EMPTY_EXIT_S = 30.0  # holding nothing this long, the process ends (the runner starts it again)
 LOST = "its worker died; continue with load_state (create_training_client_from_state) from its last save_state"
 
 
@@ -48,24 +48,34 @@ class TinkerHost:
         self.settings, self.worker = settings, worker
         self.sessions = get_sessionmaker(settings)
         self.held: dict[str, Held] = {}
-        self.renewed = 0.0
+        self.dropped: set[str] = set()  # models to let go, found by the renewing thread
 
     def run(self) -> None:
+        threading.Thread(target=self.renew_forever, name="tinker-leases", daemon=True).start()
         empty_since = time.monotonic()
         while True:
             worked = self.once()
             if self.held or worked:
                 empty_since = time.monotonic()
-            elif time.monotonic() - empty_since > EMPTY_EXIT_S:
+            elif time.monotonic() - empty_since > self.settings.tinker_host_linger_s:
                 return
             if not worked:
                 time.sleep(POLL_S)
 
+    def renew_forever(self) -> None:
+        """The held models' leases, renewed while a long request runs too."""
+        while True:
+            time.sleep(self.settings.batch_lease_s / 3)
+            try:
+                with self.sessions() as session:
+                    self._renew(session)
+            except Exception:  # a database outage: tried again at the next beat
+                log.exception("tinker: renewing the leases failed; trying again")
+
     def once(self) -> bool:
         with self.sessions() as session:
             self._claim(session)
-            if time.monotonic() - self.renewed > self.settings.batch_lease_s / 3:
-                self._renew(session)
+            self._drop_released(session)
             request = queue.next_pending(session, list(self.held))
             if request is None:
                 self._let_go(session)
@@ -80,6 +90,7 @@ class TinkerHost:
         )
         free = or_(TinkerModel.held_until.is_(None), TinkerModel.held_until < now)
         query = select(TinkerModel.id).where(TinkerModel.status == "active", free, waiting)
+        query = query.where(TinkerModel.id.not_in(list(self.held)))
         for model_id in session.scalars(query.limit(8)).all():
             take = update(TinkerModel).where(TinkerModel.id == model_id, free)
             until = now + timedelta(seconds=self.settings.batch_lease_s)
@@ -106,7 +117,7 @@ class TinkerHost:
         session.commit()
 
     def _renew(self, session: Session) -> None:
-        self.renewed = time.monotonic()
+        """Renews the leases; a model closed (its session finished) or taken is marked to drop."""
         for model_id in list(self.held):
             status = leases.renew(
                 session,
@@ -117,7 +128,17 @@ class TinkerHost:
             )
             if status != "active":
                 log.info("tinker: releasing %s (%s)", model_id, status or "taken")
-                self.held.pop(model_id, None)
+                self.dropped.add(model_id)
+
+    def _drop_released(self, session: Session) -> None:
+        for model_id in list(self.dropped):
+            self.dropped.discard(model_id)
+            if self.held.pop(model_id, None) is not None:
+                stmt = update(TinkerModel).where(
+                    TinkerModel.id == model_id, TinkerModel.holder == self.worker
+                )
+                session.execute(stmt.values(holder=None, held_until=None))
+                session.commit()
 
     def _let_go(self, session: Session) -> None:
         now = time.monotonic()
