@@ -79,3 +79,8 @@ if [ "$GPUS" -ge 2 ]; then
 else
   echo "## FSDP2 case skipped: $GPUS GPU (sharding needs two ranks or more)"
 fi
+# On a machine with the hub (or its cache) and the project installed: the cookbook's own recipes.
+if [ "${GRADACC_HUB_CHECK:-0}" = 1 ]; then
+  step 900 tinker_hub.md "tinker-cookbook sl_basic and rl_basic against gradacc serve" -- \
+    bash bench/tinker_hub_check.sh
+fi

@@ -69,8 +69,10 @@ def finish(
 
 
 @router.post("/create_model")
-def create_model(session: SessionDep, tenant: TenantDep, body: JsonBody) -> Json:
-    return services.create_model(session, tenant, body)
+def create_model(
+    session: SessionDep, settings: SettingsDep, tenant: TenantDep, body: JsonBody
+) -> Json:
+    return services.create_model(session, settings, tenant, body)
 
 
 @router.post("/get_info")
@@ -113,8 +115,10 @@ def load_weights(session: SessionDep, tenant: TenantDep, body: JsonBody) -> Json
 
 
 @router.post("/create_sampling_session")
-def create_sampling_session(session: SessionDep, tenant: TenantDep, body: JsonBody) -> Json:
-    return services.create_sampling_session(session, tenant, body)
+def create_sampling_session(
+    session: SessionDep, settings: SettingsDep, tenant: TenantDep, body: JsonBody
+) -> Json:
+    return services.create_sampling_session(session, settings, tenant, body)
 
 
 @router.get("/samplers/{sampler_id}")

@@ -14,6 +14,8 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from gradacc.errors import InvalidRequest, ObjectNotFound
+from gradacc.settings import Settings
+from gradacc.sources.hub import check_allowed
 from gradacc.tables import utcnow
 from gradacc.tinker import names, paths, queue
 from gradacc.tinker.tables import TinkerCheckpoint, TinkerModel, TinkerSession
@@ -84,14 +86,24 @@ def _active(row: TinkerModel, param: str) -> None:
         raise InvalidRequest(f"model {row.id!r} is {row.status}{why}", param=param)
 
 
-def create_model(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
-    owner = own_session(session, tenant, body.get("session_id"))
-    number = need(body, "model_seq_id", int)
-    base = need(body, "base_model", str)
+def checked_base(settings: Settings, base: str) -> str:
+    """A base model the server offers (``gradacc/<name>``), or a hub id ``GRADACC_HUB_ALLOW``
+    allows, as a job may train from it; else a 422 naming ``base_model``."""
     try:
-        names.source_of(base)
+        source = names.source_of(base)
     except ValueError as exc:
         raise InvalidRequest(str(exc).partition(": ")[2], param="base_model") from None
+    if not source.startswith("builtin:"):
+        check_allowed(source, settings, param="base_model")
+    return base
+
+
+def create_model(
+    session: Session, settings: Settings, tenant: str, body: dict[str, Any]
+) -> dict[str, Any]:
+    owner = own_session(session, tenant, body.get("session_id"))
+    number = need(body, "model_seq_id", int)
+    base = checked_base(settings, need(body, "base_model", str))
     lora = body.get("lora_config") or {}
     rank = lora.get("rank", 0) if isinstance(lora, dict) else None
     if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank <= 1024:
@@ -271,7 +283,9 @@ def create_via_load(session: Session, tenant: str, body: dict[str, Any]) -> dict
     return {"request_id": request_id, "model_id": model_id}
 
 
-def create_sampling_session(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+def create_sampling_session(
+    session: Session, settings: Settings, tenant: str, body: dict[str, Any]
+) -> dict[str, Any]:
     owner = own_session(session, tenant, body.get("session_id"))
     number = need(body, "sampling_session_seq_id", int)
     sampler_id = f"{owner.id}:sample:{number}"
@@ -286,11 +300,7 @@ def create_sampling_session(session: Session, tenant: str, body: dict[str, Any])
             assert source is not None
             base = source.base_model
         else:
-            base = need(body, "base_model", str)
-            try:
-                names.source_of(base)
-            except ValueError as exc:
-                raise InvalidRequest(str(exc).partition(": ")[2], param="base_model") from None
+            base = checked_base(settings, need(body, "base_model", str))
         session.add(_sampler(owner.id, sampler_id, tenant, base, model_path))
         session.commit()
     return {"sampling_session_id": sampler_id, "type": "create_sampling_session"}

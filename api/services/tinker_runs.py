@@ -4,6 +4,7 @@ and what a ``tinker://`` path holds. Another tenant's run or checkpoint is a 404
 from __future__ import annotations
 
 import secrets
+import shutil
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,11 @@ def delete_checkpoint(
     session: Session, tenant: str, run_id: str, checkpoint_id: str
 ) -> dict[str, Any]:
     row = _checkpoint(session, tenant, f"{paths.PREFIX}{run_id}/{checkpoint_id}", "checkpoint_id")
-    Path(row.file).unlink(missing_ok=True)
+    for kept in (row.file, row.folder):  # the saved state, and a model folder when written
+        if kept and Path(kept).is_dir():
+            shutil.rmtree(kept, ignore_errors=True)
+        elif kept:
+            Path(kept).unlink(missing_ok=True)
     session.delete(row)
     session.commit()
     return {}

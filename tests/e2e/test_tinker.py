@@ -240,8 +240,13 @@ def test_another_tenant_sees_nothing_and_bad_input_names_its_field(served: Serve
     assert [r.status_code for r in refused] == [404] * len(refused), [r.text for r in refused]
     assert httpx.get(f"{url}/api/v1/training_runs", headers=bob).json()["training_runs"] == []
     alice = service(served)
-    listed = alice.create_rest_client().list_checkpoints(run_id).result()
+    rest = alice.create_rest_client()
+    listed = rest.list_checkpoints(run_id).result()
     assert {c.tinker_path for c in listed.checkpoints} == {path, sampler_path}
+    rest.set_checkpoint_ttl_from_tinker_path(path, 7200).result()
+    rest.delete_checkpoint_from_tinker_path(sampler_path).result()
+    (kept,) = rest.list_checkpoints(run_id).result().checkpoints
+    assert kept.tinker_path == path and kept.expires_at is not None
 
     session = _post(served, "alice", "create_session", {"tags": []}).json()["session_id"]
     bad = [
