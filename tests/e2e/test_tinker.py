@@ -12,6 +12,9 @@ key, against a live ``gradacc serve`` (embedded stack, one worker, API keys as `
 - another tenant's model, run, checkpoint, sampler and future are 404s; bad input is a 422
   naming its field.
 
+- a client sending a gradacc SFT job's windows (same rows, same masks) with ``num_loss_tokens``
+  and SGD ends with the job's weights;
+- a worker that holds Tinker models leaves a job message to others until they are let go;
 - tinker-cookbook's four loops (``tinker_loops``) run to the end, and a sampler made from each
   one's final sampler weights answers as ``generate`` does on them.
  Weights are read from the
@@ -48,7 +51,14 @@ from gradacc.tinker import paths
 from gradacc.tinker.tables import TinkerSession
 from tests.e2e import tinker_loops
 from tests.e2e.conftest import ROOT, serve_with_keys
+from tests.trainer_core.helpers import CHAT, final_weights
+from tests.trainer_core.helpers import run as run_job_core
 from tests.trainer_core.test_tinker_host import CHOICE, _close, _data, _hand_update
+from trainer_core.accumulation import IGNORE_INDEX
+from trainer_core.data.load import load_job_data
+from trainer_core.data.loader import EpochLoader, EpochPlan
+from trainer_core.model.load import load_tokenizer
+from trainer_core.spec.job import JobSpec
 from trainer_core.tinker_host.host import Datum, TrainingHost
 from trainer_core.tinker_host.model import ModelChoice
 
@@ -357,6 +367,68 @@ def test_an_export_downloads_and_a_named_sampler_is_served_by_chat_completions(
     bob = openai.OpenAI(base_url=f"{url}/v1", api_key=keys["bob"], max_retries=0, timeout=60)
     with pytest.raises(openai.NotFoundError):
         bob.chat.completions.create(model=name, messages=messages, max_tokens=2)  # type: ignore[arg-type]
+
+
+def _job_windows(spec: JobSpec) -> list[list[Datum]]:
+    """The job's accumulation windows as Tinker datums: each row of each micro-batch, its input
+    and next tokens, weight 1 where the job trains a label (the core's own epoch plan: same
+    rows, same order, same masks)."""
+    tokenizer = load_tokenizer(spec)
+    data = load_job_data(spec, tokenizer)
+    b, k = spec.per_device_train_batch_size, spec.gradient_accumulation_steps
+    assert isinstance(b, int) and k is not None
+    plan = EpochPlan(data.train, batch_size=b, accumulation=k, seed=spec.seed,
+                     pad_id=int(tokenizer.pad_token_id))  # fmt: skip
+    loader = EpochLoader(plan)
+    loader.set_epoch(0)
+    windows: list[list[Datum]] = [[]]
+    for micro in loader:
+        for ids, mask, labels in zip(
+            micro["input_ids"], micro["attention_mask"], micro["labels"], strict=True
+        ):
+            n = int(mask.sum())
+            weights = (labels[1:n] != IGNORE_INDEX).float()
+            windows[-1].append(
+                Datum(ids[: n - 1].tolist(), {"target_tokens": ids[1:n], "weights": weights})
+            )
+        if micro["last_in_window"]:
+            windows.append([])
+    return windows[:-1]
+
+
+def test_the_sdk_loop_with_num_loss_tokens_equals_a_gradacc_sft_job(
+    served: Served, tmp_path: Path
+) -> None:
+    """One epoch of 37 chat rows at (b, K) = (4, 4), seed 42, plain SGD at a constant rate: the
+    job's final weights, and a Tinker client sending the same windows (each as 3 calls)."""
+    spec = JobSpec(**CHAT, per_device_train_batch_size=4, gradient_accumulation_steps=4,
+                   max_train_samples=37, max_seq_length=64, num_train_epochs=1, seed=42,
+                   optim="sgd", learning_rate=5e-2, max_grad_norm=0.0,
+                   lr_scheduler_type="constant", warmup_steps=0)  # fmt: skip
+    assert run_job_core(spec, tmp_path).status == "completed"
+    job = final_weights(tmp_path)
+    tc = (
+        service(served)
+        .create_lora_training_client(MODEL, rank=0, optimizer=OptimizerConfigBase(type="sgd"))
+        .result()
+    )
+    windows = _job_windows(spec)
+    assert len(windows) == 3  # 16 + 16 + 5 rows
+    for window in windows:
+        for part in (window[0::3], window[1::3], window[2::3]):
+            tc.forward_backward(
+                wire(part), "cross_entropy", {"grad_accumulation_normalization": TOKENS}
+            )
+        tc.optim_step(OptimParamsBase(type="sgd", learning_rate=5e-2))
+    mine = saved(served, tc.save_state("like-the-job").result().path)
+    renamed = {k.removeprefix("model."): v for k, v in mine.items()}
+    common = renamed.keys() & job.keys()
+    assert len(common) == len(renamed)
+    largest = max(float(job[k].abs().max()) for k in common)
+    moved = max(float((job[k] - TrainingHost(CHOICE).weights()[k]).abs().max()) for k in common)
+    gap = max(float((renamed[k] - job[k]).abs().max()) for k in common)
+    print(f"tinker vs job: {gap:.2e}; largest entry {largest:.2e}, training moved {moved:.2e}")
+    assert moved > 1e-3 and gap <= 1e-5 * largest
 
 
 def test_a_worker_holding_tinker_models_leaves_jobs_until_they_are_let_go(served: Served) -> None:
