@@ -18,7 +18,8 @@ from api.services import tinker_runs as runs
 from gradacc.errors import ObjectNotFound
 from gradacc.tinker import names, queue
 
-router = APIRouter(prefix="/api/v1", tags=["tinker"])
+# The SDK defines this contract (docs/tinker-protocol.md), not the OpenAPI schema: left out of it.
+router = APIRouter(prefix="/api/v1", tags=["tinker"], include_in_schema=False)
 Json = dict[str, Any]
 JsonBody = Annotated[Json, Body()]
 OptionalBody = Annotated[Json | None, Body()]
@@ -214,7 +215,7 @@ def weights_info(session: ReadSessionDep, tenant: TenantDep, body: JsonBody) -> 
     return runs.weights_info(session, tenant, str(body.get("tinker_path", "")))
 
 
-downloads = APIRouter(tags=["tinker"])
+downloads = APIRouter(tags=["tinker"], include_in_schema=False)
 
 
 @downloads.get(runs.DOWNLOADS + "/{token}/{relative:path}")
