@@ -31,12 +31,22 @@ def need(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
+def mapping(body: dict[str, Any], key: str) -> dict[str, Any]:
+    """An optional object field: {} when absent, a 422 naming it when it is not an object."""
+    value = body.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidRequest("an object", param=key)
+    return value
+
+
 def create_session(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
     row = TinkerSession(
         id="ts-" + secrets.token_hex(10),
         tenant=tenant,
         tags=list(body.get("tags") or []),
-        user_metadata=body.get("user_metadata"),
+        user_metadata=mapping(body, "user_metadata") or None,
     )
     session.add(row)
     session.commit()
@@ -61,7 +71,7 @@ def finish(session: Session, tenant: str, session_id: str, body: dict[str, Any])
     """The first reason wins; the session's models and samplers are released by their hosts."""
     row = own_session(session, tenant, session_id)
     if row.finished_at is None:
-        reason = (body.get("reason") or {}).get("type", "success")
+        reason = mapping(body, "reason").get("type", "success")
         row.finished_at, row.finish_reason = utcnow(), str(reason)[:16]
         stmt = update(TinkerModel).where(
             TinkerModel.session_id == row.id, TinkerModel.status == "active"
@@ -104,8 +114,8 @@ def create_model(
     owner = own_session(session, tenant, body.get("session_id"))
     number = need(body, "model_seq_id", int)
     base = checked_base(settings, need(body, "base_model", str))
-    lora = body.get("lora_config") or {}
-    rank = lora.get("rank", 0) if isinstance(lora, dict) else None
+    lora = mapping(body, "lora_config")
+    rank = lora.get("rank", 0)
     if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank <= 1024:
         raise InvalidRequest("an integer from 0 (every weight) to 1024", param="lora_config.rank")
     if rank and not all(lora.get(k, True) for k in ("train_unembed", "train_mlp", "train_attn")):
@@ -114,7 +124,7 @@ def create_model(
             "train_attn must all be true",
             param="lora_config",
         )
-    family = (body.get("optimizer_config") or {}).get("type", "adamw")
+    family = mapping(body, "optimizer_config").get("type", "adamw")
     if family not in FAMILIES:
         raise InvalidRequest(
             f"one of {', '.join(FAMILIES)} (got {family!r})", param="optimizer_config.type"
@@ -129,9 +139,9 @@ def create_model(
                 kind="train",
                 base_model=base,
                 rank=rank,
-                seed=int(lora.get("seed") or 0),
+                seed=_seed(lora.get("seed")),
                 optimizer=family,
-                user_metadata=body.get("user_metadata"),
+                user_metadata=mapping(body, "user_metadata") or None,
             )
         )
         session.flush()
@@ -257,7 +267,7 @@ def create_via_load(session: Session, tenant: str, body: dict[str, Any]) -> dict
         raise InvalidRequest("load a save_state (weights/) checkpoint", param="path")
     source = session.get(TinkerModel, found.run_id)
     assert source is not None
-    family = (body.get("optimizer_config") or {}).get("type", source.optimizer)
+    family = mapping(body, "optimizer_config").get("type", source.optimizer)
     if family not in FAMILIES:
         raise InvalidRequest(f"one of {', '.join(FAMILIES)}", param="optimizer_config.type")
     model_id = f"{owner.id}:train:{number}"
@@ -272,7 +282,7 @@ def create_via_load(session: Session, tenant: str, body: dict[str, Any]) -> dict
                 rank=source.rank,
                 seed=source.seed,
                 optimizer=family,
-                user_metadata=body.get("user_metadata") or source.user_metadata,
+                user_metadata=mapping(body, "user_metadata") or source.user_metadata,
             )
         )
         session.flush()
@@ -337,3 +347,11 @@ def asample(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, An
     )
     ids = [f"{row.id}:{seq_id}:{i}" for i in range(count)]
     return {"request_id": request_id, "sample_sequence_ids": ids}
+
+
+def _seed(value: Any) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidRequest("an integer", param="lora_config.seed")
+    return value

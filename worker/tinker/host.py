@@ -197,7 +197,12 @@ def _error(message: str, category: str) -> bytes:
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     (worker,) = argv
-    TinkerHost(get_settings(), worker).run()
+    settings = get_settings()
+    if settings.train_threads > 0:  # the worker's share of the cores, as a job's training gets
+        import torch
+
+        torch.set_num_threads(settings.train_threads)
+    TinkerHost(settings, worker).run()
     return 0
 
 
