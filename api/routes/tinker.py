@@ -152,10 +152,9 @@ async def retrieve_future(
         ):
             break
         await asyncio.sleep(POLL_S)
-    if found.status == "pending":
-        return JSONResponse(
-            {"type": "try_again", "request_id": request_id, "queue_state": "active"}
-        )
+    if found.status == "pending":  # no worker free to hold its model: the SDK tells the user
+        state = "active" if found.held else "paused_capacity"
+        return JSONResponse({"type": "try_again", "request_id": request_id, "queue_state": state})
     media = "application/x-protobuf" if found.result_type == "proto" else "application/json"
     return Response(content=found.result or b"{}", media_type=media)
 
