@@ -34,11 +34,13 @@ from worker.tinker import calls
 log = logging.getLogger(__name__)
 POLL_S = 0.05
 SAMPLER_IDLE_S = 120.0
+LOADED_SAMPLERS = 4  # samplers kept in memory at once
 LOST = "its worker died; continue with load_state (create_training_client_from_state) from its last save_state"
 
 
 @dataclass
 class Held:
+    sampler: bool
     host: TrainingHost | None = None
     used: float = field(default_factory=time.monotonic)
 
@@ -103,7 +105,7 @@ class TinkerHost:
                 self._lose(session, row)
                 continue
             log.info("tinker: holding %s", model_id)
-            self.held[model_id] = Held()
+            self.held[model_id] = Held(sampler=row is not None and row.kind == "sample")
 
     def _lose(self, session: Session, row: TinkerModel) -> None:
         row.status, row.error, row.holder, row.held_until = "lost", LOST, None, None
@@ -140,6 +142,13 @@ class TinkerHost:
                 session.execute(stmt.values(holder=None, held_until=None))
                 session.commit()
 
+    def _unload_samplers(self, *, keep: int) -> None:
+        """At most ``keep`` samplers in memory, the most recently used: an RL loop makes a new one
+        every step. One unloaded stays held, and loads again if asked."""
+        loaded = [h for h in self.held.values() if h.host is not None and h.sampler]
+        for held in sorted(loaded, key=lambda h: h.used)[: max(len(loaded) - keep, 0)]:
+            held.host = None
+
     def _let_go(self, session: Session) -> None:
         now = time.monotonic()
         for model_id, held in list(self.held.items()):
@@ -169,6 +178,8 @@ class TinkerHost:
         arrival, kind, body = request.arrival, request.kind, request.body
         try:
             if held.host is None:
+                if row.kind == "sample":
+                    self._unload_samplers(keep=LOADED_SAMPLERS - 1)
                 held.host = calls.load(session, self.settings, row)
             result, result_type = calls.run(session, self.settings, row, held.host, kind, body)
             ok = True
