@@ -93,10 +93,12 @@ class TinkerHost:
         free = or_(TinkerModel.held_until.is_(None), TinkerModel.held_until < now)
         query = select(TinkerModel.id).where(TinkerModel.status == "active", free, waiting)
         query = query.where(TinkerModel.id.not_in(list(self.held)))
-        room = self.settings.tinker_models_per_host - len(self.held)
-        if room <= 0:  # the rest wait for another worker's host (paused_capacity)
-            return
-        for model_id in session.scalars(query.limit(room)).all():
+        # Training models up to the cap (the rest wait for another worker's host); samplers
+        # always, their memory bounded by LOADED_SAMPLERS.
+        training = sum(1 for held in self.held.values() if not held.sampler)
+        if training >= self.settings.tinker_models_per_host:
+            query = query.where(TinkerModel.kind == "sample")
+        for model_id in session.scalars(query.limit(16)).all():
             take = update(TinkerModel).where(TinkerModel.id == model_id, free)
             until = now + timedelta(seconds=self.settings.batch_lease_s)
             if session.execute(take.values(holder=self.worker, held_until=until)).rowcount != 1:  # type: ignore[attr-defined]
