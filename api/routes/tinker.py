@@ -23,7 +23,7 @@ router = APIRouter(prefix="/api/v1", tags=["tinker"], include_in_schema=False)
 Json = dict[str, Any]
 JsonBody = Annotated[Json, Body()]
 OptionalBody = Annotated[Json | None, Body()]
-POLL_S = 0.05
+POLL_FIRST_S, POLL_S = 0.002, 0.05  # a future's database reads: every 2 ms, doubling to 50 ms
 
 
 @router.post("/client/config")
@@ -141,6 +141,7 @@ async def retrieve_future(
     request_id = str(body.get("request_id", ""))
     sessions = request.app.state.read_sessionmaker
     until = time.monotonic() + settings.tinker_poll_wait_s
+    pause = POLL_FIRST_S
     while True:
         found = await run_in_threadpool(_answer, sessions, tenant, request_id)
         if found is None:
@@ -151,7 +152,8 @@ async def retrieve_future(
             or await request.is_disconnected()
         ):
             break
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, POLL_S)
     if found.status == "pending":  # no worker free to hold its model: the SDK tells the user
         state = "active" if found.held else "paused_capacity"
         return JSONResponse({"type": "try_again", "request_id": request_id, "queue_state": state})

@@ -32,7 +32,9 @@ from trainer_core.tinker_host.host import TrainingHost
 from worker.tinker import calls
 
 log = logging.getLogger(__name__)
-POLL_S = 0.05
+# Polls for work every 2 ms right after a request, doubling to 50 ms while none comes: a client's
+# next call usually follows its last answer at once (bench/tinker_overhead.py).
+POLL_FIRST_S, POLL_S = 0.002, 0.05
 SAMPLER_IDLE_S = 120.0
 LOADED_SAMPLERS = 4  # samplers kept in memory at once
 LOST = "its worker died; continue with load_state (create_training_client_from_state) from its last save_state"
@@ -55,14 +57,18 @@ class TinkerHost:
     def run(self) -> None:
         threading.Thread(target=self.renew_forever, name="tinker-leases", daemon=True).start()
         empty_since = time.monotonic()
+        pause = POLL_FIRST_S
         while True:
             worked = self.once()
             if self.held or worked:
                 empty_since = time.monotonic()
             elif time.monotonic() - empty_since > self.settings.tinker_host_linger_s:
                 return
-            if not worked:
-                time.sleep(POLL_S)
+            if worked:
+                pause = POLL_FIRST_S
+            else:
+                time.sleep(pause)
+                pause = min(pause * 2, POLL_S)
 
     def renew_forever(self) -> None:
         """The held models' leases, renewed while a long request runs too."""
