@@ -221,9 +221,9 @@ class Settings(BaseSettings):
     # A worker's Tinker host that holds no model ends after this (the next request starts
     # another, seconds of imports); while it lives, its worker takes no job.
     tinker_host_linger_s: float = Field(default=30.0, gt=0)
-    # The Tinker training models one worker's host holds at once; more wait for another worker
-    # (their futures say paused_capacity). Samplers are not counted: at most 4 are in memory.
-    tinker_models_per_host: int = Field(default=8, ge=1)
+    # The Tinker training models one worker's host keeps in memory; past it, the least recently
+    # used is swapped to disk whole and back at its next request. (Samplers: 4, reloaded.)
+    tinker_models_per_host: int = Field(default=4, ge=1)
     # The micro-batch a host cuts a forward_backward chunk into for memory (0: the chunk whole);
     # the window's update does not depend on it.
     tinker_micro_batch: int = Field(default=0, ge=0)

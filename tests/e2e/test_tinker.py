@@ -78,6 +78,9 @@ def served(
         "GRADACC_PREDICT_SERVER": "true",
         "GRADACC_BATCH_LEASE_S": "3",
         "GRADACC_TINKER_HOST_LINGER_S": "2",
+        # One training model in memory: every switch between models swaps one out and back in,
+        # so every exact result below holds across swaps too.
+        "GRADACC_TINKER_MODELS_PER_HOST": "1",
         "GRADACC_RECONCILE_INTERVAL_S": "2",
         "TINKER_TELEMETRY": "0",
     }
@@ -138,6 +141,20 @@ def test_one_window_is_exact_however_the_sdk_and_the_client_cut_it(served: Serve
         calls = [data[i::parts] for i in range(parts)]
         rng.shuffle(calls)
         _close(sgd_update(served, calls, TOKENS), one, 1e-6)
+    # Two models, their calls interleaved: with one training model in memory (this module's
+    # server), each call swaps the other out, its open window with it.
+    svc, base = service(served), TrainingHost(CHOICE).weights()
+    sgd = OptimizerConfigBase(type="sgd")
+    pair = [svc.create_lora_training_client(MODEL, rank=0, optimizer=sgd).result() for _ in "ab"]
+    for call in (data[0::3], data[1::3], data[2::3]):
+        for client in pair:
+            config = {"grad_accumulation_normalization": TOKENS}
+            client.forward_backward(wire(call), "cross_entropy", config).result()
+    for client in pair:
+        client.optim_step(OptimParamsBase(type="sgd", learning_rate=LR)).result()
+        after = saved(served, client.save_state("interleaved").result().path)
+        _close({k: after[k] - base[k] for k in base}, one, 1e-6)
+    assert "swapped out to make room" in (served[0].home / "serve.log").read_text(errors="replace")
 
 
 def test_none_is_the_raw_signed_weighted_sum(served: Served) -> None:

@@ -153,3 +153,22 @@ def test_save_and_restore_continue_as_the_uninterrupted_run(tmp_path) -> None:  
         second.optim_step(step)
     _close(second.weights(), straight.weights(), 0.0)
     assert len(straight.params) < 40  # adapters only
+
+
+def test_a_model_swapped_out_mid_window_goes_on_as_if_it_had_stayed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = _data(6, seed=5)
+    config = {"grad_accumulation_normalization": "num_loss_tokens"}
+    lora = ModelChoice("builtin:tiny-chat", rank=4, seed=2)
+    stayed, swapped = TrainingHost(lora), TrainingHost(lora)
+    for host in (stayed, swapped):
+        host.forward_backward(data[:2], "cross_entropy", config)
+        host.optim_step(StepParams(learning_rate=1e-2))
+        host.forward_backward(data[2:4], "cross_entropy", config)  # a window left open
+    swapped.swap_out(tmp_path / "swap.pt")
+    back = TrainingHost(lora)
+    back.swap_in(tmp_path / "swap.pt")
+    for host in (stayed, back):
+        host.forward_backward(data[4:], "cross_entropy", config)
+        host.optim_step(StepParams(learning_rate=1e-2))
+    _close(back.weights(), stayed.weights(), 0.0)
+    assert back.steps == stayed.steps == 2 and not (tmp_path / "swap.pt").exists()

@@ -200,6 +200,28 @@ class TrainingHost:
         self.optimizer.zero_grad(set_to_none=True)
         self.window = Window()
 
+    def swap_out(self, path: Path) -> None:
+        """Everything this model is between two calls, written to ``path``: the weights, the
+        optimizer state, and the open window (its gradient buffers and counts), so that
+        ``swap_in`` on a fresh host of the same model goes on as if nothing happened."""
+        grads = {name: p.grad for name, p in self.params.items() if p.grad is not None}
+        window = {"tokens": self.window.tokens, "sequences": self.window.sequences,
+                  "modes": sorted(self.window.modes)}  # fmt: skip
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"weights": self.weights(), "optimizer": self.optimizer.state_dict(),
+                    "grads": grads, "window": window, "steps": self.steps}, path)  # fmt: skip
+
+    def swap_in(self, path: Path) -> None:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        self.set_weights(state["weights"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        for name, grad in state["grads"].items():
+            self.params[name].grad = grad
+        found = state["window"]
+        self.window = Window(found["tokens"], found["sequences"], set(found["modes"]))
+        self.steps = int(state["steps"])
+        path.unlink(missing_ok=True)
+
 
 def _norm(grads: list[Tensor]) -> float:
     if not grads:

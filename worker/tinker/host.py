@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
+import shutil
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 from sqlalchemy import exists, or_, select, update
 from sqlalchemy.orm import Session
@@ -44,6 +47,7 @@ LOST = "its worker died; continue with load_state (create_training_client_from_s
 class Held:
     sampler: bool
     host: TrainingHost | None = None
+    swapped: Path | None = None  # a training model swapped out to disk (``_make_room``)
     used: float = field(default_factory=time.monotonic)
 
 
@@ -53,6 +57,9 @@ class TinkerHost:
         self.sessions = get_sessionmaker(settings)
         self.held: dict[str, Held] = {}
         self.dropped: set[str] = set()  # models to let go, found by the renewing thread
+        # This worker's earlier host is gone (one per worker): what it swapped out goes too.
+        self.swap_dir = settings.tinker_dir / "swap" / worker.replace("/", "_")
+        shutil.rmtree(self.swap_dir, ignore_errors=True)
 
     def run(self) -> None:
         threading.Thread(target=self.renew_forever, name="tinker-leases", daemon=True).start()
@@ -99,11 +106,6 @@ class TinkerHost:
         free = or_(TinkerModel.held_until.is_(None), TinkerModel.held_until < now)
         query = select(TinkerModel.id).where(TinkerModel.status == "active", free, waiting)
         query = query.where(TinkerModel.id.not_in(list(self.held)))
-        # Training models up to the cap (the rest wait for another worker's host); samplers
-        # always, their memory bounded by LOADED_SAMPLERS.
-        training = sum(1 for held in self.held.values() if not held.sampler)
-        if training >= self.settings.tinker_models_per_host:
-            query = query.where(TinkerModel.kind == "sample")
         for model_id in session.scalars(query.limit(16)).all():
             take = update(TinkerModel).where(TinkerModel.id == model_id, free)
             until = now + timedelta(seconds=self.settings.batch_lease_s)
@@ -146,18 +148,29 @@ class TinkerHost:
     def _drop_released(self, session: Session) -> None:
         for model_id in list(self.dropped):
             self.dropped.discard(model_id)
-            if self.held.pop(model_id, None) is not None:
+            held = self.held.pop(model_id, None)
+            if held is not None:
+                if held.swapped is not None:
+                    held.swapped.unlink(missing_ok=True)
                 stmt = update(TinkerModel).where(
                     TinkerModel.id == model_id, TinkerModel.holder == self.worker
                 )
                 session.execute(stmt.values(holder=None, held_until=None))
                 session.commit()
 
-    def _unload_samplers(self, *, keep: int) -> None:
-        """At most ``keep`` samplers in memory, the most recently used: an RL loop makes a new one
-        every step. One unloaded stays held, and loads again if asked."""
-        loaded = [h for h in self.held.values() if h.host is not None and h.sampler]
-        for held in sorted(loaded, key=lambda h: h.used)[: max(len(loaded) - keep, 0)]:
+    def _make_room(self, *, sampler: bool) -> None:
+        """Before a model loads: at most four samplers in memory (an RL loop makes one per step;
+        one unloaded loads again if asked) and ``tinker_models_per_host`` training models (the
+        least recently used is swapped to disk whole, its open window included, and swapped
+        back in at its next request)."""
+        keep = LOADED_SAMPLERS if sampler else self.settings.tinker_models_per_host
+        loaded = [h for h in self.held.values() if h.host is not None and h.sampler == sampler]
+        for held in sorted(loaded, key=lambda h: h.used)[: max(len(loaded) - keep + 1, 0)]:
+            if not sampler:
+                assert held.host is not None
+                held.swapped = self.swap_dir / f"{secrets.token_hex(8)}.pt"
+                held.host.swap_out(held.swapped)
+                log.info("tinker: a training model swapped out to make room")
             held.host = None
 
     def _let_go(self, session: Session) -> None:
@@ -179,7 +192,9 @@ class TinkerHost:
         )
         session.execute(stmt.values(**values))
         session.commit()
-        self.held.pop(model_id, None)
+        held = self.held.pop(model_id, None)
+        if held is not None and held.swapped is not None:
+            held.swapped.unlink(missing_ok=True)
 
     def _answer(self, session: Session, request: TinkerRequest) -> None:
         held = self.held[request.model_id]
@@ -189,9 +204,11 @@ class TinkerHost:
         arrival, kind, body = request.arrival, request.kind, request.body
         try:
             if held.host is None:
-                if row.kind == "sample":
-                    self._unload_samplers(keep=LOADED_SAMPLERS - 1)
+                self._make_room(sampler=held.sampler)
                 held.host = calls.load(session, self.settings, row)
+                if held.swapped is not None:
+                    held.host.swap_in(held.swapped)
+                    held.swapped = None
             result, result_type = calls.run(session, self.settings, row, held.host, kind, body)
             ok = True
         except ValueError as exc:
