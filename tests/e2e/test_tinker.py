@@ -302,16 +302,23 @@ def test_another_tenant_sees_nothing_and_bad_input_names_its_field(served: Serve
         adam.optim_step(types.AdamParams(learning_rate=0.1)).result()
 
 
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A client's folder with the tokenizers written under it by the documented command, where
+    the cookbook looks for ``gradacc/tiny-chat`` first."""
+    folder = tmp_path_factory.mktemp("client")
+    argv = [sys.executable, "-m", "commands.cli", "tinker-tokenizers", "--dir", str(folder)]
+    written = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert str(folder / MODEL) in written.stdout
+    return folder
+
+
 @pytest.fixture
-def cookbook_dir(served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A client's folder: the key in its environment and the tokenizers written under it by the
-    documented command, where the cookbook looks for ``gradacc/tiny-chat`` first."""
-    written = subprocess.run(
-        [sys.executable, "-m", "commands.cli", "tinker-tokenizers", "--dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    assert str(tmp_path / MODEL) in written.stdout
-    monkeypatch.chdir(tmp_path)
+def cookbook_dir(
+    served: Served, tokenizers: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Where a loop writes its data and logs; it runs in the client's folder, with the key."""
+    monkeypatch.chdir(tokenizers)
     monkeypatch.setenv("TINKER_API_KEY", "tml-" + served[2]["alice"])
     return tmp_path
 
