@@ -106,7 +106,7 @@ def wire(data: list[Datum]) -> list[types.Datum]:
 def saved(served: Served, path: str, tenant: str = "alice") -> dict[str, torch.Tensor]:
     settings = served[0]
     state = torch.load(
-        paths.file_of(settings.tinker_dir, tenant, paths.parse(path)), weights_only=False
+        paths.file_of(settings.tinker_dir, tenant, paths.parse(path)), weights_only=True
     )
     return state["weights"]
 

@@ -187,7 +187,7 @@ class TrainingHost:
     def restore(self, path: Path, *, optimizer: bool) -> None:
         """``load_state``: the weights, and the optimizer state when asked (else a fresh one).
         The window starts empty."""
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
         self.set_weights(state["weights"])
         self.optimizer = self._new_optimizer()
         if optimizer:
@@ -212,7 +212,7 @@ class TrainingHost:
                     "grads": grads, "window": window, "steps": self.steps}, path)  # fmt: skip
 
     def swap_in(self, path: Path) -> None:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
         self.set_weights(state["weights"])
         self.optimizer.load_state_dict(state["optimizer"])
         for name, grad in state["grads"].items():
