@@ -124,27 +124,11 @@ def create_model(
             "train_attn must all be true",
             param="lora_config",
         )
-    family = mapping(body, "optimizer_config").get("type", "adamw")
-    if family not in FAMILIES:
-        raise InvalidRequest(
-            f"one of {', '.join(FAMILIES)} (got {family!r})", param="optimizer_config.type"
-        )
-    model_id = f"{owner.id}:train:{number}"
-    if session.get(TinkerModel, model_id) is None:
-        session.add(
-            TinkerModel(
-                id=model_id,
-                session_id=owner.id,
-                tenant=tenant,
-                kind="train",
-                base_model=base,
-                rank=rank,
-                seed=_seed(lora.get("seed")),
-                optimizer=family,
-                user_metadata=mapping(body, "user_metadata") or None,
-            )
-        )
-        session.flush()
+    family = _family(body, "adamw")
+    metadata = mapping(body, "user_metadata") or None
+    model_id = _training_model(
+        session, owner, number, base, rank, _seed(lora.get("seed")), family, metadata
+    )
     done = json.dumps({"model_id": model_id, "type": "create_model"}).encode()
     request_id = queue.enqueue(
         session,
@@ -156,6 +140,46 @@ def create_model(
         done=done,
     )
     return {"request_id": request_id, "model_id": model_id}
+
+
+def _family(body: dict[str, Any], default: str) -> str:
+    family = mapping(body, "optimizer_config").get("type", default)
+    if family not in FAMILIES:
+        raise InvalidRequest(
+            f"one of {', '.join(FAMILIES)} (got {family!r})", param="optimizer_config.type"
+        )
+    return str(family)
+
+
+def _training_model(
+    session: Session,
+    owner: TinkerSession,
+    number: int,
+    base: str,
+    rank: int,
+    seed: int,
+    family: str,
+    metadata: dict[str, Any] | None,
+) -> str:
+    """The session's n-th training model (``<session>:train:<n>``, the id the SDK derives),
+    made unless a resent call made it already; flushed, not committed."""
+    model_id = f"{owner.id}:train:{number}"
+    if session.get(TinkerModel, model_id) is None:
+        session.add(
+            TinkerModel(
+                id=model_id,
+                session_id=owner.id,
+                tenant=owner.tenant,
+                kind="train",
+                base_model=base,
+                rank=rank,
+                seed=seed,
+                optimizer=family,
+                user_metadata=metadata,
+            )
+        )
+        session.flush()
+    return model_id
 
 
 def get_info(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -267,25 +291,11 @@ def create_via_load(session: Session, tenant: str, body: dict[str, Any]) -> dict
         raise InvalidRequest("load a save_state (weights/) checkpoint", param="path")
     source = session.get(TinkerModel, found.run_id)
     assert source is not None
-    family = mapping(body, "optimizer_config").get("type", source.optimizer)
-    if family not in FAMILIES:
-        raise InvalidRequest(f"one of {', '.join(FAMILIES)}", param="optimizer_config.type")
-    model_id = f"{owner.id}:train:{number}"
-    if session.get(TinkerModel, model_id) is None:
-        session.add(
-            TinkerModel(
-                id=model_id,
-                session_id=owner.id,
-                tenant=tenant,
-                kind="train",
-                base_model=source.base_model,
-                rank=source.rank,
-                seed=source.seed,
-                optimizer=family,
-                user_metadata=mapping(body, "user_metadata") or source.user_metadata,
-            )
-        )
-        session.flush()
+    family = _family(body, source.optimizer)
+    metadata = mapping(body, "user_metadata") or source.user_metadata
+    model_id = _training_model(
+        session, owner, number, source.base_model, source.rank, source.seed, family, metadata
+    )
     data = json.dumps({**body, "model_id": model_id}).encode()
     request_id = queue.enqueue(
         session, tenant=tenant, model_id=model_id, seq_id=0, kind="load_weights", body=data

@@ -62,7 +62,7 @@ from trainer_core.spec.job import JobSpec
 from trainer_core.tinker_host.host import Datum, TrainingHost
 from trainer_core.tinker_host.model import ModelChoice
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 MODEL = "gradacc/tiny-chat"
 LR = 0.5
 TOKENS = "num_loss_tokens"

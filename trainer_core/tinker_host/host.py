@@ -205,11 +205,20 @@ class TrainingHost:
         optimizer state, and the open window (its gradient buffers and counts), so that
         ``swap_in`` on a fresh host of the same model goes on as if nothing happened."""
         grads = {name: p.grad for name, p in self.params.items() if p.grad is not None}
-        window = {"tokens": self.window.tokens, "sequences": self.window.sequences,
-                  "modes": sorted(self.window.modes)}  # fmt: skip
+        window = {
+            "tokens": self.window.tokens,
+            "sequences": self.window.sequences,
+            "modes": sorted(self.window.modes),
+        }
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"weights": self.weights(), "optimizer": self.optimizer.state_dict(),
-                    "grads": grads, "window": window, "steps": self.steps}, path)  # fmt: skip
+        state = {
+            "weights": self.weights(),
+            "optimizer": self.optimizer.state_dict(),
+            "grads": grads,
+            "window": window,
+            "steps": self.steps,
+        }
+        torch.save(state, path)
 
     def swap_in(self, path: Path) -> None:
         state = torch.load(path, map_location="cpu", weights_only=True)
