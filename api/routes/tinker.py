@@ -15,6 +15,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from api.deps import ReadSessionDep, SessionDep, SettingsDep, TenantDep
 from api.services import tinker as services
 from api.services import tinker_runs as runs
+from api.services import tinker_sampling as sampling
 from gradacc.errors import ObjectNotFound
 from gradacc.tinker import names, queue
 
@@ -119,17 +120,17 @@ def load_weights(session: SessionDep, tenant: TenantDep, body: JsonBody) -> Json
 def create_sampling_session(
     session: SessionDep, settings: SettingsDep, tenant: TenantDep, body: JsonBody
 ) -> Json:
-    return services.create_sampling_session(session, settings, tenant, body)
+    return sampling.create_sampling_session(session, settings, tenant, body)
 
 
 @router.get("/samplers/{sampler_id}")
 def sampler(sampler_id: str, session: ReadSessionDep, tenant: TenantDep) -> Json:
-    return services.sampler_info(session, tenant, sampler_id)
+    return sampling.sampler_info(session, tenant, sampler_id)
 
 
 @router.post("/asample")
 def asample(session: SessionDep, tenant: TenantDep, body: JsonBody) -> Json:
-    return services.asample(session, tenant, body)
+    return sampling.asample(session, tenant, body)
 
 
 @router.post("/retrieve_future")

@@ -1,7 +1,8 @@
-"""The Tinker API's calls (docs/tinker.md): sessions, models, and every training or sampling call
-as a future in its model's queue (``gradacc.tinker.queue``). Nothing here trains: a worker's
-Tinker host answers the queue. A refused call is a 400 or 404 naming the field, never a 409 or a
-5xx, which the SDK would retry for minutes."""
+"""The Tinker API's calls (docs/tinker.md): sessions, training models, and every training call as
+a future in its model's queue (``gradacc.tinker.queue``); samplers are ``tinker_sampling``'s,
+training runs and checkpoints ``tinker_runs``'. Nothing here trains: a worker's Tinker host
+answers the queue. A refused call is a 422 or 404 naming the field, never a 409 or a 5xx, which
+the SDK would retry for minutes."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def own_model(
     return row
 
 
-def _active(row: TinkerModel, param: str) -> None:
+def active(row: TinkerModel, param: str) -> None:
     if row.status != "active":
         why = f": {row.error}" if row.error else ""
         raise InvalidRequest(f"model {row.id!r} is {row.status}{why}", param=param)
@@ -208,7 +209,7 @@ def forward_backward(session: Session, tenant: str, raw: bytes, encoding: str) -
     except Exception:
         raise InvalidRequest("not a ForwardBackwardRequest message", param="body") from None
     row = own_model(session, tenant, message.model_id)
-    _active(row, "model_id")
+    active(row, "model_id")
     if message.seq_id < 1:
         raise InvalidRequest("from 1", param="seq_id")
     kind = "forward" if message.forward_only else "forward_backward"
@@ -222,7 +223,7 @@ def model_call(session: Session, tenant: str, kind: str, body: dict[str, Any]) -
     """``optim_step``, ``save_weights``, ``save_weights_for_sampler``, ``save_weights_external``
     and ``load_weights`` on a model."""
     row = own_model(session, tenant, body.get("model_id"))
-    _active(row, "model_id")
+    active(row, "model_id")
     seq_id = need(body, "seq_id", int)
     if seq_id < 1:
         raise InvalidRequest("from 1", param="seq_id")
@@ -241,10 +242,10 @@ def model_call(session: Session, tenant: str, kind: str, body: dict[str, Any]) -
         extra = {"sampler_id": sampler_id, "ephemeral_name": name}
         if session.get(TinkerModel, sampler_id) is None:
             weights = str(paths.TinkerPath(row.id, "sampler_weights", name))
-            session.add(_sampler(row.session_id, sampler_id, tenant, row.base_model, weights))
+            session.add(new_sampler(row.session_id, sampler_id, tenant, row.base_model, weights))
             session.flush()
     if kind == "load_weights":
-        _checkpoint(session, tenant, need(body, "path", str))
+        checkpoint_row(session, tenant, need(body, "path", str))
     if body.get("age_encryption_recipients"):
         raise InvalidRequest(
             "age encryption is not served: export unencrypted (docs/tinker.md)",
@@ -257,7 +258,7 @@ def model_call(session: Session, tenant: str, kind: str, body: dict[str, Any]) -
     return {"request_id": request_id}
 
 
-def _sampler(
+def new_sampler(
     session_id: str, sampler_id: str, tenant: str, base: str, weights: str | None
 ) -> TinkerModel:
     return TinkerModel(
@@ -270,7 +271,9 @@ def _sampler(
     )
 
 
-def _checkpoint(session: Session, tenant: str, path: str, field: str = "path") -> TinkerCheckpoint:
+def checkpoint_row(
+    session: Session, tenant: str, path: str, field: str = "path"
+) -> TinkerCheckpoint:
     try:
         parsed = paths.parse(path, field)
     except ValueError as exc:
@@ -286,7 +289,7 @@ def create_via_load(session: Session, tenant: str, body: dict[str, Any]) -> dict
     asked, optimizer state) from a ``save_state`` checkpoint of the tenant's."""
     owner = own_session(session, tenant, body.get("session_id"))
     number = need(body, "model_seq_id", int)
-    found = _checkpoint(session, tenant, need(body, "path", str))
+    found = checkpoint_row(session, tenant, need(body, "path", str))
     if not found.checkpoint_id.startswith("weights/"):
         raise InvalidRequest("load a save_state (weights/) checkpoint", param="path")
     source = session.get(TinkerModel, found.run_id)
@@ -301,62 +304,6 @@ def create_via_load(session: Session, tenant: str, body: dict[str, Any]) -> dict
         session, tenant=tenant, model_id=model_id, seq_id=0, kind="load_weights", body=data
     )
     return {"request_id": request_id, "model_id": model_id}
-
-
-def create_sampling_session(
-    session: Session, settings: Settings, tenant: str, body: dict[str, Any]
-) -> dict[str, Any]:
-    owner = own_session(session, tenant, body.get("session_id"))
-    number = need(body, "sampling_session_seq_id", int)
-    sampler_id = f"{owner.id}:sample:{number}"
-    existing = session.get(TinkerModel, sampler_id)
-    if existing is None:
-        model_path = body.get("model_path")
-        if model_path is not None:
-            found = _checkpoint(session, tenant, str(model_path), "model_path")
-            if found.checkpoint_id.startswith("external_weights/"):
-                raise InvalidRequest("sample from weights/ or sampler_weights/", param="model_path")
-            source = session.get(TinkerModel, found.run_id)
-            assert source is not None
-            base = source.base_model
-        else:
-            base = checked_base(settings, need(body, "base_model", str))
-        session.add(_sampler(owner.id, sampler_id, tenant, base, model_path))
-        session.commit()
-    return {"sampling_session_id": sampler_id, "type": "create_sampling_session"}
-
-
-def sampler_info(session: Session, tenant: str, sampler_id: str) -> dict[str, Any]:
-    row = own_model(session, tenant, sampler_id, param="sampler_id")
-    if row.kind != "sample":
-        raise ObjectNotFound("sampler", sampler_id, param="sampler_id")
-    return {"sampler_id": row.id, "base_model": row.base_model, "model_path": row.weights_path}
-
-
-def asample(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
-    row = own_model(session, tenant, body.get("sampling_session_id"), param="sampling_session_id")
-    if row.kind != "sample":
-        raise ObjectNotFound("sampler", row.id, param="sampling_session_id")
-    _active(row, "sampling_session_id")
-    seq_id = need(body, "seq_id", int)
-    count = need(body, "num_samples", int)
-    if not 1 <= count <= 128:
-        raise InvalidRequest("from 1 to 128", param="num_samples")
-    for key in ("prompt_alt_tokens_k", "topk_prompt_logprobs", "topk_sample_logprobs"):
-        if body.get(key):
-            raise InvalidRequest("not served by this server (docs/tinker.md)", param=key)
-    if body.get("prompt_logprobs_last_n") is not None or body.get("target_prompt_logprobs"):
-        raise InvalidRequest("not served by this server (docs/tinker.md)", param="prompt_logprobs")
-    request_id = queue.enqueue(
-        session,
-        tenant=tenant,
-        model_id=row.id,
-        seq_id=seq_id,
-        kind="sample",
-        body=json.dumps(body).encode(),
-    )
-    ids = [f"{row.id}:{seq_id}:{i}" for i in range(count)]
-    return {"request_id": request_id, "sample_sequence_ids": ids}
 
 
 def _seed(value: Any) -> int:

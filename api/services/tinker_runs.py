@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from api.services.tinker import _checkpoint, own_model
+from api.services.tinker import checkpoint_row, own_model
 from gradacc.errors import InvalidRequest, ObjectNotFound
 from gradacc.tables import utcnow
 from gradacc.tinker import paths
@@ -104,7 +104,9 @@ def list_checkpoints(
 def delete_checkpoint(
     session: Session, tenant: str, run_id: str, checkpoint_id: str
 ) -> dict[str, Any]:
-    row = _checkpoint(session, tenant, f"{paths.PREFIX}{run_id}/{checkpoint_id}", "checkpoint_id")
+    row = checkpoint_row(
+        session, tenant, f"{paths.PREFIX}{run_id}/{checkpoint_id}", "checkpoint_id"
+    )
     for kept in (row.file, row.folder):  # the saved state, and a model folder when written
         if kept and Path(kept).is_dir():
             shutil.rmtree(kept, ignore_errors=True)
@@ -119,7 +121,9 @@ def set_ttl(
     session: Session, tenant: str, run_id: str, checkpoint_id: str, ttl: Any
 ) -> dict[str, Any]:
     """``None``: kept until deleted; else from an hour to ten years."""
-    row = _checkpoint(session, tenant, f"{paths.PREFIX}{run_id}/{checkpoint_id}", "checkpoint_id")
+    row = checkpoint_row(
+        session, tenant, f"{paths.PREFIX}{run_id}/{checkpoint_id}", "checkpoint_id"
+    )
     if ttl is not None and (not isinstance(ttl, int) or not 3600 <= ttl <= 315_360_000):
         raise InvalidRequest("null, or 3600 to 315360000 seconds", param="ttl_seconds")
     row.expires_at = None if ttl is None else utcnow() + timedelta(seconds=ttl)
@@ -128,7 +132,7 @@ def set_ttl(
 
 
 def weights_info(session: Session, tenant: str, path: str) -> dict[str, Any]:
-    row = _checkpoint(session, tenant, path, "tinker_path")
+    row = checkpoint_row(session, tenant, path, "tinker_path")
     run = session.get(TinkerModel, row.run_id)
     assert run is not None
     return {
@@ -152,7 +156,7 @@ def external_urls(
     """A URL per file of an export, each carrying a token that lapses in an hour (asking again
     makes a new one); the files are fetched with no key, as the SDK's downloaders do."""
     path = f"{paths.PREFIX}{run_id}/external_weights/{name}"
-    row = _checkpoint(session, tenant, path, "checkpoint_id")
+    row = checkpoint_row(session, tenant, path, "checkpoint_id")
     folder = Path(row.file)
     if not folder.is_dir():
         raise InvalidRequest("this export's files are gone", param="checkpoint_id")
