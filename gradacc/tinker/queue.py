@@ -5,9 +5,10 @@ pending requests in arrival order (``next_pending``) and ``finish``es each with 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -84,16 +85,26 @@ def answer(session: Session, *, tenant: str, request_id: str) -> Answer | None:
     return Answer(row.status, row.result, row.result_type, row.kind, held)
 
 
-def next_pending(session: Session, model_ids: list[str]) -> TinkerRequest | None:
+def next_pending(
+    session: Session, model_ids: list[str], served: Mapping[str, float] | None = None
+) -> TinkerRequest | None:
+    """The next request to answer: each model's in arrival order (its chunks and calls add up
+    in any order, but a step must follow its window); between tenants, the one ``served`` least
+    recently first (a host's fair share: one tenant's flood of calls does not starve another's),
+    then the oldest."""
     if not model_ids:
         return None
-    query = (
-        select(TinkerRequest)
-        .where(TinkerRequest.model_id.in_(model_ids), TinkerRequest.status == "pending")
-        .order_by(TinkerRequest.arrival)
-        .limit(1)
-    )
-    return session.scalar(query)
+    pending = TinkerRequest.model_id.in_(model_ids), TinkerRequest.status == "pending"
+    heads = session.execute(
+        select(TinkerRequest.tenant, func.min(TinkerRequest.arrival))
+        .where(*pending)
+        .group_by(TinkerRequest.tenant)
+    ).all()
+    if not heads:
+        return None
+    last = served or {}
+    _, arrival = min(heads, key=lambda head: (last.get(head[0], 0.0), head[1]))
+    return session.get(TinkerRequest, arrival)
 
 
 def finish(session: Session, arrival: int, *, ok: bool, result: bytes, result_type: str) -> None:

@@ -57,6 +57,7 @@ class TinkerHost:
         self.sessions = get_sessionmaker(settings)
         self.held: dict[str, Held] = {}
         self.dropped: set[str] = set()  # models to let go, found by the renewing thread
+        self.served: dict[str, float] = {}  # tenant -> when this host last answered it
         # This worker's earlier host is gone (one per worker): what it swapped out goes too.
         self.swap_dir = settings.tinker_dir / "swap" / worker.replace("/", "_")
         shutil.rmtree(self.swap_dir, ignore_errors=True)
@@ -91,7 +92,7 @@ class TinkerHost:
         with self.sessions() as session:
             self._claim(session)
             self._drop_released(session)
-            request = queue.next_pending(session, list(self.held))
+            request = queue.next_pending(session, list(self.held), self.served)
             if request is None:
                 self._let_go(session)
                 return False
@@ -202,6 +203,7 @@ class TinkerHost:
         row = session.get(TinkerModel, request.model_id)
         assert row is not None
         arrival, kind, body = request.arrival, request.kind, request.body
+        self.served[request.tenant] = time.monotonic()
         try:
             if held.host is None:
                 self._make_room(sampler=held.sampler)
