@@ -136,23 +136,28 @@ def test_one_window_is_exact_however_the_sdk_and_the_client_cut_it(served: Serve
     largest = max(float(v.abs().max()) for v in reference.values())
     one = sgd_update(served, [data], TOKENS)  # the SDK sends 1,024 + 6 items
     _close(one, reference, 1e-5 * largest)
+    # As 3 and as 8 calls in shuffled order, the two models' calls interleaved: with one training
+    # model in memory (this module's server), each call swaps the other out, its open window too.
     rng = random.Random(1)
+    cuts = []
     for parts in (3, 8):
         calls = [data[i::parts] for i in range(parts)]
         rng.shuffle(calls)
-        _close(sgd_update(served, calls, TOKENS), one, 1e-6)
-    # Two models, their calls interleaved: with one training model in memory (this module's
-    # server), each call swaps the other out, its open window with it.
-    svc, base = service(served), TrainingHost(CHOICE).weights()
-    sgd = OptimizerConfigBase(type="sgd")
-    pair = [svc.create_lora_training_client(MODEL, rank=0, optimizer=sgd).result() for _ in "ab"]
-    for call in (data[0::3], data[1::3], data[2::3]):
-        for client in pair:
-            config = {"grad_accumulation_normalization": TOKENS}
-            client.forward_backward(wire(call), "cross_entropy", config).result()
+        cuts.append(calls)
+    svc, base, sgd = (
+        service(served),
+        TrainingHost(CHOICE).weights(),
+        OptimizerConfigBase(type="sgd"),
+    )
+    pair = [svc.create_lora_training_client(MODEL, rank=0, optimizer=sgd).result() for _ in cuts]
+    config = {"grad_accumulation_normalization": TOKENS}
+    for turn in range(8):
+        for client, calls in zip(pair, cuts, strict=True):
+            if turn < len(calls):
+                client.forward_backward(wire(calls[turn]), "cross_entropy", config).result()
     for client in pair:
         client.optim_step(OptimParamsBase(type="sgd", learning_rate=LR)).result()
-        after = saved(served, client.save_state("interleaved").result().path)
+        after = saved(served, client.save_state("cut").result().path)
         _close({k: after[k] - base[k] for k in base}, one, 1e-6)
     assert "swapped out to make room" in (served[0].home / "serve.log").read_text(errors="replace")
 
