@@ -142,7 +142,11 @@ def db_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
         return settings
     pg_url: str = request.getfixturevalue("pg_url")
     with get_engine(pg_url).begin() as connection:
-        connection.execute(text("TRUNCATE jobs, files, tenant_turns, workers CASCADE"))
+        connection.execute(
+            text(
+                "TRUNCATE jobs, files, tenant_turns, workers, tinker_requests, tinker_models, tinker_sessions, tinker_checkpoints CASCADE"
+            )
+        )
     return Settings(home=tmp_path / "home", database_url=pg_url)
 
 

@@ -1,7 +1,11 @@
-"""The Tinker routes in-process, on SQLite and PostgreSQL, with no worker: a resent call is one
-future (the SDK resends a POST with the same ``seq_id`` after a timeout), a future no host holds
-says ``paused_capacity`` after its long-poll, and hostile bodies are 4xx naming their field,
-never a 5xx (which the SDK would retry for minutes)."""
+"""The Tinker routes in-process, with no worker: a resent call is one future (the SDK resends a
+POST with the same ``seq_id`` after a timeout), a future no host holds says ``paused_capacity``
+after its long-poll, and hostile bodies are 4xx naming their field, never a 5xx (which the SDK
+would retry for minutes).
+
+On each test's own SQLite database only: the suite's PostgreSQL database is shared by the
+session's tests, and a waiting Tinker model left there draws a host onto another test's worker,
+which then turns that test's jobs away (seen in a two-copy run: a Redis test's job stayed queued)."""
 
 from __future__ import annotations
 
@@ -18,8 +22,8 @@ KEY = {"X-API-Key": "tml-local"}  # authentication off: any tml- key is the defa
 
 
 @pytest.fixture
-def tinker(db_settings: Settings) -> Any:
-    settings = db_settings.model_copy(update={"tinker_poll_wait_s": 0.3})
+def tinker(embedded_settings: Settings) -> Any:
+    settings = embedded_settings.model_copy(update={"tinker_poll_wait_s": 0.3})
     with TestClient(create_app(settings), raise_server_exceptions=False, headers=KEY) as client:
         yield client
 
