@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, Select, exists, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -83,6 +84,24 @@ def answer(session: Session, *, tenant: str, request_id: str) -> Answer | None:
         until = model.held_until if model is not None else None
         held = until is not None and until > utcnow()
     return Answer(row.status, row.result, row.result_type, row.kind, held)
+
+
+def unheld(now: datetime, *, or_held_by: str | None = None) -> ColumnElement[bool]:
+    """A model no live host holds (its lease absent or lapsed), or held by ``or_held_by``."""
+    free = [TinkerModel.held_until.is_(None), TinkerModel.held_until < now]
+    if or_held_by is not None:
+        free.append(TinkerModel.holder == or_held_by)
+    return or_(*free)
+
+
+def waiting_unheld(now: datetime, *, or_held_by: str | None = None) -> Select[str]:
+    """Active models with a request waiting that no live host holds: what starts a host
+    (``worker.consumer.tinker_runner``) and what a host claims (``worker.tinker.host``)."""
+    waiting = exists().where(
+        TinkerRequest.model_id == TinkerModel.id, TinkerRequest.status == "pending"
+    )
+    free = unheld(now, or_held_by=or_held_by)
+    return select(TinkerModel.id).where(TinkerModel.status == "active", free, waiting)
 
 
 def next_pending(

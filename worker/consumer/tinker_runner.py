@@ -17,11 +17,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import exists, or_, select
-
 from gradacc.settings import Settings
 from gradacc.tables import utcnow
-from gradacc.tinker.tables import TinkerModel, TinkerRequest
+from gradacc.tinker import queue
 from worker.child.ranks.launcher import die_with_parent
 from worker.consumer.polling import PollingRunner
 
@@ -72,16 +70,7 @@ class TinkerRunner(PollingRunner):
     def _waiting(self) -> bool:
         """A model with a request waiting that no live host holds, or that this worker's
         (gone) host held."""
-        now = utcnow()
-        waiting = exists().where(
-            TinkerRequest.model_id == TinkerModel.id, TinkerRequest.status == "pending"
-        )
-        free = or_(
-            TinkerModel.held_until.is_(None),
-            TinkerModel.held_until < now,
-            TinkerModel.holder == self.worker,
-        )
-        query = select(TinkerModel.id).where(TinkerModel.status == "active", free, waiting)
+        query = queue.waiting_unheld(utcnow(), or_held_by=self.worker)
         with self.sessions() as session:
             return session.scalar(query.limit(1)) is not None
 

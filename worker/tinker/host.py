@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from sqlalchemy import exists, or_, select, update
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from gradacc import leases
@@ -101,12 +101,8 @@ class TinkerHost:
 
     def _claim(self, session: Session) -> None:
         now = utcnow()
-        waiting = exists().where(
-            TinkerRequest.model_id == TinkerModel.id, TinkerRequest.status == "pending"
-        )
-        free = or_(TinkerModel.held_until.is_(None), TinkerModel.held_until < now)
-        query = select(TinkerModel.id).where(TinkerModel.status == "active", free, waiting)
-        query = query.where(TinkerModel.id.not_in(list(self.held)))
+        free = queue.unheld(now)
+        query = queue.waiting_unheld(now).where(TinkerModel.id.not_in(list(self.held)))
         for model_id in session.scalars(query.limit(16)).all():
             take = update(TinkerModel).where(TinkerModel.id == model_id, free)
             until = now + timedelta(seconds=self.settings.batch_lease_s)
@@ -149,15 +145,8 @@ class TinkerHost:
     def _drop_released(self, session: Session) -> None:
         for model_id in list(self.dropped):
             self.dropped.discard(model_id)
-            held = self.held.pop(model_id, None)
-            if held is not None:
-                if held.swapped is not None:
-                    held.swapped.unlink(missing_ok=True)
-                stmt = update(TinkerModel).where(
-                    TinkerModel.id == model_id, TinkerModel.holder == self.worker
-                )
-                session.execute(stmt.values(holder=None, held_until=None))
-                session.commit()
+            if model_id in self.held:
+                self._release(session, model_id, status=None)
 
     def _make_room(self, *, sampler: bool) -> None:
         """Before a model loads: at most four samplers in memory (an RL loop makes one per step;
