@@ -91,6 +91,9 @@ def processes_per_machine(num_processes: int, num_machines: int) -> int:
     return num_processes // num_machines
 
 
+TRAINING = "training"  # a job's kind as the tenant's job lists show it (``Job.kind``)
+
+
 class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (
@@ -124,6 +127,9 @@ class Job(Base):
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     effective_batch_size: Mapped[int] = mapped_column(Integer)
+    # "training", or "tinker": a Tinker session's host (``gradacc.tinker.placement``), placed by
+    # the same claim but kept out of the tenant's job lists (its spec names the session only).
+    kind: Mapped[str] = mapped_column(String(16), default=TRAINING, server_default=TRAINING)
     # Higher starts first (docs/scheduling.md). num_processes is the spec's, in a column so that
     # the claim compares it with a worker's devices and sums the devices a tenant has in use.
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

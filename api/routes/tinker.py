@@ -25,6 +25,7 @@ Json = dict[str, Any]
 JsonBody = Annotated[Json, Body()]
 OptionalBody = Annotated[Json | None, Body()]
 POLL_FIRST_S, POLL_S = 0.002, 0.05  # a future's database reads: every 2 ms, doubling to 50 ms
+PLACE_EVERY_S = 1.0
 
 
 @router.post("/client/config")
@@ -54,8 +55,10 @@ def capabilities() -> Json:
 
 
 @router.post("/create_session")
-def create_session(session: SessionDep, tenant: TenantDep, body: JsonBody) -> Json:
-    return services.create_session(session, tenant, body)
+def create_session(
+    session: SessionDep, settings: SettingsDep, tenant: TenantDep, body: JsonBody
+) -> Json:
+    return services.create_session(session, settings, tenant, body)
 
 
 @router.post("/session_heartbeat")
@@ -142,11 +145,19 @@ async def retrieve_future(
     request_id = str(body.get("request_id", ""))
     sessions = request.app.state.read_sessionmaker
     until = time.monotonic() + settings.tinker_poll_wait_s
-    pause = POLL_FIRST_S
+    pause, placed_at = POLL_FIRST_S, 0.0
     while True:
         found = await run_in_threadpool(_answer, sessions, tenant, request_id)
         if found is None:
             raise ObjectNotFound("future", request_id, param="request_id")
+        if found.session_id is not None and not found.held and time.monotonic() > placed_at:
+            # No host holds its model: its session gets a host job unless one is queued or
+            # running (checked again each second: a host may end just as the call comes).
+            app = request.app.state
+            await run_in_threadpool(
+                services.place, app.sessionmaker, app.celery, settings, found.session_id
+            )
+            placed_at = time.monotonic() + PLACE_EVERY_S
         if (
             found.status != "pending"
             or time.monotonic() >= until

@@ -43,6 +43,7 @@ from gradacc.sources.limits import check_priority, check_spec_allowed
 from gradacc.sources.memory import check_fits as check_memory
 from gradacc.tables import (
     FINE_TUNING_API,
+    TRAINING,
     UNFINISHED_STATUSES,
     EpochMetric,
     File,
@@ -173,7 +174,7 @@ def _replayed(job: Job, request_hash: str) -> Job:
 def get_job(session: Session, *, job_id: str, tenant: str) -> Job:
     """Another tenant's job does not exist, as far as this tenant can tell (404, not 403)."""
     job = session.get(Job, job_id) if is_job_id(job_id) else None
-    if job is None or job.tenant != tenant:
+    if job is None or job.tenant != tenant or job.kind != TRAINING:
         raise JobNotFound(job_id)
     return job
 
@@ -207,12 +208,12 @@ _POLL_JOB = select(
     Job.job_metadata.label("job_metadata"),
     Job.tenant,
     Job.fine_tuning,
-).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))
+).where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"), Job.kind == TRAINING)
 JOB_COLUMNS = _POLL_JOB.selected_columns  # what JobRead.of needs of a row
 _POLL_METRICS = (
     select(EpochMetric.record)
     .join_from(Job, EpochMetric, isouter=True)
-    .where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"))
+    .where(Job.id == bindparam("job_id"), Job.tenant == bindparam("tenant"), Job.kind == TRAINING)
     .order_by(EpochMetric.epoch)
 )
 
@@ -240,7 +241,8 @@ def list_jobs(
 ) -> tuple[list[Job], bool]:
     """Newest first; keyset pagination on the time-ordered id. Returns (page, has_more). With
     ``name`` or ``metadata`` pairs, only the jobs that have them."""
-    query = select(Job).where(Job.tenant == tenant).order_by(Job.id.desc()).limit(limit + 1)
+    query = select(Job).where(Job.tenant == tenant, Job.kind == TRAINING)
+    query = query.order_by(Job.id.desc()).limit(limit + 1)
     if name is not None:
         query = query.where(Job.name == name)
     for key, value in (metadata or {}).items():

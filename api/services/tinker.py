@@ -7,22 +7,26 @@ the SDK would retry for minutes."""
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from typing import Any
 
 import zstandard
+from celery import Celery
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from gradacc.errors import InvalidRequest, ObjectNotFound
-from gradacc.settings import Settings
+from gradacc.scheduling.queue import enqueue_job
+from gradacc.settings import PRIORITY_BOUND, Settings
 from gradacc.sources.hub import check_allowed
 from gradacc.tables import utcnow
-from gradacc.tinker import names, paths, queue
+from gradacc.tinker import names, paths, placement, queue
 from gradacc.tinker.tables import TinkerCheckpoint, TinkerModel, TinkerSession
 from gradacc.tinker.wire import pb
 
 FAMILIES = ("adamw", "sgd")
+log = logging.getLogger(__name__)
 
 
 def need(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -42,16 +46,35 @@ def mapping(body: dict[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
-def create_session(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+def create_session(
+    session: Session, settings: Settings, tenant: str, body: dict[str, Any]
+) -> dict[str, Any]:
+    """``user_metadata.priority`` (a string, as the SDK sends its values) is the priority of the
+    session's host jobs, as a job's ``priority`` is (docs/scheduling.md)."""
+    metadata = mapping(body, "user_metadata")
     row = TinkerSession(
         id="ts-" + secrets.token_hex(10),
         tenant=tenant,
         tags=list(body.get("tags") or []),
-        user_metadata=mapping(body, "user_metadata") or None,
+        user_metadata=metadata or None,
+        priority=_priority(metadata.get("priority"), settings),
     )
     session.add(row)
     session.commit()
     return {"session_id": row.id, "type": "create_session"}
+
+
+def place(sessions: Any, celery: Celery, settings: Settings, session_id: str) -> None:
+    """A host job for the session unless it has a live one (``gradacc.tinker.placement``), and
+    its message; a broker outage leaves the message to the reconciler."""
+    with sessions() as session:
+        job_id = placement.ensure_host(session, session_id)
+    if job_id is None:
+        return
+    try:
+        enqueue_job(celery, settings, job_id, 1)
+    except Exception as exc:
+        log.warning("tinker: host job %s: its message could not be sent (%s)", job_id, exc)
 
 
 def own_session(session: Session, tenant: str, session_id: Any) -> TinkerSession:
@@ -312,3 +335,19 @@ def _seed(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidRequest("an integer", param="lora_config.seed")
     return value
+
+
+def _priority(value: Any, settings: Settings) -> int:
+    if value is None:
+        return 0
+    try:
+        priority = int(str(value))
+    except ValueError:
+        raise InvalidRequest("an integer", param="user_metadata.priority") from None
+    top = settings.max_priority  # as for a job (gradacc.sources.limits.check_priority)
+    if not -PRIORITY_BOUND <= priority <= top:
+        raise InvalidRequest(
+            f"from {-PRIORITY_BOUND} to {top} (GRADACC_MAX_PRIORITY)",
+            param="user_metadata.priority",
+        )
+    return priority

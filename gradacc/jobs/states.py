@@ -76,13 +76,17 @@ def transition_job(
     to: JobStatus,
     owned_by: str | None = None,
     from_: Collection[JobStatus] | None = None,
+    unless: ColumnElement[bool] | None = None,
     **values: Any,
 ) -> bool:
     """Move a job to ``to`` if its current status allows it (narrowed to ``from_``; with
-    ``owned_by``, only if that worker holds it); False if it did not. Does not commit."""
+    ``owned_by``, only if that worker holds it; with ``unless``, only if that is false, in the
+    same statement); False if it did not. Does not commit."""
     stmt = update(Job).where(Job.id == job_id, Job.status.in_(sources_of(to, from_)))
     if owned_by is not None:
         stmt = stmt.where(Job.worker == owned_by)
+    if unless is not None:
+        stmt = stmt.where(~unless)
     stmt = stmt.values(status=str(to), updated_at=utcnow(), **values)
     moved = session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
     if moved and to in TERMINAL_STATUSES:

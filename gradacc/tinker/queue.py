@@ -5,11 +5,10 @@ pending requests in arrival order (``next_pending``) and ``finish``es each with 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Select, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, Select, exists, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -24,6 +23,7 @@ class Answer:
     result_type: str | None
     kind: str
     held: bool  # a worker's host holds its model (else it waits for a free worker)
+    session_id: str | None = None  # its model's session, while it waits
 
 
 def enqueue(
@@ -78,12 +78,13 @@ def answer(session: Session, *, tenant: str, request_id: str) -> Answer | None:
     row = session.get(TinkerRequest, int(request_id))
     if row is None or row.tenant != tenant:
         return None
-    held = True
+    held, session_id = True, None
     if row.status == "pending":
         model = session.get(TinkerModel, row.model_id)
         until = model.held_until if model is not None else None
         held = until is not None and until > utcnow()
-    return Answer(row.status, row.result, row.result_type, row.kind, held)
+        session_id = model.session_id if model is not None else None
+    return Answer(row.status, row.result, row.result_type, row.kind, held, session_id)
 
 
 def unheld(now: datetime, *, or_held_by: str | None = None) -> ColumnElement[bool]:
@@ -95,8 +96,8 @@ def unheld(now: datetime, *, or_held_by: str | None = None) -> ColumnElement[boo
 
 
 def waiting_unheld(now: datetime, *, or_held_by: str | None = None) -> Select[str]:
-    """Active models with a request waiting that no live host holds: what starts a host
-    (``worker.consumer.tinker_runner``) and what a host claims (``worker.tinker.host``)."""
+    """Active models with a request waiting that no live host holds: what queues a host job
+    (``gradacc.tinker.placement``) and what a host claims (``worker.tinker.host``)."""
     waiting = exists().where(
         TinkerRequest.model_id == TinkerModel.id, TinkerRequest.status == "pending"
     )
@@ -104,26 +105,16 @@ def waiting_unheld(now: datetime, *, or_held_by: str | None = None) -> Select[st
     return select(TinkerModel.id).where(TinkerModel.status == "active", free, waiting)
 
 
-def next_pending(
-    session: Session, model_ids: list[str], served: Mapping[str, float] | None = None
-) -> TinkerRequest | None:
-    """The next request to answer: each model's in arrival order (its chunks and calls add up
-    in any order, but a step must follow its window); between tenants, the one ``served`` least
-    recently first (a host's fair share: one tenant's flood of calls does not starve another's),
-    then the oldest."""
+def next_pending(session: Session, model_ids: list[str]) -> TinkerRequest | None:
+    """The oldest request waiting on one of ``model_ids``: each model's in arrival order (its
+    chunks and calls add up in any order, but a step must follow its window). Between sessions
+    and tenants, the scheduler shares the workers (``gradacc.tinker.placement``)."""
     if not model_ids:
         return None
-    pending = TinkerRequest.model_id.in_(model_ids), TinkerRequest.status == "pending"
-    heads = session.execute(
-        select(TinkerRequest.tenant, func.min(TinkerRequest.arrival))
-        .where(*pending)
-        .group_by(TinkerRequest.tenant)
-    ).all()
-    if not heads:
-        return None
-    last = served or {}
-    _, arrival = min(heads, key=lambda head: (last.get(head[0], 0.0), head[1]))
-    return session.get(TinkerRequest, arrival)
+    query = select(TinkerRequest).where(
+        TinkerRequest.model_id.in_(model_ids), TinkerRequest.status == "pending"
+    )
+    return session.scalars(query.order_by(TinkerRequest.arrival).limit(1)).first()
 
 
 def finish(session: Session, arrival: int, *, ok: bool, result: bytes, result_type: str) -> None:

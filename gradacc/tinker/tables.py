@@ -24,6 +24,8 @@ class TinkerSession(Base):
     seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, doc="last heartbeat")
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finish_reason: Mapped[str | None] = mapped_column(String(16))
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    job_id: Mapped[str | None] = mapped_column(String(32), doc="the job hosting it, latest")
 
 
 class TinkerModel(Base):
@@ -47,6 +49,7 @@ class TinkerModel(Base):
     progressed: Mapped[bool] = mapped_column(default=False, doc="its weights left the base")
     holder: Mapped[str | None] = mapped_column(String(255), doc="the worker whose host holds it")
     held_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    parked: Mapped[str | None] = mapped_column(String(1024), doc="swapped out between hosts")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, doc="last request")
 

@@ -7,14 +7,15 @@ key, against a live ``gradacc serve`` (embedded stack, one worker, API keys as `
   token-normalised loss (``num_loss_tokens``); with ``none`` the update is the raw signed sum's;
 - ``forward`` logprobs equal a hand forward on the saved weights, and greedy ``sample`` equals
   ``generate`` on them;
-- a host killed between two ``optim_step``s: ``load_state`` into a new session's model goes on to
+- a host job's process killed between two ``optim_step``s: ``load_state`` into a new session's model goes on to
   the uninterrupted run's weights, and the lost model says so instead of training from scratch;
 - another tenant's model, run, checkpoint, sampler and future are 404s; bad input is a 422
   naming its field.
 
 - a client sending a gradacc SFT job's windows (same rows, same masks) with ``num_loss_tokens``
   and SGD ends with the job's weights;
-- a worker that holds Tinker models leaves a job message to others until they are let go;
+- a session's host is a job the scheduler places: a job of higher priority preempts it, its model
+  is parked (open window included) and comes back at the next call, exactly;
 - tinker-cookbook's four loops (``tinker_loops``) run to the end, and a sampler made from each
   one's final sampler weights answers as ``generate`` does on them.
  Weights are read from the
@@ -36,7 +37,6 @@ from typing import Any
 
 import httpx
 import openai
-import psutil
 import pytest
 import tinker
 import torch
@@ -47,8 +47,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gradacc.db import session_scope
 from gradacc.settings import Settings
+from gradacc.tables import Job, JobEvent
 from gradacc.tinker import paths
-from gradacc.tinker.tables import TinkerSession
+from gradacc.tinker.tables import TinkerModel, TinkerSession
 from tests.e2e import tinker_loops
 from tests.e2e.conftest import ROOT, serve_with_keys
 from tests.trainer_core.helpers import CHAT, final_weights
@@ -82,6 +83,7 @@ def served(
         # so every exact result below holds across swaps too.
         "GRADACC_TINKER_MODELS_PER_HOST": "1",
         "GRADACC_RECONCILE_INTERVAL_S": "2",
+        "GRADACC_PREEMPT": "true",  # the last test's job preempts a host job
         "TINKER_TELEMETRY": "0",
     }
     with serve_with_keys(request, home, env) as found:
@@ -159,7 +161,7 @@ def test_one_window_is_exact_however_the_sdk_and_the_client_cut_it(served: Serve
         client.optim_step(OptimParamsBase(type="sgd", learning_rate=LR)).result()
         after = saved(served, client.save_state("cut").result().path)
         _close({k: after[k] - base[k] for k in base}, one, 1e-6)
-    assert "swapped out to make room" in (served[0].home / "serve.log").read_text(errors="replace")
+    assert "swapped out to make room" in _host_logs(served[0])
 
 
 def test_none_is_the_raw_signed_weighted_sum(served: Served) -> None:
@@ -200,17 +202,22 @@ def test_forward_and_greedy_sampling_match_the_saved_weights(served: Served) -> 
     assert all(len(s.logprobs or []) == 10 and s.stop_reason == "length" for s in answer.sequences)
 
 
-def _host_pids(settings: Settings) -> list[int]:
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            if "worker.tinker.host" in " ".join(process.info["cmdline"] or []) and (
-                process.environ().get("GRADACC_HOME") == str(settings.home)
-            ):
-                found.append(process.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
+def _host_logs(settings: Settings) -> str:
+    """What the host jobs logged (each job's process log)."""
+    return "".join(p.read_text(errors="replace") for p in settings.jobs_dir.glob("*/train.log"))
+
+
+def _host_job(settings: Settings, model_id: str) -> Job:
+    """The job hosting the model's session now (``gradacc.tinker.placement``)."""
+    with session_scope(settings) as session:
+        model = session.get(TinkerModel, model_id)
+        assert model is not None
+        owner = session.get(TinkerSession, model.session_id)
+        assert owner is not None and owner.job_id is not None
+        job = session.get(Job, owner.job_id)
+        assert job is not None
+        session.expunge(job)
+        return job
 
 
 def test_a_killed_host_loses_nothing_saved_and_load_state_goes_on(served: Served) -> None:
@@ -227,10 +234,9 @@ def test_a_killed_host_loses_nothing_saved_and_load_state_goes_on(served: Served
     first.forward_backward(wire(windows[0]), "cross_entropy")
     first.optim_step(step).result()
     path = first.save_state("step1").result().path
-    pids = _host_pids(served[0])
-    assert pids
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
+    host = _host_job(served[0], first.model_id)
+    assert host.status == "running" and host.pid is not None
+    os.kill(host.pid, signal.SIGKILL)  # the host job's process, between two steps
     second = service(served).create_training_client_from_state_with_optimizer(path).result()
     for window in windows[1:]:
         second.forward_backward(wire(window), "cross_entropy")
@@ -460,41 +466,54 @@ def test_the_sdk_loop_with_num_loss_tokens_equals_a_gradacc_sft_job(
     assert moved > 1e-3 and gap <= 1e-5 * largest
 
 
-def test_a_worker_holding_tinker_models_leaves_jobs_until_they_are_let_go(served: Served) -> None:
-    """Last in this module: it finishes every session of the module's tenant."""
+def _wait_status(url: str, bearer: dict[str, str], job_id: str, wanted: str) -> None:
+    deadline, status = time.monotonic() + 240, ""
+    while status != wanted:
+        assert status not in ("failed", "cancelled") and time.monotonic() < deadline, status
+        time.sleep(0.5)
+        status = httpx.get(f"{url}/v1/jobs/{job_id}", headers=bearer).json()["status"]
+
+
+def test_a_session_is_placed_like_a_job_preempted_and_resumed_exactly(served: Served) -> None:
+    """Last in this module (it posts a job, with ``GRADACC_PREEMPT`` on): one worker hosts a
+    session's model; a job of higher priority preempts the host job, which parks the model (its
+    open window too) and is queued again; the job runs; the session's next call brings the model
+    back, and the run ends with the uninterrupted run's weights. Host jobs stay out of the
+    tenant's job list."""
     settings, url, keys = served
-    tc = service(served).create_lora_training_client(MODEL, rank=2).result()
-    tc.forward_backward(wire(_data(2, seed=13)), "cross_entropy").result()  # held by the host
+    data = _data(6, seed=20)
+    windows = [data[:3], data[3:]]
+    step = types.AdamParams(learning_rate=1e-2)
+    straight = service(served).create_lora_training_client(MODEL, rank=4, seed=7).result()
+    for window in windows:
+        straight.forward_backward(wire(window), "cross_entropy")
+        straight.optim_step(step)
+    expected = saved(served, straight.save_state("straight").result().path)
+
+    tc = service(served).create_lora_training_client(MODEL, rank=4, seed=7).result()
+    tc.forward_backward(wire(windows[0]), "cross_entropy")
+    tc.optim_step(step).result()
+    tc.forward_backward(wire(windows[1][:1]), "cross_entropy").result()  # a window left open
+    first = _host_job(settings, tc.model_id)
+    assert (first.kind, first.status) == ("tinker", "running")
     spec = {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment",
             "task": "sequence-classification", "backend": "pytorch", "num_train_epochs": 1,
             "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
-            "learning_rate": 1e-3, "max_train_samples": 16}  # fmt: skip
+            "learning_rate": 1e-3, "max_train_samples": 16, "priority": 5}  # fmt: skip
     bearer = {"Authorization": f"Bearer {keys['alice']}"}
-    job = (
-        httpx.post(f"{url}/v1/jobs", json=spec, headers=bearer, timeout=30)
-        .raise_for_status()
-        .json()
-    )
-    log = settings.home / "serve.log"
-    left = f"job {job['id']} left for another worker: this one holds Tinker models"
-    deadline = time.monotonic() + 120
-    while left not in log.read_text(errors="replace"):
-        assert time.monotonic() < deadline, "the worker never turned the job away"
-        time.sleep(0.5)
-    status = httpx.get(f"{url}/v1/jobs/{job['id']}", headers=bearer).json()["status"]
-    assert status == "queued"
+    posted = httpx.post(f"{url}/v1/jobs", json=spec, headers=bearer, timeout=30)
+    job = posted.raise_for_status().json()
+    _wait_status(url, bearer, job["id"], "succeeded")
     with session_scope(settings) as session:
-        sessions = session.scalars(
-            select(TinkerSession.id).where(TinkerSession.tenant == "alice")
-        ).all()
-    for sid in sessions:  # as ServiceClient.close() does
-        _post(
-            served, "alice", f"sessions/{sid}/finish", {"reason": {"type": "success"}}
-        ).raise_for_status()
-    with pytest.raises(tinker.UnprocessableEntityError, match="closed"):
-        tc.forward_backward(wire(_data(1, seed=14)), "cross_entropy").result()
-    while status not in ("succeeded", "failed"):
-        assert time.monotonic() < deadline + 180, f"the job stayed {status}"
-        time.sleep(1)
-        status = httpx.get(f"{url}/v1/jobs/{job['id']}", headers=bearer).json()["status"]
-    assert status == "succeeded"
+        kinds = session.scalars(select(JobEvent.kind).where(JobEvent.job_id == first.id)).all()
+        ran = session.get(Job, job["id"])
+        assert ran is not None and ran.started_at is not None
+    assert "preempting" in kinds, kinds
+
+    tc.forward_backward(wire(windows[1][1:]), "cross_entropy")
+    tc.optim_step(step).result()
+    resumed = saved(served, tc.save_state("resumed").result().path)
+    _close(resumed, expected, 1e-6)
+    listed = httpx.get(f"{url}/v1/jobs", headers=bearer).json()["data"]
+    assert first.id not in {j["id"] for j in listed} and job["id"] in {j["id"] for j in listed}
+    assert httpx.get(f"{url}/v1/jobs/{first.id}", headers=bearer).status_code == 404

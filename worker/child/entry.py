@@ -1,4 +1,4 @@
-"""The training process for one job: ``main([job_id])``, in a process forked from the worker's
+"""The training process for one job (or a Tinker session's host, ``worker.tinker.host``): ``main([job_id])``, in a process forked from the worker's
 fork server (``worker.fork_server.child``), or ``python -m worker.child.entry JOB_ID`` (cold).
 
 Exit status (``worker.exit_codes``): OUTCOME_RECORDED, PREEMPTED (checkpoint kept), or CRASHED.
@@ -14,6 +14,7 @@ from gradacc.jobs.records import add_event
 from gradacc.scheduling.gang import node_of
 from gradacc.settings import Settings, get_settings
 from gradacc.tables import Job, JobStatus
+from gradacc.tinker import placement
 from trainer_core.spec.errors import JobError
 from worker import exit_codes
 from worker.child.logs import configure_job_logging
@@ -27,6 +28,11 @@ def main(argv: list[str]) -> int:
     (job_id,) = argv
     configure_job_logging()
     settings = get_settings()
+    if _kind(settings, job_id) == placement.KIND:  # a Tinker session's host
+        # Imported here: it loads torch, which the worker's own process never imports.
+        from worker.tinker.host import serve_job
+
+        return serve_job(settings, job_id)
     try:
         spec = running_spec(settings, job_id)
     except JobError as exc:  # an uploaded file it names is gone
@@ -41,6 +47,12 @@ def main(argv: list[str]) -> int:
     if spec.num_processes > 1:
         return launch_ranks(settings, job_id, spec.num_processes)
     return train_and_record(settings, job_id, spec)
+
+
+def _kind(settings: Settings, job_id: str) -> str | None:
+    with session_scope(settings) as session:
+        job = session.get(Job, job_id)
+        return None if job is None else job.kind
 
 
 def _rendezvous(settings: Settings, job_id: str) -> Rendezvous | None:

@@ -32,6 +32,7 @@ from gradacc.scheduling.queue import (
 from gradacc.settings import Settings, get_settings
 from gradacc.sources.limits import check_spec_allowed
 from gradacc.tables import Job
+from gradacc.tinker import placement
 from gradacc.webhook_sender import WebhookSender
 from trainer_core.spec.job import JobSpec
 from worker.consumer import gang_node, launcher, predict_process, registry
@@ -46,7 +47,7 @@ from worker.consumer.supervisor import (
     supervise,
     worker_name,
 )
-from worker.consumer.tinker_runner import TinkerRunner, job_turn
+from worker.consumer.tinker_runner import TinkerRunner
 
 log = logging.getLogger(__name__)
 
@@ -91,22 +92,16 @@ def handle_job(job_id: str) -> str:
     def send(named: str) -> bool:
         return send_or_leave(app, settings, named)
 
-    with job_turn() as free:
-        if not free:  # this worker's Tinker host holds models (worker.consumer.tinker_runner)
-            log.info("job %s left for another worker: this one holds Tinker models", job_id)
-            leave_for_others(settings, named=job_id)
-            return "skipped"
-        taken = take_for_message(settings, named=job_id, worker=worker, send=send)
-        if taken.job_id is None:
-            if taken.note == "throttled":
-                log.info("job %s waits: its tenant is at its running-job limit", job_id)
-                return "throttled"
-            log.info(
-                "job %s is not claimable (done, running elsewhere or cancelled), nor another",
-                job_id,
-            )
-            return "skipped"
-        return _run(settings, app, taken.job_id, worker)
+    taken = take_for_message(settings, named=job_id, worker=worker, send=send)
+    if taken.job_id is None:
+        if taken.note == "throttled":
+            log.info("job %s waits: its tenant is at its running-job limit", job_id)
+            return "throttled"
+        log.info(
+            "job %s is not claimable (done, running elsewhere or cancelled), nor another", job_id
+        )
+        return "skipped"
+    return _run(settings, app, taken.job_id, worker)
 
 
 def _run(settings: Settings, app: Celery, job_id: str, worker: str) -> str:
@@ -177,7 +172,10 @@ def _supervise(settings: Settings, executor: Executor, *, placement: Placement, 
 
 def _refusal(job: Job, settings: Settings) -> str | None:
     """Check the stored spec again on this worker's filesystem (data roots, limits) before any
-    training process starts; the reason it may not run, or None."""
+    training process starts; the reason it may not run, or None. (A Tinker host job's models
+    are checked by the API as they are made.)"""
+    if job.kind == placement.KIND:
+        return None
     try:
         check_spec_allowed(JobSpec.model_validate(job.spec), settings)
     except InvalidRequest as exc:
@@ -228,8 +226,9 @@ def _run_items(sender: Any = None, **_: Any) -> None:
 
 @worker_ready.connect
 def _host_tinker(sender: Any = None, **_: Any) -> None:
-    """Tinker models (docs/tinker.md) are held by a host process each worker starts when asked."""
-    TinkerRunner(get_settings(), worker_name(), _stopping).start_thread()
+    """Tinker sessions (docs/tinker.md) are hosted by jobs; the sweep queues one a session lacks."""
+    app = current_app._get_current_object()
+    TinkerRunner(get_settings(), worker_name(), _stopping, app).start_thread()
 
 
 @worker_ready.connect

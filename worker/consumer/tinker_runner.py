@@ -1,81 +1,51 @@
-"""The consumer's side of the Tinker host: a polling thread that starts the host process
-(``python -m worker.tinker.host``) when a Tinker model has requests waiting and no live host, and
-stops it at the worker's shutdown. The host ends by itself once it has held nothing for a while.
+"""The consumer's Tinker sweep, every ``SWEEP_S`` on each worker (a Tinker session's models are
+hosted by its host job, ``gradacc.tinker.placement``, which the scheduler places like any job):
 
-A worker holds a training job or Tinker models, never both: the host starts only while no job
-runs here, and while it lives the worker leaves job messages to the others (``job_turn``; the
-reconciler sends them again). On one machine of one worker, a job waits until the host has let
-its models go (their session finished, or ``tinker_idle_s`` without a request)."""
+- a session with a request waiting that no live host holds, and no host job queued or running,
+  gets one and its message (the API does this as the client polls its future; the sweep catches
+  a host that ended just as a call came, with no poll after it);
+- a parked model (swapped to disk between host jobs) without a request for ``tinker_idle_s`` is
+  closed and its file deleted."""
 
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+from pathlib import Path
 
+from celery import Celery
+
+from gradacc.scheduling.queue import send_or_leave
 from gradacc.settings import Settings
 from gradacc.tables import utcnow
-from gradacc.tinker import queue
-from worker.child.ranks.launcher import die_with_parent
+from gradacc.tinker import placement, queue
+from gradacc.tinker.tables import TinkerModel
 from worker.consumer.polling import PollingRunner
 
 log = logging.getLogger(__name__)
-_turn = threading.Lock()  # between a job's claim and the host's start
-_state: dict[str, object] = {"job": False, "host": None}
-
-
-def _hosting() -> bool:
-    host = _state["host"]
-    return isinstance(host, subprocess.Popen) and host.poll() is None
-
-
-@contextmanager
-def job_turn() -> Iterator[bool]:
-    """Whether this worker may take a job now (False: its Tinker host holds models); while the
-    caller's block runs, the host is not started."""
-    with _turn:
-        free = not _hosting()
-        _state["job"] = free
-    try:
-        yield free
-    finally:
-        with _turn:
-            _state["job"] = False
+SWEEP_S = 5.0
 
 
 class TinkerRunner(PollingRunner):
     name = "tinker"
 
-    def __init__(self, settings: Settings, worker: str, stop: threading.Event) -> None:
+    def __init__(self, settings: Settings, worker: str, stop: threading.Event, app: Celery) -> None:
         super().__init__(settings, worker, stop)
-        stopper = threading.Thread(target=self._stop_host, name="tinker-stop", daemon=True)
-        stopper.start()
+        self.app = app
+        self.next_sweep = 0.0
 
     def run_once(self) -> bool:
-        if _hosting() or not self._waiting():
+        if time.monotonic() < self.next_sweep:
             return False
-        with _turn:
-            if _state["job"] or _hosting():
-                return False
-            command = [sys.executable, "-m", "worker.tinker.host", self.worker]
-            host = subprocess.Popen(command, env=dict(os.environ), preexec_fn=die_with_parent)
-            _state["host"] = host
-        log.info("tinker host started (pid %d)", host.pid)
-        return True
-
-    def _waiting(self) -> bool:
-        """A model with a request waiting that no live host holds, or that this worker's
-        (gone) host held."""
-        query = queue.waiting_unheld(utcnow(), or_held_by=self.worker)
+        self.next_sweep = time.monotonic() + SWEEP_S
+        waiting = queue.waiting_unheld(utcnow()).with_only_columns(TinkerModel.session_id)
         with self.sessions() as session:
-            return session.scalar(query.limit(1)) is not None
-
-    def _stop_host(self) -> None:
-        self.stop.wait()
-        host = _state["host"]
-        if isinstance(host, subprocess.Popen) and host.poll() is None:
-            host.terminate()
+            made = [placement.ensure_host(session, sid) for sid in set(session.scalars(waiting))]
+            files = placement.close_idle(session, idle_s=self.settings.tinker_idle_s)
+        for job_id in filter(None, made):
+            log.info("tinker: host job %s queued by the sweep", job_id)
+            send_or_leave(self.app, self.settings, job_id)
+        for file in files:
+            Path(file).unlink(missing_ok=True)
+        return bool(made or files)

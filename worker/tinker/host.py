@@ -1,13 +1,19 @@
-"""The Tinker host: ``python -m worker.tinker.host WORKER``, a process its worker's consumer starts
-(``worker.tinker.runner``). It claims Tinker models that have requests waiting and no live host
-(a lease, ``gradacc.leases``), loads each at its first request, and answers every held model's
-requests one at a time in arrival order, so the chunks and calls of a window add up whatever order
-they came in. A sampler idle for ``SAMPLER_IDLE_S`` is let go (it loads again when asked); a
-training model idle for ``tinker_idle_s`` or whose session finished is closed.
+"""The Tinker host: the process of a Tinker session's host job (``gradacc.tinker.placement``),
+started by its worker's executor as any job's process is (``worker.child.entry`` hands it here).
+It claims the session's models that have requests waiting (a lease, ``gradacc.leases``), loads
+each at its first request, and answers their requests one at a time in arrival order, so the
+chunks and calls of a window add up whatever order they came in. A sampler idle for
+``SAMPLER_IDLE_S`` is let go (it loads again when asked).
 
-A training model is the process's memory: if its host dies, another host cannot continue it. A
-model that had trained and is found without its host is marked ``lost`` and its waiting requests
-fail, naming ``load_state`` from the last ``save_state`` (docs/tinker.md)."""
+Once no request has come for ``tinker_host_linger_s`` (or the session finished), it parks its
+training models (each swapped to disk whole, its open window included: ``TinkerModel.parked``)
+and its job succeeds; the session's next request queues a new host job, on whichever worker the
+scheduler gives it, which swaps them back in. A preemption (SIGUSR1: a job of higher priority,
+or the worker stopping) parks them too, and the job is queued again.
+
+A model that had trained and is found without its host and unparked (the process was killed) is
+marked ``lost`` and its waiting requests fail, naming ``load_state`` from the last
+``save_state`` (docs/tinker.md): it is never re-made from the base."""
 
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import json
 import logging
 import secrets
 import shutil
-import sys
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,11 +33,12 @@ from sqlalchemy.orm import Session
 
 from gradacc import leases
 from gradacc.db import get_sessionmaker
-from gradacc.settings import Settings, get_settings
-from gradacc.tables import utcnow
-from gradacc.tinker import queue
-from gradacc.tinker.tables import TinkerModel, TinkerRequest
+from gradacc.settings import Settings
+from gradacc.tables import Job, JobStatus, utcnow
+from gradacc.tinker import placement, queue
+from gradacc.tinker.tables import TinkerModel, TinkerRequest, TinkerSession
 from trainer_core.tinker_host.host import TrainingHost
+from worker import exit_codes
 from worker.tinker import calls
 
 log = logging.getLogger(__name__)
@@ -48,43 +55,71 @@ class Held:
     sampler: bool
     host: TrainingHost | None = None
     swapped: Path | None = None  # a training model swapped out to disk (``_make_room``)
+    parked: Path | None = None  # its file from an earlier host job, swapped in at first use
     used: float = field(default_factory=time.monotonic)
 
 
 class TinkerHost:
-    def __init__(self, settings: Settings, worker: str) -> None:
-        self.settings, self.worker = settings, worker
+    def __init__(self, settings: Settings, worker: str, session_id: str) -> None:
+        self.settings, self.worker, self.session_id = settings, worker, session_id
         self.sessions = get_sessionmaker(settings)
         self.held: dict[str, Held] = {}
         self.dropped: set[str] = set()  # models to let go, found by the renewing thread
-        self.served: dict[str, float] = {}  # tenant -> when this host last answered it
-        # This worker's earlier host is gone (one per worker): what it swapped out goes too.
-        self.swap_dir = settings.tinker_dir / "swap" / worker.replace("/", "_")
-        shutil.rmtree(self.swap_dir, ignore_errors=True)
+        self.ending = threading.Event()  # the session finished, or the job is no longer ours
+        self.swap_dir = settings.tinker_dir / "swap" / secrets.token_hex(8)
 
-    def run(self) -> None:
-        threading.Thread(target=self.renew_forever, name="tinker-leases", daemon=True).start()
-        empty_since = time.monotonic()
-        pause = POLL_FIRST_S
-        while True:
-            worked = self.once()
-            if self.held or worked:
-                empty_since = time.monotonic()
-            elif time.monotonic() - empty_since > self.settings.tinker_host_linger_s:
-                return
-            if worked:
-                pause = POLL_FIRST_S
-            else:
+    def serve(self, job_id: str) -> int:
+        """Answer until parked; the exit status for the job's supervisor."""
+        preempted = threading.Event()
+        signal.signal(signal.SIGUSR1, lambda *_: preempted.set())
+        beat = threading.Thread(target=self.renew_forever, args=(job_id,), daemon=True)
+        beat.start()
+        quiet_since, pause = time.monotonic(), POLL_FIRST_S
+        try:
+            while True:
+                if preempted.is_set():
+                    self.park_all()
+                    return exit_codes.PREEMPTED
+                worked = self.once()
+                if worked:
+                    quiet_since, pause = time.monotonic(), POLL_FIRST_S
+                    continue
+                linger = time.monotonic() - quiet_since > self.settings.tinker_host_linger_s
+                if linger or self.ending.is_set():
+                    self.park_all()
+                    if self._end(job_id):
+                        return exit_codes.OUTCOME_RECORDED
+                    quiet_since = time.monotonic()  # a request came meanwhile
                 time.sleep(pause)
                 pause = min(pause * 2, POLL_S)
+        finally:
+            shutil.rmtree(self.swap_dir, ignore_errors=True)
 
-    def renew_forever(self) -> None:
-        """The held models' leases, renewed while a long request runs too."""
+    def _end(self, job_id: str) -> bool:
+        with self.sessions() as session:
+            ended = placement.end_hosting(
+                session, job_id=job_id, session_id=self.session_id, worker=self.worker
+            )
+            if not ended:
+                job = session.get(Job, job_id)
+                ended = job is None or job.status != JobStatus.RUNNING or job.worker != self.worker
+        return ended
+
+    def renew_forever(self, job_id: str) -> None:
+        """The held models' leases, renewed while a long request runs too; and whether the
+        session finished or the job is no longer this worker's (taken over, cancelled)."""
         while True:
             time.sleep(self.settings.batch_lease_s / 3)
             try:
                 with self.sessions() as session:
                     self._renew(session)
+                    job = session.get(Job, job_id)
+                    owner = session.get(TinkerSession, self.session_id)
+                    ours = job is not None and job.status == JobStatus.RUNNING
+                    if not ours or job is None or job.worker != self.worker:
+                        self.ending.set()
+                    if owner is None or owner.finished_at is not None:
+                        self.ending.set()
             except Exception:  # a database outage: tried again at the next beat
                 log.exception("tinker: renewing the leases failed; trying again")
 
@@ -92,17 +127,43 @@ class TinkerHost:
         with self.sessions() as session:
             self._claim(session)
             self._drop_released(session)
-            request = queue.next_pending(session, list(self.held), self.served)
+            request = queue.next_pending(session, list(self.held))
             if request is None:
                 self._let_go(session)
                 return False
             self._answer(session, request)
             return True
 
+    def park_all(self) -> None:
+        """Every held model let go: a training model's state (in memory, or swapped out) parked
+        on disk for the session's next host."""
+        with self.sessions() as session:
+            for model_id, held in list(self.held.items()):
+                parked = None
+                if held.host is not None and not held.sampler:
+                    parked = self._parked_path(model_id)
+                    held.host.swap_out(parked)
+                elif held.swapped is not None:
+                    parked = self._parked_path(model_id)
+                    held.swapped.replace(parked)
+                held.host, held.swapped = None, None
+                if parked is not None:
+                    stmt = update(TinkerModel).where(TinkerModel.id == model_id)
+                    session.execute(stmt.values(parked=str(parked)))
+                    log.info("tinker: %s parked", model_id)
+                self._release(session, model_id, status=None)
+
+    def _parked_path(self, model_id: str) -> Path:
+        return self.settings.tinker_dir / "parked" / f"{model_id.replace(':', '_')}.pt"
+
     def _claim(self, session: Session) -> None:
+        if self.ending.is_set():
+            return
         now = utcnow()
         free = queue.unheld(now)
-        query = queue.waiting_unheld(now).where(TinkerModel.id.not_in(list(self.held)))
+        query = queue.waiting_unheld(now).where(
+            TinkerModel.session_id == self.session_id, TinkerModel.id.not_in(list(self.held))
+        )
         for model_id in session.scalars(query.limit(16)).all():
             take = update(TinkerModel).where(TinkerModel.id == model_id, free)
             until = now + timedelta(seconds=self.settings.batch_lease_s)
@@ -111,11 +172,14 @@ class TinkerHost:
                 continue
             session.commit()
             row = session.get(TinkerModel, model_id)
-            if row is not None and row.kind == "train" and row.progressed:
+            if row is None:
+                continue
+            parked = Path(row.parked) if row.parked else None
+            if row.kind == "train" and row.progressed and (parked is None or not parked.is_file()):
                 self._lose(session, row)
                 continue
             log.info("tinker: holding %s", model_id)
-            self.held[model_id] = Held(sampler=row is not None and row.kind == "sample")
+            self.held[model_id] = Held(sampler=row.kind == "sample", parked=parked)
 
     def _lose(self, session: Session, row: TinkerModel) -> None:
         row.status, row.error, row.holder, row.held_until = "lost", LOST, None, None
@@ -171,6 +235,8 @@ class TinkerHost:
             if row is None or (row.kind == "sample" and idle > SAMPLER_IDLE_S):
                 self._release(session, model_id, status=None)
             elif row.kind == "train" and idle > self.settings.tinker_idle_s:
+                if held.parked is not None:
+                    held.parked.unlink(missing_ok=True)
                 self._release(session, model_id, status="closed")
 
     def _release(self, session: Session, model_id: str, *, status: str | None) -> None:
@@ -192,7 +258,6 @@ class TinkerHost:
         row = session.get(TinkerModel, request.model_id)
         assert row is not None
         arrival, kind, body = request.arrival, request.kind, request.body
-        self.served[request.tenant] = time.monotonic()
         try:
             if held.host is None:
                 self._make_room(sampler=held.sampler)
@@ -200,6 +265,10 @@ class TinkerHost:
                 if held.swapped is not None:
                     held.host.swap_in(held.swapped)
                     held.swapped = None
+                elif held.parked is not None:  # from now on its state is this process's
+                    held.host.swap_in(held.parked)
+                    held.parked = row.parked = None
+                    session.commit()
             result, result_type = calls.run(session, self.settings, row, held.host, kind, body)
             ok = True
         except ValueError as exc:
@@ -224,17 +293,17 @@ def _error(message: str, category: str) -> bytes:
     return json.dumps({"error": message, "category": category}).encode()
 
 
-def main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    (worker,) = argv
-    settings = get_settings()
+def serve_job(settings: Settings, job_id: str) -> int:
+    """The process of host job ``job_id``: its exit status (``worker.exit_codes``)."""
+    with get_sessionmaker(settings)() as session:
+        job = session.get(Job, job_id)
+        session_id = placement.session_of(session, job_id)
+        if job is None or session_id is None or job.worker is None:
+            return exit_codes.OUTCOME_RECORDED  # gone meanwhile: nothing to host
+        worker = job.worker
     if settings.train_threads > 0:  # the worker's share of the cores, as a job's training gets
         import torch
 
         torch.set_num_threads(settings.train_threads)
-    TinkerHost(settings, worker).run()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    log.info("tinker: hosting session %s (job %s)", session_id, job_id)
+    return TinkerHost(settings, worker, session_id).serve(job_id)

@@ -31,6 +31,9 @@ NODE_SETTINGS = frozenset({
     "max_running_per_tenant", "max_samples", "max_seq_length", "max_steps", "queue",
     "serve_aliases", "serve_timeout_s", "stale_after_s", "train_threads",
     "webhook_allow_private", "webhook_allowed_hosts", "worker_alive_s",
+    # A Tinker session's host job (worker.tinker.host)
+    "batch_lease_s", "tinker_host_linger_s", "tinker_idle_s", "tinker_micro_batch",
+    "tinker_models_per_host",
 })  # fmt: skip
 # Test-only switches (trainer_core.testing.failpoints): a test holds a node's run as any other.
 FAILPOINTS = "GRADACC_FAILPOINT_"
