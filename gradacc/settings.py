@@ -214,12 +214,13 @@ class Settings(BaseSettings):
     # How long a worker holds a batch without renewing it (before each line): past it, after a
     # worker died, another worker goes on with the batch (worker.consumer.batch_runner).
     batch_lease_s: float = Field(default=30.0, gt=0, le=3600)
-    # The Tinker API (docs/tinker.md): a model no request reached for this long is released by
-    # its worker's host; a retrieve_future waits this long for its answer before "try again".
+    # The Tinker API (docs/tinker.md): a model no request reached for this long is closed (a
+    # parked one's file deleted); a retrieve_future waits this long for its answer before "try
+    # again".
     tinker_idle_s: float = Field(default=1800.0, gt=0)
     tinker_poll_wait_s: float = Field(default=25.0, gt=0, le=40)
-    # A worker's Tinker host that holds no model ends after this (the next request starts
-    # another, seconds of imports); while it lives, its worker takes no job.
+    # A session's host job with no call for this long parks its models and ends, giving its
+    # worker back (the session's next call queues another host job, which swaps them back in).
     tinker_host_linger_s: float = Field(default=30.0, gt=0)
     # The Tinker training models one worker's host keeps in memory; past it, the least recently
     # used is swapped to disk whole and back at its next request. (Samplers: 4, reloaded.)

@@ -1,11 +1,12 @@
 """The Tinker routes in-process, with no worker: a resent call is one future (the SDK resends a
 POST with the same ``seq_id`` after a timeout), a future no host holds says ``paused_capacity``
-after its long-poll, and hostile bodies are 4xx naming their field, never a 5xx (which the SDK
+after its long-poll and its session gets one host job (of the session's priority, out of the
+tenant's job list), and hostile bodies are 4xx naming their field, never a 5xx (which the SDK
 would retry for minutes).
 
 On each test's own SQLite database only: the suite's PostgreSQL database is shared by the
 session's tests, and a waiting Tinker model left there draws a host onto another test's worker,
-which then turns that test's jobs away (seen in a two-copy run: a Redis test's job stayed queued)."""
+which then takes that test's worker (seen in a two-copy run: a Redis test's job stayed queued)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from api.main import create_app
+from gradacc.db import session_scope
 from gradacc.settings import Settings
+from gradacc.tables import Job
+from gradacc.tinker.tables import TinkerSession
 
 MODEL = "gradacc/tiny-chat"
 KEY = {"X-API-Key": "tml-local"}  # authentication off: any tml- key is the default tenant
@@ -29,7 +34,8 @@ def tinker(embedded_settings: Settings) -> Any:
 
 
 def _model(client: TestClient) -> tuple[str, str]:
-    session = client.post("/api/v1/create_session", json={"tags": []}).json()["session_id"]
+    body = {"tags": [], "user_metadata": {"priority": "3"}}
+    session = client.post("/api/v1/create_session", json=body).json()["session_id"]
     made = client.post("/api/v1/create_model", json={"session_id": session, "model_seq_id": 0,
                        "base_model": MODEL, "lora_config": {"rank": 2}})  # fmt: skip
     assert made.status_code == 200, made.text
@@ -45,6 +51,13 @@ def test_a_resent_call_is_one_future_and_an_unheld_model_waits_for_capacity(tink
     assert tinker.post("/api/v1/optim_step", json=step).json()["request_id"] == first
     waited = tinker.post("/api/v1/retrieve_future", json={"request_id": first}).json()
     assert waited == {"type": "try_again", "request_id": first, "queue_state": "paused_capacity"}
+    tinker.post("/api/v1/retrieve_future", json={"request_id": first})
+    with session_scope(tinker.app.state.settings) as db:  # one host job, queued, of its priority
+        jobs = db.scalars(select(Job)).all()
+        owner = db.get(TinkerSession, session)
+        assert owner is not None and [job.id for job in jobs] == [owner.job_id]
+        assert (jobs[0].kind, jobs[0].status, jobs[0].priority) == ("tinker", "queued", 3)
+    assert tinker.get("/v1/jobs").json()["data"] == []  # not in the tenant's job list
     again = tinker.post("/api/v1/optim_step", json={**step, "seq_id": 2}).json()["request_id"]
     assert again != first
     info = tinker.post("/api/v1/get_info", json={"model_id": model}).json()
@@ -59,6 +72,8 @@ HOSTILE: list[tuple[str, Any, str]] = [
     ("create_model", {"session_id": "S", "model_seq_id": 1, "base_model": "no-org"}, "base_model"),
     ("create_model", {"session_id": "S", "model_seq_id": 1, "base_model": MODEL, "lora_config": {"rank": 2, "seed": "s"}}, "lora_config.seed"),
     ("sessions/S/finish", {"reason": "done"}, "reason"),
+    ("create_session", {"tags": [], "user_metadata": {"priority": "99"}}, "user_metadata.priority"),
+    ("create_session", {"tags": [], "user_metadata": {"priority": "high"}}, "user_metadata.priority"),
     ("optim_step", {"model_id": "M", "seq_id": 0}, "seq_id"),
     ("save_weights", {"model_id": "M", "seq_id": 5, "path": "a/b"}, "path"),
     ("save_weights_external", {"model_id": "M", "seq_id": 5, "path": "x", "age_encryption_recipients": ["age1"]}, "age_encryption_recipients"),

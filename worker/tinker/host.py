@@ -66,6 +66,7 @@ class TinkerHost:
         self.held: dict[str, Held] = {}
         self.dropped: set[str] = set()  # models to let go, found by the renewing thread
         self.ending = threading.Event()  # the session finished, or the job is no longer ours
+        # Its own (removed as it ends): a host being taken over may still be using another's.
         self.swap_dir = settings.tinker_dir / "swap" / secrets.token_hex(8)
 
     def serve(self, job_id: str) -> int:
