@@ -6,7 +6,10 @@ For each row shape: ``--steps`` windows of ``forward_backward`` (``--rows`` datu
 ``--tokens`` tokens, cross-entropy) + ``optim_step`` (SGD), after one warm-up window; then
 ``--samples`` greedy samples of 16 tokens. Full fine-tuning (rank 0) and LoRA rank 8 on
 ``gradacc/tiny-chat`` (the built-in chat model: the model's own time is small, so the gap is the
-API's cost per call). Prints a table; asserts nothing.
+API's cost per call). Then a session's placement: windows on one rank and on two
+(``user_metadata={"ranks": "2"}``), and the first window after the model was parked (its host
+job ended; the window queues a new one, which starts, loads and swaps the model in). Prints
+tables; asserts nothing.
 
 Usage: .venv/bin/python bench/tinker_overhead.py [--steps 20] [--rows 16] [--tokens 32]
 """
@@ -37,6 +40,7 @@ from trainer_core.tinker_host.model import ModelChoice
 from trainer_core.tinker_host.sampling import SampleParams, sample
 
 ROOT = Path(__file__).resolve().parent.parent
+LINGER_S = 2  # the server's GRADACC_TINKER_HOST_LINGER_S here: a pause past it parks the model
 
 
 def rows(count: int, tokens: int, seed: int) -> list[Datum]:
@@ -80,6 +84,32 @@ def timed_sdk(url: str, rank: int, args: argparse.Namespace) -> tuple[list[float
     return steps, samples
 
 
+def timed_parked(url: str, args: argparse.Namespace, ranks: int = 1) -> tuple[list[float], float]:
+    """Windows back to back on a session of ``ranks`` ranks (their times), then ``--resumes``
+    times: a pause past the host's linger (the model parked, the host job ended), and the next
+    window, which queues a new host job that swaps the model back in (the median)."""
+    service = tinker.ServiceClient(
+        user_metadata={"ranks": str(ranks)}, base_url=url, api_key="tml-bench"
+    )
+    sgd = OptimizerConfigBase(type="sgd")
+    client = service.create_lora_training_client(
+        "gradacc/tiny-chat", rank=8, optimizer=sgd
+    ).result()
+
+    def window(seed: int) -> float:
+        start = time.perf_counter()
+        client.forward_backward(wire(rows(args.rows, args.tokens, seed)), "cross_entropy")
+        client.optim_step(OptimParamsBase(type="sgd", learning_rate=0.01)).result()
+        return time.perf_counter() - start
+
+    steps = [window(step) for step in range(args.steps + 1)][1:]
+    resumed = []
+    for turn in range(args.resumes):
+        time.sleep(LINGER_S + 3)
+        resumed.append(window(1000 + turn))
+    return steps, statistics.median(resumed)
+
+
 def timed_local(rank: int, args: argparse.Namespace) -> tuple[list[float], list[float]]:
     host = TrainingHost(ModelChoice("builtin:tiny-chat", rank=rank), family="sgd")
     steps = []
@@ -113,12 +143,14 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--resumes", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)  # the host's share on a 2-core box: the server takes the other
     home = Path(tempfile.mkdtemp(prefix="tinker-bench-"))
     port = free_port()
     env = {**os.environ, "GRADACC_HOME": str(home / "home"), "GRADACC_PREDICT_SERVER": "false",
-           "GRADACC_TRAIN_THREADS": "1"}  # fmt: skip
+           "GRADACC_TRAIN_THREADS": "1", "GRADACC_TINKER_HOST_LINGER_S": str(LINGER_S),
+           "GRADACC_DEVICES": "2"}  # fmt: skip
     for name in ("GRADACC_DATABASE_URL", "GRADACC_BROKER_URL"):
         env.pop(name, None)
     log = (home / "serve.log").open("wb")
@@ -141,6 +173,12 @@ def main() -> None:
                 p90 = statistics.quantiles(steps, n=10)[-1]
                 print(f"| {label} | {where} | {statistics.median(steps) * 1e3:.1f} | "
                       f"{p90 * 1e3:.1f} | {statistics.median(samples) * 1e3:.1f} |")  # fmt: skip
+        print("\n| LoRA rank 8, stock SDK | window median (ms) | first window after parking (ms) |")
+        print("|---|---|---|")
+        for ranks in (1, 2):
+            steps, resumed = timed_parked(url, args, ranks)
+            print(f"| {ranks} rank(s) | {statistics.median(steps) * 1e3:.1f} | "
+                  f"{resumed * 1e3:.0f} |")  # fmt: skip
     finally:
         server.terminate()
         server.wait(60)

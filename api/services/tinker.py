@@ -17,6 +17,8 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from gradacc.errors import InvalidRequest, ObjectNotFound
+from gradacc.executors.select import cluster_capacity
+from gradacc.scheduling.capacity import check_fits
 from gradacc.scheduling.queue import enqueue_job
 from gradacc.settings import PRIORITY_BOUND, Settings
 from gradacc.sources.hub import check_allowed
@@ -26,6 +28,7 @@ from gradacc.tinker.tables import TinkerCheckpoint, TinkerModel, TinkerSession
 from gradacc.tinker.wire import pb
 
 FAMILIES = ("adamw", "sgd")
+MAX_RANKS = 64
 log = logging.getLogger(__name__)
 
 
@@ -50,7 +53,8 @@ def create_session(
     session: Session, settings: Settings, tenant: str, body: dict[str, Any]
 ) -> dict[str, Any]:
     """``user_metadata.priority`` (a string, as the SDK sends its values) is the priority of the
-    session's host jobs, as a job's ``priority`` is (docs/scheduling.md)."""
+    session's host jobs, as a job's ``priority`` is (docs/scheduling.md); ``user_metadata.ranks``
+    their data-parallel ranks, each a device of one machine (``worker.tinker.ranks``)."""
     metadata = mapping(body, "user_metadata")
     row = TinkerSession(
         id="ts-" + secrets.token_hex(10),
@@ -58,6 +62,7 @@ def create_session(
         tags=list(body.get("tags") or []),
         user_metadata=metadata or None,
         priority=_priority(metadata.get("priority"), settings),
+        ranks=_ranks(session, metadata.get("ranks"), settings),
     )
     session.add(row)
     session.commit()
@@ -69,10 +74,12 @@ def place(sessions: Any, celery: Celery, settings: Settings, session_id: str) ->
     its message; a broker outage leaves the message to the reconciler."""
     with sessions() as session:
         job_id = placement.ensure_host(session, session_id)
+        owner = session.get(TinkerSession, session_id)
+        ranks = owner.ranks if owner is not None else 1
     if job_id is None:
         return
     try:
-        enqueue_job(celery, settings, job_id, 1)
+        enqueue_job(celery, settings, job_id, ranks)
     except Exception as exc:
         log.warning("tinker: host job %s: its message could not be sent (%s)", job_id, exc)
 
@@ -81,6 +88,14 @@ def own_session(session: Session, tenant: str, session_id: Any) -> TinkerSession
     row = session.get(TinkerSession, session_id) if isinstance(session_id, str) else None
     if row is None or row.tenant != tenant:
         raise ObjectNotFound("session", str(session_id), param="session_id")
+    return row
+
+
+def open_session(session: Session, tenant: str, session_id: Any) -> TinkerSession:
+    """The tenant's session, unless it finished (nothing new is made in a finished session)."""
+    row = own_session(session, tenant, session_id)
+    if row.finished_at is not None:
+        raise InvalidRequest(f"session {row.id!r} finished", param="session_id")
     return row
 
 
@@ -135,7 +150,7 @@ def checked_base(settings: Settings, base: str) -> str:
 def create_model(
     session: Session, settings: Settings, tenant: str, body: dict[str, Any]
 ) -> dict[str, Any]:
-    owner = own_session(session, tenant, body.get("session_id"))
+    owner = open_session(session, tenant, body.get("session_id"))
     number = need(body, "model_seq_id", int)
     base = checked_base(settings, need(body, "base_model", str))
     lora = mapping(body, "lora_config")
@@ -310,7 +325,7 @@ def checkpoint_row(
 def create_via_load(session: Session, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
     """``create_training_client_from_state``: a new model in the session, its weights (and, when
     asked, optimizer state) from a ``save_state`` checkpoint of the tenant's."""
-    owner = own_session(session, tenant, body.get("session_id"))
+    owner = open_session(session, tenant, body.get("session_id"))
     number = need(body, "model_seq_id", int)
     found = checkpoint_row(session, tenant, need(body, "path", str))
     if not found.checkpoint_id.startswith("weights/"):
@@ -351,3 +366,21 @@ def _priority(value: Any, settings: Settings) -> int:
             param="user_metadata.priority",
         )
     return priority
+
+
+def _ranks(session: Session, value: Any, settings: Settings) -> int:
+    if value is None:
+        return 1
+    param = "user_metadata.ranks"
+    try:
+        ranks = int(str(value))
+    except ValueError:
+        raise InvalidRequest("an integer", param=param) from None
+    if not 1 <= ranks <= MAX_RANKS:
+        raise InvalidRequest(f"from 1 to {MAX_RANKS}", param=param)
+    if ranks > 1:
+        try:
+            check_fits(cluster_capacity(settings, session=session), num_machines=1, devices=ranks)
+        except InvalidRequest as exc:
+            raise InvalidRequest(str(exc).partition(": ")[2], param=param) from None
+    return ranks

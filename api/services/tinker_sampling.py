@@ -16,8 +16,8 @@ from api.services.tinker import (
     checkpoint_row,
     need,
     new_sampler,
+    open_session,
     own_model,
-    own_session,
 )
 from gradacc.errors import InvalidRequest, ObjectNotFound
 from gradacc.settings import Settings
@@ -28,7 +28,7 @@ from gradacc.tinker.tables import TinkerModel
 def create_sampling_session(
     session: Session, settings: Settings, tenant: str, body: dict[str, Any]
 ) -> dict[str, Any]:
-    owner = own_session(session, tenant, body.get("session_id"))
+    owner = open_session(session, tenant, body.get("session_id"))
     number = need(body, "sampling_session_seq_id", int)
     sampler_id = f"{owner.id}:sample:{number}"
     existing = session.get(TinkerModel, sampler_id)

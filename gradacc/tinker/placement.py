@@ -1,7 +1,7 @@
 """Where a Tinker session's models live: on a worker that claimed the session's host job.
 
-A host job is a row of the jobs table of kind ``tinker`` (one device, the session's priority,
-its tenant): the scheduler claims it like any job (priority, then fair share between tenants,
+A host job is a row of the jobs table of kind ``tinker`` (the session's ranks as its devices,
+its priority, its tenant): the scheduler claims it like any job (priority, then fair share between tenants,
 each tenant's running limit; ``gradacc.scheduling.claim``), its executor starts it, and its
 supervisor beats its heartbeat, preempts it and hands it on. Its process is the Tinker host
 (``worker.tinker.host``) for that session's models only.
@@ -49,7 +49,7 @@ def ensure_host(session: Session, session_id: str) -> str | None:
         spec={"tinker_session": owner.id},
         effective_batch_size=1,
         priority=owner.priority,
-        num_processes=1,
+        num_processes=owner.ranks,
         enqueued_at=utcnow(),
     )
     swap = update(TinkerSession).where(TinkerSession.id == owner.id)
@@ -61,6 +61,12 @@ def ensure_host(session: Session, session_id: str) -> str | None:
     add_event(session, job_id=job.id, kind="queued", message=f"Tinker session {owner.id}")
     session.commit()
     return job.id
+
+
+def host_processes(session: Session, job_id: str) -> int | None:
+    """A host job's processes (its ranks); None: not a host job."""
+    job = session.get(Job, job_id)
+    return job.num_processes if job is not None and job.kind == KIND else None
 
 
 def session_of(session: Session, job_id: str) -> str | None:

@@ -25,6 +25,7 @@ class TinkerSession(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finish_reason: Mapped[str | None] = mapped_column(String(16))
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    ranks: Mapped[int] = mapped_column(Integer, default=1, server_default="1", doc="its devices")
     job_id: Mapped[str | None] = mapped_column(String(32), doc="the job hosting it, latest")
 
 

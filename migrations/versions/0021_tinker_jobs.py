@@ -1,4 +1,4 @@
-"""Tinker sessions placed as jobs: a job's kind, a session's priority and hosting job, a model's
+"""Tinker sessions placed as jobs: a job's kind, a session's priority, ranks and hosting job, a model's
 parked state (swapped out between two hosting jobs).
 
 Revision ID: 0021_tinker_jobs
@@ -27,6 +27,10 @@ def upgrade() -> None:
         "tinker_sessions",
         sa.Column("priority", sa.Integer(), nullable=False, server_default="0"),
     )
+    op.add_column(
+        "tinker_sessions",
+        sa.Column("ranks", sa.Integer(), nullable=False, server_default="1"),
+    )
     op.add_column("tinker_sessions", sa.Column("job_id", sa.String(length=32)))
     op.add_column("tinker_models", sa.Column("parked", sa.String(length=1024)))
 
@@ -34,5 +38,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_column("tinker_models", "parked")
     op.drop_column("tinker_sessions", "job_id")
+    op.drop_column("tinker_sessions", "ranks")
     op.drop_column("tinker_sessions", "priority")
     op.drop_column("jobs", "kind")

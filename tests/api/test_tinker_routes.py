@@ -74,6 +74,8 @@ HOSTILE: list[tuple[str, Any, str]] = [
     ("sessions/S/finish", {"reason": "done"}, "reason"),
     ("create_session", {"tags": [], "user_metadata": {"priority": "99"}}, "user_metadata.priority"),
     ("create_session", {"tags": [], "user_metadata": {"priority": "high"}}, "user_metadata.priority"),
+    ("create_session", {"tags": [], "user_metadata": {"ranks": "0"}}, "user_metadata.ranks"),
+    ("create_session", {"tags": [], "user_metadata": {"ranks": "2"}}, "user_metadata.ranks"),  # no worker has 2 devices
     ("optim_step", {"model_id": "M", "seq_id": 0}, "seq_id"),
     ("save_weights", {"model_id": "M", "seq_id": 5, "path": "a/b"}, "path"),
     ("save_weights_external", {"model_id": "M", "seq_id": 5, "path": "x", "age_encryption_recipients": ["age1"]}, "age_encryption_recipients"),

@@ -84,6 +84,7 @@ def served(
         "GRADACC_TINKER_MODELS_PER_HOST": "1",
         "GRADACC_RECONCILE_INTERVAL_S": "2",
         "GRADACC_PREEMPT": "true",  # the last test's job preempts a host job
+        "GRADACC_DEVICES": "2",  # a session of two ranks
         "TINKER_TELEMETRY": "0",
     }
     with serve_with_keys(request, home, env) as found:
@@ -464,6 +465,40 @@ def test_the_sdk_loop_with_num_loss_tokens_equals_a_gradacc_sft_job(
     gap = max(float((renamed[k] - job[k]).abs().max()) for k in common)
     print(f"tinker vs job: {gap:.2e}; largest entry {largest:.2e}, training moved {moved:.2e}")
     assert moved > 1e-3 and gap <= 1e-5 * largest
+
+
+def test_two_ranks_give_one_ranks_window(served: Served) -> None:
+    """A session made with ``user_metadata={"ranks": "2"}``: its host job takes two devices (this
+    module's worker has two), torchrun starts two ranks that each hold a replica and take half of
+    every call. Forward logprobs come back in the call's order; a window of three calls, the
+    model swapped out between them (one model in memory here: each swap collects the window onto
+    rank 0), gives one rank's update (1e-6)."""
+    settings, url, keys = served
+    data = _data(10, seed=30)
+    calls = [data[:7], data[7:9], data[9:]]
+    one = sgd_update(served, calls, TOKENS)
+    svc = tinker.ServiceClient(
+        user_metadata={"ranks": "2"}, base_url=url, api_key="tml-" + keys["alice"]
+    )
+    sgd = OptimizerConfigBase(type="sgd")
+    tc, other = (svc.create_lora_training_client(MODEL, rank=0, optimizer=sgd).result()
+                 for _ in range(2))  # fmt: skip
+    out = tc.forward(wire(data[:5]), "cross_entropy").result()
+    want = TrainingHost(CHOICE).forward_backward(data[:5], "cross_entropy", {}, forward_only=True)
+    for got, expected in zip(out.loss_fn_outputs, want.logprobs, strict=True):
+        assert torch.allclose(torch.tensor(got["logprobs"].tolist()), expected, atol=1e-5)
+    config = {"grad_accumulation_normalization": TOKENS}
+    for call in calls:
+        tc.forward_backward(wire(call), "cross_entropy", config).result()
+        other.forward_backward(wire(data[:1]), "cross_entropy", config).result()  # a swap
+    tc.optim_step(OptimParamsBase(type="sgd", learning_rate=LR)).result()
+    after, base = (
+        saved(served, tc.save_state("ranks").result().path),
+        TrainingHost(CHOICE).weights(),
+    )
+    _close({k: after[k] - base[k] for k in base}, one, 1e-6)
+    assert _host_job(settings, tc.model_id).num_processes == 2
+    assert "2 ranks" in _host_logs(settings)
 
 
 def _wait_status(url: str, bearer: dict[str, str], job_id: str, wanted: str) -> None:

@@ -5,6 +5,7 @@ logprobs and greedy sampling against a plain forward and ``generate``; save and 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -172,3 +173,48 @@ def test_a_model_swapped_out_mid_window_goes_on_as_if_it_had_stayed(tmp_path) ->
         host.optim_step(StepParams(learning_rate=1e-2))
     _close(back.weights(), stayed.weights(), 0.0)
     assert back.steps == stayed.steps == 2 and not (tmp_path / "swap.pt").exists()
+
+
+def _two_ranks(rank: int, store: str, out: str) -> None:
+    """One of two data-parallel ranks: each adds its share of every call; rank 0 swaps the model
+    out mid-window (after ``collect``) and both swap it back in before the window ends."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    data, lora = _data(8, seed=6), ModelChoice("builtin:tiny-chat", rank=4, seed=2)
+    config = {"grad_accumulation_normalization": "num_loss_tokens"}
+    host = TrainingHost(lora)
+    for call in (data[0:5], data[5:6]):  # uneven: the second call's one datum is rank 0's
+        host.forward_backward(call[rank::2], "cross_entropy", config)
+    host.collect()
+    swap = f"{out}.swap"
+    if rank == 0:
+        host.swap_out(Path(swap))
+    dist.barrier()
+    back = TrainingHost(lora)
+    back.swap_in(Path(swap), whole=rank == 0, unlink=False)
+    back.forward_backward(data[6:8][rank::2], "cross_entropy", config)
+    back.optim_step(StepParams(learning_rate=1e-2))
+    torch.save(back.weights(), f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
+def test_two_ranks_give_the_one_rank_update(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The same window over two gloo ranks (each given a share of every call, a swap-out
+    mid-window) and on one: the same update; the replicas stay identical."""
+    data, lora = _data(8, seed=6), ModelChoice("builtin:tiny-chat", rank=4, seed=2)
+    config = {"grad_accumulation_normalization": "num_loss_tokens"}
+    one = TrainingHost(lora)
+    before = one.weights()
+    for call in (data[0:5], data[5:6], data[6:8]):
+        one.forward_backward(call, "cross_entropy", config)
+    one.optim_step(StepParams(learning_rate=1e-2))
+    out = str(tmp_path / "weights")
+    torch.multiprocessing.start_processes(
+        _two_ranks, args=(str(tmp_path / "store"), out), nprocs=2, start_method="fork"
+    )
+    ranks = [torch.load(f"{out}.{rank}", weights_only=True) for rank in (0, 1)]
+    _close(ranks[1], ranks[0], 0.0)
+    _close(ranks[0], one.weights(), 1e-6)
+    assert max(float((one.weights()[k] - before[k]).abs().max()) for k in before) > 1e-3

@@ -3,7 +3,11 @@
 window's losses (``trainer_core.tinker_losses``), so the chunks a client cut a call into, the order
 they arrive in and the micro-batches this host cuts them into for memory cannot change it. At
 ``optim_step`` the sum is divided by the window's divisor (its normalisation mode), clipped when
-asked, and applied by AdamW or plain SGD with the parameters the step carries."""
+asked, and applied by AdamW or plain SGD with the parameters the step carries.
+
+With several data-parallel ranks (``torch.distributed``), each rank holds a replica and adds the
+share of each call it was given; ``optim_step`` sums the ranks' gradients and counts first, so
+the update does not depend on the rank count either."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from trainer_core.tinker_host.model import ModelChoice, export, load, trainable
@@ -29,6 +34,16 @@ class Datum:
 
     tokens: list[int]
     inputs: dict[str, Tensor]
+
+
+def check_data(data: Sequence[Datum], loss: str, config: Config) -> None:
+    """A ValueError naming the first bad datum or setting, before anything is computed."""
+    for index, datum in enumerate(data):
+        try:
+            check_inputs(loss, datum.inputs, len(datum.tokens))
+        except ValueError as exc:
+            raise ValueError(f"data[{index}].{exc}") from None
+    Window().add(config, [])  # its normalisation mode, checked
 
 
 @dataclass(frozen=True)
@@ -51,17 +66,31 @@ class Output:
 
 
 class TrainingHost:
-    def __init__(self, choice: ModelChoice, *, family: str = "adamw", micro_batch: int = 0) -> None:
+    def __init__(
+        self,
+        choice: ModelChoice,
+        *,
+        family: str = "adamw",
+        micro_batch: int = 0,
+        device: torch.device | None = None,
+    ) -> None:
+        """``device``: this process's GPU when it has one (``torch.cuda.current_device()``)."""
         if family not in FAMILIES:
             raise ValueError(
                 f"optimizer_config.type: one of {', '.join(FAMILIES)} (got {family!r})"
             )
         self.choice, self.family, self.micro_batch = choice, family, micro_batch
         self.model, self.tokenizer = load(choice)
+        self.device = device or _default_device()
+        self.model.to(self.device)
         self.params = trainable(self.model)
         self.window = Window()
         self.optimizer: torch.optim.Optimizer = self._new_optimizer()
         self.steps = 0
+        # Data-parallel ranks (torch.distributed initialised by the caller): each rank holds a
+        # replica and adds its share of the window; optim_step sums them (``_ranks_window``).
+        together = dist.is_available() and dist.is_initialized()
+        self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if together else (0, 1)
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
         params = list(self.params.values())
@@ -76,11 +105,7 @@ class TrainingHost:
     ) -> Output:
         """Each datum's target logprobs and ``loss:sum``; unless ``forward_only``, the gradient of
         the summed loss is added to the window (nothing is added when a datum is refused)."""
-        for index, datum in enumerate(data):
-            try:
-                check_inputs(loss, datum.inputs, len(datum.tokens))
-            except ValueError as exc:
-                raise ValueError(f"data[{index}].{exc}") from None
+        check_data(data, loss, config)
         window = Window()
         if not forward_only:
             window.add(config, [loss_tokens(d.inputs, len(d.tokens)) for d in data])
@@ -92,13 +117,14 @@ class TrainingHost:
             with torch.set_grad_enabled(not forward_only):
                 found = self._logprobs(part)
                 losses = [
-                    datum_loss(loss, p, d.inputs, config) for p, d in zip(found, part, strict=True)
+                    datum_loss(loss, p, _on(d.inputs, self.device), config)
+                    for p, d in zip(found, part, strict=True)
                 ]
                 summed = torch.stack(losses).sum()
                 if not forward_only:
                     summed.backward()  # type: ignore[no-untyped-call]
             total += float(summed.detach())
-            logprobs.extend(p.detach().float() for p in found)
+            logprobs.extend(p.detach().float().cpu() for p in found)
         if not forward_only:
             self.window.merge(window)
         return Output(logprobs, {"loss:sum": total})
@@ -112,12 +138,13 @@ class TrainingHost:
         for row, datum in enumerate(data):
             ids[row, : len(datum.tokens)] = torch.tensor(datum.tokens, dtype=torch.long)
             mask[row, : len(datum.tokens)] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
         logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
         logp = torch.log_softmax(logits, dim=-1)
         found = []
         for row, datum in enumerate(data):
             n = len(datum.tokens)
-            targets = datum.inputs["target_tokens"].long()
+            targets = datum.inputs["target_tokens"].long().to(self.device)
             found.append(logp[row, :n].gather(-1, targets[:, None])[:, 0])
         return found
 
@@ -130,7 +157,9 @@ class TrainingHost:
                 f"optimizer: this model was created with {self.family!r}, the step sends "
                 f"{step.family!r} parameters"
             )
-        divisor = self.window.divisor()
+        window = self._ranks_window()
+        divisor = window.divisor()  # every rank refuses alike, before anything changes
+        self._sum_ranks_grads()
         grads = [p.grad for p in self.params.values() if p.grad is not None]
         for grad in grads:
             grad.div_(divisor)
@@ -145,7 +174,7 @@ class TrainingHost:
                 )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        tokens, sequences = self.window.tokens, self.window.sequences
+        tokens, sequences = window.tokens, window.sequences
         self.window = Window()
         self.steps += 1
         return {
@@ -154,6 +183,45 @@ class TrainingHost:
             "window_tokens:sum": float(tokens),
             "window_sequences:sum": float(sequences),
         }
+
+    # -- ranks ------------------------------------------------------------------------------
+
+    def _ranks_window(self) -> Window:
+        """The window's counts over every rank (this rank's alone when there is one)."""
+        if self.world == 1:
+            return self.window
+        mine = (self.window.tokens, self.window.sequences, sorted(self.window.modes))
+        found: list[Any] = [None] * self.world
+        dist.all_gather_object(found, mine)
+        merged = Window()
+        for tokens, sequences, modes in found:
+            merged.merge(Window(tokens, sequences, set(modes)))
+        return merged
+
+    def _sum_ranks_grads(self) -> None:
+        """Every rank's gradient buffers become the sum over the ranks (one collective)."""
+        if self.world == 1:
+            return
+        params = list(self.params.values())
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        parts = torch.split(flat, [g.numel() for g in grads])
+        for p, part in zip(params, parts, strict=True):
+            p.grad = part.view_as(p).clone()
+
+    def collect(self) -> None:
+        """The open window onto rank 0 (its gradient sum and counts; the other ranks' emptied):
+        before rank 0 swaps the model out whole. Every rank calls it."""
+        if self.world == 1:
+            return
+        window = self._ranks_window()
+        self._sum_ranks_grads()
+        if self.rank == 0:
+            self.window = window
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.window = Window()
 
     # -- state ------------------------------------------------------------------------------
 
@@ -220,16 +288,29 @@ class TrainingHost:
         }
         torch.save(state, path)
 
-    def swap_in(self, path: Path) -> None:
+    def swap_in(self, path: Path, *, whole: bool = True, unlink: bool = True) -> None:
+        """``whole``: the open window too (one rank's, rank 0's, after ``collect``)."""
         state = torch.load(path, map_location="cpu", weights_only=True)
         self.set_weights(state["weights"])
         self.optimizer.load_state_dict(state["optimizer"])
-        for name, grad in state["grads"].items():
-            self.params[name].grad = grad
-        found = state["window"]
-        self.window = Window(found["tokens"], found["sequences"], set(found["modes"]))
+        if whole:
+            for name, grad in state["grads"].items():
+                self.params[name].grad = grad.to(self.device)
+            found = state["window"]
+            self.window = Window(found["tokens"], found["sequences"], set(found["modes"]))
         self.steps = int(state["steps"])
-        path.unlink(missing_ok=True)
+        if unlink:
+            path.unlink(missing_ok=True)
+
+
+def _default_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _on(inputs: Mapping[str, Tensor], device: torch.device) -> dict[str, Tensor]:
+    return {name: value.to(device) for name, value in inputs.items()}
 
 
 def _norm(grads: list[Tensor]) -> float:

@@ -60,7 +60,8 @@ def sample(
             generator.seed()  # a fresh draw per call
         else:
             generator.manual_seed(params.seed)
-        ids = torch.tensor([prompt], dtype=torch.long)
+        device = next(model.parameters()).device
+        ids = torch.tensor([prompt], dtype=torch.long, device=device)
         found = None
         sequences = []
         for _ in range(n):  # the prompt again for each: a continuation grows its cache in place
@@ -75,7 +76,7 @@ def sample(
 
 def _prompt_logprobs(logits: Tensor, prompt: list[int]) -> list[float]:
     logp = torch.log_softmax(logits.float(), dim=-1)
-    targets = torch.tensor(prompt[1:], dtype=torch.long)
+    targets = torch.tensor(prompt[1:], dtype=torch.long, device=logits.device)
     values = logp[:-1].gather(-1, targets[:, None])[:, 0].tolist()
     return [math.nan, *values]
 
@@ -92,13 +93,14 @@ def _continue(
     tokens: list[int] = []
     logprobs: list[float] = []
     for _ in range(params.max_tokens):
-        token, logprob = _pick(logits.float(), params, generator)
+        token, logprob = _pick(logits.float().cpu(), params, generator)  # a CPU generator's draw
         tokens.append(token)
         logprobs.append(logprob)
         if token in stop_ids or _ends_with(tokenizer, tokens, stop_texts):
             return Sequence(tokens, logprobs, "stop")
-        ids = torch.tensor([[token]], dtype=torch.long)
-        position = torch.tensor([[length + len(tokens) - 1]], dtype=torch.long)
+        device = logits.device
+        ids = torch.tensor([[token]], dtype=torch.long, device=device)
+        position = torch.tensor([[length + len(tokens) - 1]], dtype=torch.long, device=device)
         out = model(input_ids=ids, past_key_values=past, position_ids=position, use_cache=True)
         logits, past = out.logits[0, -1], out.past_key_values
     return Sequence(tokens, logprobs, "length")
@@ -124,7 +126,11 @@ def _pick(logits: Tensor, params: SampleParams, generator: Any) -> tuple[int, fl
 
 
 def _ends_with(tokenizer: Any, tokens: list[int], texts: list[str]) -> bool:
+    """Whether a stop string has appeared. Checked after every token, so an occurrence ends in
+    the newest token and lies within the last 4 bytes per character of the longest stop string:
+    only that tail is decoded (with a token of margin), not the whole continuation each time."""
     if not texts:
         return False
-    text = tokenizer.decode(tokens)
-    return any(text.endswith(stop) or stop in text for stop in texts)
+    tail = 4 * max(len(stop) for stop in texts) + 2
+    text = tokenizer.decode(tokens[-tail:])
+    return any(stop in text for stop in texts)

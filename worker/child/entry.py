@@ -28,7 +28,11 @@ def main(argv: list[str]) -> int:
     (job_id,) = argv
     configure_job_logging()
     settings = get_settings()
-    if _kind(settings, job_id) == placement.KIND:  # a Tinker session's host
+    with session_scope(settings) as session:
+        processes = placement.host_processes(session, job_id)
+    if processes is not None:  # a Tinker session's host
+        if processes > 1:  # its ranks (worker.tinker.ranks), each in worker.child.ranks.main
+            return launch_ranks(settings, job_id, processes)
         # Imported here: it loads torch, which the worker's own process never imports.
         from worker.tinker.host import serve_job
 
@@ -47,12 +51,6 @@ def main(argv: list[str]) -> int:
     if spec.num_processes > 1:
         return launch_ranks(settings, job_id, spec.num_processes)
     return train_and_record(settings, job_id, spec)
-
-
-def _kind(settings: Settings, job_id: str) -> str | None:
-    with session_scope(settings) as session:
-        job = session.get(Job, job_id)
-        return None if job is None else job.kind
 
 
 def _rendezvous(settings: Settings, job_id: str) -> Rendezvous | None:

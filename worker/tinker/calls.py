@@ -19,6 +19,7 @@ from trainer_core.tinker_host.host import StepParams, TrainingHost
 from trainer_core.tinker_host.model import ModelChoice
 from trainer_core.tinker_host.sampling import SampleParams, sample
 from worker.tinker import codec
+from worker.tinker.ranks import Replicated
 
 Answer = tuple[bytes, str]  # the result and its type, proto or json
 SAVED_KINDS = {
@@ -59,7 +60,7 @@ def run(
     session: Session,
     settings: Settings,
     row: TinkerModel,
-    host: TrainingHost,
+    host: TrainingHost | Replicated,
     kind: str,
     body: bytes,
 ) -> Answer:
@@ -105,7 +106,7 @@ def _save(
     session: Session,
     settings: Settings,
     row: TinkerModel,
-    host: TrainingHost,
+    host: TrainingHost | Replicated,
     kind: str,
     request: dict[str, Any],
 ) -> Answer:
@@ -147,7 +148,7 @@ def _save(
     return _json({"path": str(where), "type": kind})
 
 
-def _sample(host: TrainingHost, request: dict[str, Any]) -> bytes:
+def _sample(host: TrainingHost | Replicated, request: dict[str, Any]) -> bytes:
     given = request.get("sampling_params") or {}
     stop = given.get("stop")
     params = SampleParams(

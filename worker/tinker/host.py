@@ -37,9 +37,10 @@ from gradacc.settings import Settings
 from gradacc.tables import Job, JobStatus, utcnow
 from gradacc.tinker import placement, queue
 from gradacc.tinker.tables import TinkerModel, TinkerRequest, TinkerSession
+from trainer_core.spec.outputs import PREEMPT_FILE
 from trainer_core.tinker_host.host import TrainingHost
 from worker import exit_codes
-from worker.tinker import calls
+from worker.tinker import calls, ranks
 
 log = logging.getLogger(__name__)
 # Polls for work every 2 ms right after a request, doubling to 50 ms while none comes: a client's
@@ -53,15 +54,16 @@ LOST = "its worker died; continue with load_state (create_training_client_from_s
 @dataclass
 class Held:
     sampler: bool
-    host: TrainingHost | None = None
+    host: TrainingHost | ranks.Replicated | None = None
     swapped: Path | None = None  # a training model swapped out to disk (``_make_room``)
     parked: Path | None = None  # its file from an earlier host job, swapped in at first use
     used: float = field(default_factory=time.monotonic)
 
 
 class TinkerHost:
-    def __init__(self, settings: Settings, worker: str, session_id: str) -> None:
+    def __init__(self, settings: Settings, worker: str, session_id: str, world: int = 1) -> None:
         self.settings, self.worker, self.session_id = settings, worker, session_id
+        self.world = world  # ranks holding a replica of each training model (``ranks``)
         self.sessions = get_sessionmaker(settings)
         self.held: dict[str, Held] = {}
         self.dropped: set[str] = set()  # models to let go, found by the renewing thread
@@ -76,9 +78,11 @@ class TinkerHost:
         beat = threading.Thread(target=self.renew_forever, args=(job_id,), daemon=True)
         beat.start()
         quiet_since, pause = time.monotonic(), POLL_FIRST_S
+        # Over several ranks, the launcher turns SIGUSR1 into this file (worker.child.ranks).
+        asked = self.settings.jobs_dir / job_id / PREEMPT_FILE
         try:
             while True:
-                if preempted.is_set():
+                if preempted.is_set() or (self.world > 1 and asked.exists()):
                     self.park_all()
                     return exit_codes.PREEMPTED
                 worked = self.once()
@@ -250,6 +254,8 @@ class TinkerHost:
         session.execute(stmt.values(**values))
         session.commit()
         held = self.held.pop(model_id, None)
+        if held is not None and isinstance(held.host, ranks.Replicated):
+            held.host.drop()  # the other ranks' replicas
         if held is not None and held.swapped is not None:
             held.swapped.unlink(missing_ok=True)
 
@@ -263,6 +269,8 @@ class TinkerHost:
             if held.host is None:
                 self._make_room(sampler=held.sampler)
                 held.host = calls.load(session, self.settings, row)
+                if self.world > 1 and not held.sampler:
+                    held.host = ranks.Replicated(row.id, held.host)
                 if held.swapped is not None:
                     held.host.swap_in(held.swapped)
                     held.swapped = None
@@ -295,7 +303,12 @@ def _error(message: str, category: str) -> bytes:
 
 
 def serve_job(settings: Settings, job_id: str) -> int:
-    """The process of host job ``job_id``: its exit status (``worker.exit_codes``)."""
+    """The process of host job ``job_id`` (or one of its ranks): its exit status
+    (``worker.exit_codes``)."""
+    rank, world = ranks.join()
+    if rank > 0:
+        ranks.follow()
+        return exit_codes.OUTCOME_RECORDED
     with get_sessionmaker(settings)() as session:
         job = session.get(Job, job_id)
         session_id = placement.session_of(session, job_id)
@@ -306,5 +319,9 @@ def serve_job(settings: Settings, job_id: str) -> int:
         import torch
 
         torch.set_num_threads(settings.train_threads)
-    log.info("tinker: hosting session %s (job %s)", session_id, job_id)
-    return TinkerHost(settings, worker, session_id).serve(job_id)
+    log.info("tinker: hosting session %s (job %s, %d ranks)", session_id, job_id, world)
+    try:
+        return TinkerHost(settings, worker, session_id, world).serve(job_id)
+    finally:
+        if world > 1:
+            ranks.end()

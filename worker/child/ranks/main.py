@@ -11,7 +11,9 @@ import contextlib
 import os
 import sys
 
+from gradacc.db import session_scope
 from gradacc.settings import Settings, get_settings
+from gradacc.tinker import placement
 from trainer_core.spec.callbacks import NULL_CALLBACK, never_stop
 from trainer_core.spec.errors import JobError
 from trainer_core.spec.outputs import RANK0_EXIT_FILE
@@ -33,6 +35,13 @@ def main(argv: list[str]) -> int:
     configure_job_logging()
     settings = get_settings()
     rank0 = os.environ.get("RANK", "0") == "0"
+    with session_scope(settings) as session:
+        host = placement.host_processes(session, job_id) is not None
+    if host:  # a Tinker session's host over several ranks
+        from worker.tinker.host import serve_job  # imports torch: only in a rank
+
+        code = serve_job(settings, job_id)
+        return _leave(settings, job_id, code) if rank0 else code
     try:
         spec = running_spec(settings, job_id)
     except JobError as exc:  # an uploaded file it names is gone: rank 0 records it
