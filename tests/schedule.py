@@ -34,11 +34,11 @@ COST_S: dict[str, float] = {
     # A real Ray cluster (head + 2 nodes), 2 W=2 Ray jobs (one losing a raylet) and a local gang,
     # the one-process reference trained in the test process; make test's three tests, 2 epochs a
     # job: 121 s of CPU, 84 s of wall, alone (2026-12-05; the heavy ones left out)
-    "tests/e2e/test_ray_executor.py": 121,
+    "tests/e2e/test_ray_executor.py": 133,
     "tests/e2e/test_contract_fuzz.py": 43,
     # A live serve with its predict server, the stock tinker SDK and tinker-cookbook's four loops,
     # a Tinker host killed, a job turned away and run (2026-12-05: 63 s wall, alone)
-    "tests/e2e/test_tinker.py": 70,
+    "tests/e2e/test_tinker.py": 80,
     "tests/e2e/test_openai_sdk.py": 41,
     # A live serve, one reinforcement job (2 steps, 5 python graders per answer, 1 s CPU limit):
     # wall 34-39 s, rusage CPU 17-21 s, niced, alone (2026-12-02)

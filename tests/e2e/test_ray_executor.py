@@ -7,7 +7,8 @@ node, and runs torchrun on each, meeting at bundle 0's node; it ends equal to on
 A node whose raylet is killed mid-run is seen through Ray, and the job restarts from its
 checkpoint and ends equal to the uninterrupted run. A cancel leaves no task, placement group or
 process; a pause (the preemption path) leaves none while it waits, and the resumed job ends equal
-to the uninterrupted run; 3 machines on this 2-node cluster is a 422 naming ``num_machines``. The
+to the uninterrupted run; 3 machines on this 2-node cluster is a 422 naming ``num_machines``. A
+Tinker session's host job runs on a node too, and ends after its linger. The
 same job under ``local`` (a gang of two workers, machines m1 and m2) ends with the Ray run's
 weights, on this stack and on the embedded one (SQLite and the filesystem broker: a driver of the
 same cluster on that stack; a job's nodes get its driver's settings), where a job that the
@@ -28,7 +29,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.main import create_app
+from gradacc.db import session_scope
 from gradacc.settings import Settings
+from gradacc.tables import Job
+from gradacc.tinker.tables import TinkerSession
 from tests.e2e.conftest import NO_PREDICT, StartWorker, WorkerProcess
 from tests.e2e.ray_cluster import RayCluster, block_node, placement_groups, unblock
 from tests.e2e.test_gang import GANG, REFERENCE, machine, messages, registered
@@ -41,6 +45,8 @@ from tests.trainer_core.helpers import (
     run,
     tolerance,
 )
+from tests.trainer_core.test_tinker_host import _data
+from tests.worker.test_tinker_host import _window_body
 from trainer_core.spec.job import JobSpec
 from worker.consumer.executors.ray_node import SECRETS_FILE
 
@@ -91,7 +97,10 @@ def stack(pg_redis_settings: Settings, tmp_path_factory: pytest.TempPathFactory)
     # No gradacc settings on the nodes: a job's node processes get the driver's (the hold too).
     cluster = RayCluster({**os.environ, "HF_HUB_OFFLINE": "1"})
     settings = asking_ray(pg_redis_settings, cluster)
-    worker = WorkerProcess(settings, "ray-driver", driver_env(cluster) | hold.env() | UNNEEDED)
+    linger = {"GRADACC_TINKER_HOST_LINGER_S": "3"}  # a Tinker host job's, reaching its node
+    worker = WorkerProcess(
+        settings, "ray-driver", driver_env(cluster) | hold.env() | UNNEEDED | linger
+    )
     try:
         cluster.start()
         with TestClient(create_app(settings)) as api:
@@ -157,6 +166,41 @@ def test_more_machines_than_the_cluster_has_is_refused_at_post(stack: Stack) -> 
     error = response.json()["error"]
     assert error["param"] == "num_machines"
     assert "3 machines" in error["message"] and "2 live machines" in error["message"]
+
+
+def test_a_tinker_sessions_host_job_runs_on_a_ray_node(stack: Stack) -> None:
+    """A Tinker session's host job goes through the same executor: a Ray node runs the host
+    (with the driver's Tinker settings), which answers the session's call, and the job ends
+    once no call has come for the linger."""
+    api, key = stack.api, {"X-API-Key": "tml-local"}  # authentication off: any tml- key
+    session = api.post("/api/v1/create_session", json={"tags": []}, headers=key).json()
+    made = api.post("/api/v1/create_model", headers=key, json={
+        "session_id": session["session_id"], "model_seq_id": 0, "base_model": "gradacc/tiny-chat",
+        "lora_config": {"rank": 2}}).json()  # fmt: skip
+    found = api.post(
+        "/api/v1/retrieve_future", json={"request_id": made["request_id"]}, headers=key
+    )
+    model = found.json()["model_id"]
+    proto = {**key, "Content-Type": "application/x-protobuf"}
+    body = _window_body(model, _data(3, seed=1), 1)
+    asked = api.post("/api/v1/forward_backward", content=body, headers=proto).json()["request_id"]
+    answer = api.post("/api/v1/retrieve_future", json={"request_id": asked}, headers=key)
+    while answer.headers["content-type"] != "application/x-protobuf":
+        assert answer.json().get("type") == "try_again", answer.text  # bounded by the timeout
+        answer = api.post("/api/v1/retrieve_future", json={"request_id": asked}, headers=key)
+    with session_scope(stack.settings) as db:
+        owner = db.get(TinkerSession, session["session_id"])
+        assert owner is not None and owner.job_id is not None
+        job_id = owner.job_id
+    assert job_processes(stack, job_id), "the host is not a process of the Ray cluster"
+    wait_until(lambda: _status(stack.settings, job_id) == "succeeded", timeout=120,
+               what="the host job's end after its linger")  # fmt: skip
+
+
+def _status(settings: Settings, job_id: str) -> str | None:
+    with session_scope(settings) as db:
+        job = db.get(Job, job_id)
+        return None if job is None else job.status
 
 
 def test_a_gang_over_two_ray_nodes_equals_one_process_at_2k_and_survives_a_lost_node(

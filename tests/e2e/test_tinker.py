@@ -221,15 +221,22 @@ def _host_job(settings: Settings, model_id: str) -> Job:
         return job
 
 
+def _uninterrupted(
+    served: Served, windows: list[list[Datum]], step: types.AdamParams, *, seed: int
+) -> dict[str, torch.Tensor]:
+    """The weights of a LoRA run of ``windows`` that nothing stopped."""
+    straight = service(served).create_lora_training_client(MODEL, rank=4, seed=seed).result()
+    for window in windows:
+        straight.forward_backward(wire(window), "cross_entropy")
+        straight.optim_step(step)
+    return saved(served, straight.save_state("straight").result().path)
+
+
 def test_a_killed_host_loses_nothing_saved_and_load_state_goes_on(served: Served) -> None:
     data = _data(9, seed=10)
     windows = [data[0:3], data[3:6], data[6:9]]
     step = types.AdamParams(learning_rate=1e-2)
-    straight = service(served).create_lora_training_client(MODEL, rank=4, seed=5).result()
-    for window in windows:
-        straight.forward_backward(wire(window), "cross_entropy")
-        straight.optim_step(step)
-    expected = saved(served, straight.save_state("straight").result().path)
+    expected = _uninterrupted(served, windows, step, seed=5)
 
     first = service(served).create_lora_training_client(MODEL, rank=4, seed=5).result()
     first.forward_backward(wire(windows[0]), "cross_entropy")
@@ -519,11 +526,7 @@ def test_a_session_is_placed_like_a_job_preempted_and_resumed_exactly(served: Se
     data = _data(6, seed=20)
     windows = [data[:3], data[3:]]
     step = types.AdamParams(learning_rate=1e-2)
-    straight = service(served).create_lora_training_client(MODEL, rank=4, seed=7).result()
-    for window in windows:
-        straight.forward_backward(wire(window), "cross_entropy")
-        straight.optim_step(step)
-    expected = saved(served, straight.save_state("straight").result().path)
+    expected = _uninterrupted(served, windows, step, seed=7)
 
     tc = service(served).create_lora_training_client(MODEL, rank=4, seed=7).result()
     tc.forward_backward(wire(windows[0]), "cross_entropy")

@@ -5,7 +5,7 @@ request waiting and answers it; parked, the model goes on in the next host job w
 the job ends only when nothing of its session waits; a trained model found without its host and
 unparked (the process was killed) is ``lost``, and its waiting request fails naming
 ``load_state`` instead of training from the base; a parked model idle past ``tinker_idle_s`` is
-closed."""
+closed; the micro-batches the host cuts a chunk into leave a window's update alone."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 from sqlalchemy import update
 
 from gradacc.db import session_scope
@@ -22,6 +23,9 @@ from gradacc.settings import Settings
 from gradacc.tables import Job, JobStatus, utcnow
 from gradacc.tinker import placement, queue
 from gradacc.tinker.tables import TinkerModel, TinkerSession
+from gradacc.tinker.wire import pb
+from tests.trainer_core.test_tinker_host import _data
+from trainer_core.tinker_host.host import Datum
 from worker.tinker.host import TinkerHost
 
 STEP = json.dumps({"adam_params": {"learning_rate": 1e-3}}).encode()
@@ -195,3 +199,51 @@ def test_a_parked_model_idle_too_long_is_closed(
         assert placement.close_idle(session, idle_s=60) == [str(parked)]
         states = [session.get(TinkerModel, m).status for m in (idle, recent)]  # type: ignore[union-attr]
         assert states == ["closed", "active"]
+
+
+def _window_body(model_id: str, data: list[Datum], seq_id: int) -> bytes:
+    """A ``ForwardBackwardRequest`` as the SDK encodes it (tokens and dense little-endian
+    arrays), with ``num_loss_tokens``."""
+    message = pb.ForwardBackwardRequest(model_id=model_id, seq_id=seq_id, loss_fn="cross_entropy")
+    message.loss_fn_config_v2["grad_accumulation_normalization"].text = "num_loss_tokens"
+    for datum in data:
+        wired = message.data.add()
+        wired.model_input.add().encoded_text.tokens = np.array(datum.tokens, "<i4").tobytes()
+        for key, value in datum.inputs.items():
+            tensor = wired.loss_fn_inputs[key]
+            if value.dtype.is_floating_point:
+                tensor.dtype, tensor.dense = pb.DTYPE_FLOAT32, value.numpy().astype("<f4").tobytes()
+            else:
+                tensor.dtype, tensor.dense = pb.DTYPE_INT64, value.numpy().astype("<i8").tobytes()
+            tensor.shape.append(len(value))
+    return message.SerializeToString()
+
+
+def test_the_workers_micro_batches_leave_the_update_alone(embedded_settings: Settings) -> None:
+    """One window (two calls of protobuf bodies, as the SDK sends them) answered by hosts that
+    cut each chunk into micro-batches of 1, of 4, and not at all: the same SGD update (1e-6)."""
+    data = _data(7, seed=12)
+    updates = []
+    for micro_batch in (0, 1, 4):
+        settings = embedded_settings.model_copy(update={"tinker_micro_batch": micro_batch})
+        sid = _session(settings, "t", priority=micro_batch)
+        model_id = _model(settings, sid, optimizer="sgd")
+        with session_scope(settings) as session:
+            for seq_id, part in ((1, data[:5]), (2, data[5:])):
+                queue.enqueue(session, tenant="t", model_id=model_id, seq_id=seq_id,
+                              kind="forward_backward", body=_window_body(model_id, part, seq_id))  # fmt: skip
+            step = {"optimizer_params": {"type": "sgd", "learning_rate": 0.5}}
+            queue.enqueue(session, tenant="t", model_id=model_id, seq_id=3, kind="optim_step",
+                          body=json.dumps(step).encode())  # fmt: skip
+        host = TinkerHost(settings, "w", sid)
+        base = None
+        while host.once():
+            held = host.held[model_id].host
+            assert held is not None and held.micro_batch == micro_batch
+            base = base or held.weights()
+        assert held is not None and base is not None
+        updates.append({k: v - base[k] for k, v in held.weights().items()})
+    for other in updates[1:]:
+        worst = max(float((other[k] - updates[0][k]).abs().max()) for k in other)
+        assert worst <= 1e-6, worst
+    assert max(float(v.abs().max()) for v in updates[0].values()) > 1e-4
