@@ -10,6 +10,7 @@
 #   7. real-size models (Qwen3-0.6B, 1.7B, 8B shapes; full, LoRA, QLoRA, checkpointed, chunked
 #      logits) in bf16: the memory plan against torch.cuda.max_memory_allocated
 #      (bench/gpu_plan.py); with 2 GPUs or more, FSDP2 over all of them, each rank against the plan
+#   8. the Tinker host on CUDA against the CPU (bench/tinker_cuda_check.py)
 # Each step has its own time limit and a failed step does not stop the others; the reports land
 # in $OUT (the device tool's folder) or /tmp.
 #
@@ -79,6 +80,8 @@ if [ "$GPUS" -ge 2 ]; then
 else
   echo "## FSDP2 case skipped: $GPUS GPU (sharding needs two ranks or more)"
 fi
+step 120 tinker_cuda.md "the Tinker host on CUDA vs the CPU: a window, greedy sampling, a swap" -- \
+  $PY bench/tinker_cuda_check.py
 # On a machine with the hub (or its cache) and the project installed: the cookbook's own recipes.
 if [ "${GRADACC_HUB_CHECK:-0}" = 1 ]; then
   step 900 tinker_hub.md "tinker-cookbook sl_basic and rl_basic against gradacc serve" -- \
