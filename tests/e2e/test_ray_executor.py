@@ -22,6 +22,7 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -48,6 +49,7 @@ from tests.trainer_core.helpers import (
 from tests.trainer_core.test_tinker_host import _data
 from tests.worker.test_tinker_host import _window_body
 from trainer_core.spec.job import JobSpec
+from trainer_core.testing.failpoints import TINKER_STAY
 from worker.consumer.executors.ray_node import SECRETS_FILE
 
 # A hang guard of 600 s, not the suite's 300: each test runs one or two Ray jobs of two nodes (the
@@ -97,7 +99,8 @@ def stack(pg_redis_settings: Settings, tmp_path_factory: pytest.TempPathFactory)
     # No gradacc settings on the nodes: a job's node processes get the driver's (the hold too).
     cluster = RayCluster({**os.environ, "HF_HUB_OFFLINE": "1"})
     settings = asking_ray(pg_redis_settings, cluster)
-    linger = {"GRADACC_TINKER_HOST_LINGER_S": "3"}  # a Tinker host job's, reaching its node
+    # A Tinker host job's linger and its test's hold (failpoints), reaching its node.
+    linger = {"GRADACC_TINKER_HOST_LINGER_S": "3", TINKER_STAY: str(tinker_stay(hold))}
     worker = WorkerProcess(
         settings, "ray-driver", driver_env(cluster) | hold.env() | UNNEEDED | linger
     )
@@ -183,18 +186,28 @@ def test_a_tinker_sessions_host_job_runs_on_a_ray_node(stack: Stack) -> None:
     model = found.json()["model_id"]
     proto = {**key, "Content-Type": "application/x-protobuf"}
     body = _window_body(model, _data(3, seed=1), 1)
-    asked = api.post("/api/v1/forward_backward", content=body, headers=proto).json()["request_id"]
-    answer = api.post("/api/v1/retrieve_future", json={"request_id": asked}, headers=key)
-    while answer.headers["content-type"] != "application/x-protobuf":
-        assert answer.json().get("type") == "try_again", answer.text  # bounded by the timeout
-        answer = api.post("/api/v1/retrieve_future", json={"request_id": asked}, headers=key)
-    with session_scope(stack.settings) as db:
-        owner = db.get(TinkerSession, session["session_id"])
-        assert owner is not None and owner.job_id is not None
-        job_id = owner.job_id
-    assert job_processes(stack, job_id), "the host is not a process of the Ray cluster"
+    stay = tinker_stay(stack.hold)
+    stay.write_text(session["session_id"])  # its host job stays (the failpoint) until checked
+    try:
+        asked = api.post("/api/v1/forward_backward", content=body, headers=proto).json()
+        answer = api.post("/api/v1/retrieve_future", json=asked, headers=key)
+        while answer.headers["content-type"] != "application/x-protobuf":
+            assert answer.json().get("type") == "try_again", answer.text  # bounded: the timeout
+            answer = api.post("/api/v1/retrieve_future", json=asked, headers=key)
+        with session_scope(stack.settings) as db:
+            owner = db.get(TinkerSession, session["session_id"])
+            assert owner is not None and owner.job_id is not None
+            job_id = owner.job_id
+        assert job_processes(stack, job_id), "the host is not a process of the Ray cluster"
+    finally:
+        stay.unlink(missing_ok=True)
     wait_until(lambda: _status(stack.settings, job_id) == "succeeded", timeout=120,
                what="the host job's end after its linger")  # fmt: skip
+
+
+def tinker_stay(hold: Hold) -> Path:
+    """The file whose session's Tinker host job stays (``TINKER_STAY``), beside the hold's."""
+    return hold.gate.parent / "tinker-stay"
 
 
 def _status(settings: Settings, job_id: str) -> str | None:

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ from trainer_core.data.load import load_job_data
 from trainer_core.data.loader import EpochLoader, EpochPlan
 from trainer_core.model.load import load_tokenizer
 from trainer_core.spec.job import JobSpec
+from trainer_core.testing.failpoints import TINKER_STAY
 from trainer_core.tinker_host.host import Datum, TrainingHost
 from trainer_core.tinker_host.model import ModelChoice
 
@@ -85,6 +87,7 @@ def served(
         "GRADACC_RECONCILE_INTERVAL_S": "2",
         "GRADACC_PREEMPT": "true",  # the last test's job preempts a host job
         "GRADACC_DEVICES": "2",  # a session of two ranks
+        TINKER_STAY: str(home / "stay"),  # the placement test holds a host job with this file
         "TINKER_TELEMETRY": "0",
     }
     with serve_with_keys(request, home, env) as found:
@@ -208,6 +211,18 @@ def _host_logs(settings: Settings) -> str:
     return "".join(p.read_text(errors="replace") for p in settings.jobs_dir.glob("*/train.log"))
 
 
+@contextmanager
+def _staying(settings: Settings, model_id: str) -> Iterator[None]:
+    """While inside, the model's session's host job does not end by its linger (the failpoint
+    ``TINKER_STAY``): a test acts on it without racing the linger."""
+    stay = settings.home / "stay"
+    stay.write_text(model_id.partition(":")[0])
+    try:
+        yield
+    finally:
+        stay.unlink(missing_ok=True)
+
+
 def _host_job(settings: Settings, model_id: str) -> Job:
     """The job hosting the model's session now (``gradacc.tinker.placement``)."""
     with session_scope(settings) as session:
@@ -239,12 +254,13 @@ def test_a_killed_host_loses_nothing_saved_and_load_state_goes_on(served: Served
     expected = _uninterrupted(served, windows, step, seed=5)
 
     first = service(served).create_lora_training_client(MODEL, rank=4, seed=5).result()
-    first.forward_backward(wire(windows[0]), "cross_entropy")
-    first.optim_step(step).result()
-    path = first.save_state("step1").result().path
-    host = _host_job(served[0], first.model_id)
-    assert host.status == "running" and host.pid is not None
-    os.kill(host.pid, signal.SIGKILL)  # the host job's process, between two steps
+    with _staying(served[0], first.model_id):  # its host job stays until killed
+        first.forward_backward(wire(windows[0]), "cross_entropy")
+        first.optim_step(step).result()
+        path = first.save_state("step1").result().path
+        host = _host_job(served[0], first.model_id)
+        assert host.status == "running" and host.pid is not None
+        os.kill(host.pid, signal.SIGKILL)  # the host job's process, between two steps
     second = service(served).create_training_client_from_state_with_optimizer(path).result()
     for window in windows[1:]:
         second.forward_backward(wire(window), "cross_entropy")
@@ -516,12 +532,30 @@ def _wait_status(url: str, bearer: dict[str, str], job_id: str, wanted: str) -> 
         status = httpx.get(f"{url}/v1/jobs/{job_id}", headers=bearer).json()["status"]
 
 
+def _preempted_by_a_job(served: Served, host_job: str) -> str:
+    """A job of priority 5 posted while ``host_job`` runs: it preempts the host job and succeeds;
+    its id."""
+    settings, url, keys = served
+    spec = {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment",
+            "task": "sequence-classification", "backend": "pytorch", "num_train_epochs": 1,
+            "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
+            "learning_rate": 1e-3, "max_train_samples": 16, "priority": 5}  # fmt: skip
+    bearer = {"Authorization": f"Bearer {keys['alice']}"}
+    posted = httpx.post(f"{url}/v1/jobs", json=spec, headers=bearer, timeout=30)
+    job_id = str(posted.raise_for_status().json()["id"])
+    _wait_status(url, bearer, job_id, "succeeded")
+    with session_scope(settings) as session:
+        kinds = session.scalars(select(JobEvent.kind).where(JobEvent.job_id == host_job)).all()
+    assert "preempting" in kinds, kinds
+    return job_id
+
+
 def test_a_session_is_placed_like_a_job_preempted_and_resumed_exactly(served: Served) -> None:
     """Last in this module (it posts a job, with ``GRADACC_PREEMPT`` on): one worker hosts a
-    session's model; a job of higher priority preempts the host job, which parks the model (its
-    open window too) and is queued again; the job runs; the session's next call brings the model
-    back, and the run ends with the uninterrupted run's weights. Host jobs stay out of the
-    tenant's job list."""
+    session's model, held there by the failpoint's file; a job of higher priority preempts the
+    host job, which parks the model (its open window too) and is queued again; the job runs; the
+    session's next call brings the model back, and the run ends with the uninterrupted run's
+    weights. Host jobs stay out of the tenant's job list."""
     settings, url, keys = served
     data = _data(6, seed=20)
     windows = [data[:3], data[3:]]
@@ -529,29 +563,18 @@ def test_a_session_is_placed_like_a_job_preempted_and_resumed_exactly(served: Se
     expected = _uninterrupted(served, windows, step, seed=7)
 
     tc = service(served).create_lora_training_client(MODEL, rank=4, seed=7).result()
-    tc.forward_backward(wire(windows[0]), "cross_entropy")
-    tc.optim_step(step).result()
-    tc.forward_backward(wire(windows[1][:1]), "cross_entropy").result()  # a window left open
-    first = _host_job(settings, tc.model_id)
-    assert (first.kind, first.status) == ("tinker", "running")
-    spec = {"model": "builtin:tiny-bert", "dataset": "builtin:sentiment",
-            "task": "sequence-classification", "backend": "pytorch", "num_train_epochs": 1,
-            "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
-            "learning_rate": 1e-3, "max_train_samples": 16, "priority": 5}  # fmt: skip
-    bearer = {"Authorization": f"Bearer {keys['alice']}"}
-    posted = httpx.post(f"{url}/v1/jobs", json=spec, headers=bearer, timeout=30)
-    job = posted.raise_for_status().json()
-    _wait_status(url, bearer, job["id"], "succeeded")
-    with session_scope(settings) as session:
-        kinds = session.scalars(select(JobEvent.kind).where(JobEvent.job_id == first.id)).all()
-        ran = session.get(Job, job["id"])
-        assert ran is not None and ran.started_at is not None
-    assert "preempting" in kinds, kinds
-
+    with _staying(settings, tc.model_id):  # its host job stays until preempted
+        tc.forward_backward(wire(windows[0]), "cross_entropy")
+        tc.optim_step(step).result()
+        tc.forward_backward(wire(windows[1][:1]), "cross_entropy").result()  # left open
+        first = _host_job(settings, tc.model_id)
+        assert (first.kind, first.status) == ("tinker", "running")
+        job_id = _preempted_by_a_job(served, first.id)
     tc.forward_backward(wire(windows[1][1:]), "cross_entropy")
     tc.optim_step(step).result()
     resumed = saved(served, tc.save_state("resumed").result().path)
     _close(resumed, expected, 1e-6)
-    listed = httpx.get(f"{url}/v1/jobs", headers=bearer).json()["data"]
-    assert first.id not in {j["id"] for j in listed} and job["id"] in {j["id"] for j in listed}
+    bearer = {"Authorization": f"Bearer {keys['alice']}"}
+    listed = {j["id"] for j in httpx.get(f"{url}/v1/jobs", headers=bearer).json()["data"]}
+    assert first.id not in listed and job_id in listed
     assert httpx.get(f"{url}/v1/jobs/{first.id}", headers=bearer).status_code == 404

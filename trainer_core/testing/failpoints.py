@@ -12,6 +12,11 @@ PATH exists, and writes ``PATH.held`` once it is parked. A test that must act on
 signal, a kill, a cancel) holds it there instead of racing a tiny job's length, then removes PATH
 to let it go. A stop request still ends the hold: a cancel at once, a preemption at this step.
 The ranks of a multi-process job hold and leave together (the run agrees on both).
+
+``GRADACC_FAILPOINT_TINKER_STAY=PATH``: while the file PATH exists and names a Tinker session, that
+session's host job does not end by its linger (``worker.tinker.host``): a test that must act on a
+running host job (preempt it) keeps it there instead of racing the linger, then removes PATH. A
+preemption or the session's end still ends it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ OOM_ABOVE = "GRADACC_FAILPOINT_OOM_ABOVE"
 OOM_RANK = "GRADACC_FAILPOINT_OOM_RANK"
 HOLD_AT = "GRADACC_FAILPOINT_HOLD_AT"
 HOLD_POLL_S = 0.05
+TINKER_STAY = "GRADACC_FAILPOINT_TINKER_STAY"
 
 
 def check_out_of_memory(rows: int) -> None:
@@ -42,6 +48,14 @@ def check_out_of_memory(rows: int) -> None:
         raise torch.OutOfMemoryError(
             f"failpoint {OOM_ABOVE}={limit}: a micro-batch of {rows} rows does not fit"
         )
+
+
+def tinker_host_stays(session_id: str) -> bool:
+    path = os.environ.get(TINKER_STAY)
+    try:
+        return bool(path) and Path(str(path)).read_text().strip() == session_id
+    except FileNotFoundError:
+        return False
 
 
 def held_marker(gate: Path) -> Path:

@@ -38,6 +38,7 @@ from gradacc.tables import Job, JobStatus, utcnow
 from gradacc.tinker import placement, queue
 from gradacc.tinker.tables import TinkerModel, TinkerRequest, TinkerSession
 from trainer_core.spec.outputs import PREEMPT_FILE
+from trainer_core.testing.failpoints import tinker_host_stays
 from trainer_core.tinker_host.host import TrainingHost
 from worker import exit_codes
 from worker.tinker import calls, ranks
@@ -90,6 +91,7 @@ class TinkerHost:
                     quiet_since, pause = time.monotonic(), POLL_FIRST_S
                     continue
                 linger = time.monotonic() - quiet_since > self.settings.tinker_host_linger_s
+                linger = linger and not tinker_host_stays(self.session_id)  # a test's hold
                 if linger or self.ending.is_set():
                     self.park_all()
                     if self._end(job_id):
