@@ -64,14 +64,16 @@ def launched_world() -> World:
     )
 
 
-def join(world: World, device: torch.device) -> torch.device:
+def join(
+    world: World, device: torch.device, *, timeout: timedelta = COLLECTIVE_TIMEOUT
+) -> torch.device:
     """Join the process group (if the launcher's is not joined yet); the rank's device."""
     if device.type == "cuda":
         device = torch.device("cuda", world.local_rank)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
+        dist.init_process_group(backend, timeout=timeout)
     return device
 
 

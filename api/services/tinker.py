@@ -7,7 +7,6 @@ the SDK would retry for minutes."""
 from __future__ import annotations
 
 import json
-import logging
 import secrets
 from typing import Any
 
@@ -19,9 +18,10 @@ from sqlalchemy.orm import Session
 from gradacc.errors import InvalidRequest, ObjectNotFound
 from gradacc.executors.select import cluster_capacity
 from gradacc.scheduling.capacity import check_fits
-from gradacc.scheduling.queue import enqueue_job
+from gradacc.scheduling.queue import send_or_leave
 from gradacc.settings import PRIORITY_BOUND, Settings
 from gradacc.sources.hub import check_allowed
+from gradacc.sources.limits import check_priority
 from gradacc.tables import utcnow
 from gradacc.tinker import names, paths, placement, queue
 from gradacc.tinker.tables import TinkerCheckpoint, TinkerModel, TinkerSession
@@ -29,7 +29,6 @@ from gradacc.tinker.wire import pb
 
 FAMILIES = ("adamw", "sgd")
 MAX_RANKS = 64
-log = logging.getLogger(__name__)
 
 
 def need(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -71,17 +70,11 @@ def create_session(
 
 def place(sessions: Any, celery: Celery, settings: Settings, session_id: str) -> None:
     """A host job for the session unless it has a live one (``gradacc.tinker.placement``), and
-    its message; a broker outage leaves the message to the reconciler."""
+    its message (``send_or_leave``: a broker outage leaves it to the reconciler)."""
     with sessions() as session:
         job_id = placement.ensure_host(session, session_id)
-        owner = session.get(TinkerSession, session_id)
-        ranks = owner.ranks if owner is not None else 1
-    if job_id is None:
-        return
-    try:
-        enqueue_job(celery, settings, job_id, ranks)
-    except Exception as exc:
-        log.warning("tinker: host job %s: its message could not be sent (%s)", job_id, exc)
+    if job_id is not None:
+        send_or_leave(celery, settings, job_id)
 
 
 def own_session(session: Session, tenant: str, session_id: Any) -> TinkerSession:
@@ -353,18 +346,17 @@ def _seed(value: Any) -> int:
 
 
 def _priority(value: Any, settings: Settings) -> int:
+    """As a job's ``priority`` (a job's schema holds the lower bound; here, this does)."""
     if value is None:
         return 0
+    param = "user_metadata.priority"
     try:
         priority = int(str(value))
     except ValueError:
-        raise InvalidRequest("an integer", param="user_metadata.priority") from None
-    top = settings.max_priority  # as for a job (gradacc.sources.limits.check_priority)
-    if not -PRIORITY_BOUND <= priority <= top:
-        raise InvalidRequest(
-            f"from {-PRIORITY_BOUND} to {top} (GRADACC_MAX_PRIORITY)",
-            param="user_metadata.priority",
-        )
+        raise InvalidRequest("an integer", param=param) from None
+    if priority < -PRIORITY_BOUND:
+        raise InvalidRequest(f"at least {-PRIORITY_BOUND}", param=param)
+    check_priority(priority, settings, param=param)
     return priority
 
 

@@ -89,11 +89,11 @@ def check_spec_allowed(spec: JobSpec, settings: Settings) -> None:
             check_hub_source(value, settings, param=field)
 
 
-def check_priority(priority: int, settings: Settings) -> None:
-    """Above ``max_priority`` is refused (``priority``). Below 0 is any tenant's right: it only
+def check_priority(priority: int, settings: Settings, *, param: str = "priority") -> None:
+    """Above ``max_priority`` is refused (``param``). Below 0 is any tenant's right: it only
     lets its own job wait behind others (the schema bounds it at -PRIORITY_BOUND)."""
     if priority > settings.max_priority:
         raise InvalidRequest(
             f"at most {settings.max_priority} (GRADACC_MAX_PRIORITY); the default is 0",
-            param="priority",
+            param=param,
         )

@@ -87,22 +87,18 @@ def answer(session: Session, *, tenant: str, request_id: str) -> Answer | None:
     return Answer(row.status, row.result, row.result_type, row.kind, held, session_id)
 
 
-def unheld(now: datetime, *, or_held_by: str | None = None) -> ColumnElement[bool]:
-    """A model no live host holds (its lease absent or lapsed), or held by ``or_held_by``."""
-    free = [TinkerModel.held_until.is_(None), TinkerModel.held_until < now]
-    if or_held_by is not None:
-        free.append(TinkerModel.holder == or_held_by)
-    return or_(*free)
+def unheld(now: datetime) -> ColumnElement[bool]:
+    """A model no live host holds (its lease absent or lapsed)."""
+    return or_(TinkerModel.held_until.is_(None), TinkerModel.held_until < now)
 
 
-def waiting_unheld(now: datetime, *, or_held_by: str | None = None) -> Select[str]:
+def waiting_unheld(now: datetime) -> Select[str]:
     """Active models with a request waiting that no live host holds: what queues a host job
     (``gradacc.tinker.placement``) and what a host claims (``worker.tinker.host``)."""
     waiting = exists().where(
         TinkerRequest.model_id == TinkerModel.id, TinkerRequest.status == "pending"
     )
-    free = unheld(now, or_held_by=or_held_by)
-    return select(TinkerModel.id).where(TinkerModel.status == "active", free, waiting)
+    return select(TinkerModel.id).where(TinkerModel.status == "active", unheld(now), waiting)
 
 
 def next_pending(session: Session, model_ids: list[str]) -> TinkerRequest | None:

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from trainer_core.distributed import SINGLE, World, gather_lists
 from trainer_core.tinker_host.model import ModelChoice, export, load, trainable
 from trainer_core.tinker_losses import Window, check_inputs, datum_loss, loss_tokens
 
@@ -90,7 +91,7 @@ class TrainingHost:
         # Data-parallel ranks (torch.distributed initialised by the caller): each rank holds a
         # replica and adds its share of the window; optim_step sums them (``_ranks_window``).
         together = dist.is_available() and dist.is_initialized()
-        self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if together else (0, 1)
+        self.world = World(dist.get_rank(), dist.get_world_size()) if together else SINGLE
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
         params = list(self.params.values())
@@ -188,19 +189,17 @@ class TrainingHost:
 
     def _ranks_window(self) -> Window:
         """The window's counts over every rank (this rank's alone when there is one)."""
-        if self.world == 1:
+        if not self.world.distributed:
             return self.window
         mine = (self.window.tokens, self.window.sequences, sorted(self.window.modes))
-        found: list[Any] = [None] * self.world
-        dist.all_gather_object(found, mine)
         merged = Window()
-        for tokens, sequences, modes in found:
+        for tokens, sequences, modes in gather_lists([mine], self.world):
             merged.merge(Window(tokens, sequences, set(modes)))
         return merged
 
     def _sum_ranks_grads(self) -> None:
         """Every rank's gradient buffers become the sum over the ranks (one collective)."""
-        if self.world == 1:
+        if not self.world.distributed:
             return
         params = list(self.params.values())
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
@@ -213,11 +212,11 @@ class TrainingHost:
     def collect(self) -> None:
         """The open window onto rank 0 (its gradient sum and counts; the other ranks' emptied):
         before rank 0 swaps the model out whole. Every rank calls it."""
-        if self.world == 1:
+        if not self.world.distributed:
             return
         window = self._ranks_window()
         self._sum_ranks_grads()
-        if self.rank == 0:
+        if self.world.is_main:
             self.window = window
         else:
             self.optimizer.zero_grad(set_to_none=True)

@@ -108,9 +108,12 @@ class TinkerHost:
                 session, job_id=job_id, session_id=self.session_id, worker=self.worker
             )
             if not ended:
-                job = session.get(Job, job_id)
-                ended = job is None or job.status != JobStatus.RUNNING or job.worker != self.worker
+                ended = not self._ours(session.get(Job, job_id))
         return ended
+
+    def _ours(self, job: Job | None) -> bool:
+        """The host job runs, held by this worker (not cancelled, not taken over)."""
+        return job is not None and job.status == JobStatus.RUNNING and job.worker == self.worker
 
     def renew_forever(self, job_id: str) -> None:
         """The held models' leases, renewed while a long request runs too; and whether the
@@ -120,12 +123,9 @@ class TinkerHost:
             try:
                 with self.sessions() as session:
                     self._renew(session)
-                    job = session.get(Job, job_id)
                     owner = session.get(TinkerSession, self.session_id)
-                    ours = job is not None and job.status == JobStatus.RUNNING
-                    if not ours or job is None or job.worker != self.worker:
-                        self.ending.set()
-                    if owner is None or owner.finished_at is not None:
+                    finished = owner is None or owner.finished_at is not None
+                    if finished or not self._ours(session.get(Job, job_id)):
                         self.ending.set()
             except Exception:  # a database outage: tried again at the next beat
                 log.exception("tinker: renewing the leases failed; trying again")
@@ -307,8 +307,8 @@ def _error(message: str, category: str) -> bytes:
 def serve_job(settings: Settings, job_id: str) -> int:
     """The process of host job ``job_id`` (or one of its ranks): its exit status
     (``worker.exit_codes``)."""
-    rank, world = ranks.join()
-    if rank > 0:
+    world = ranks.join()
+    if not world.is_main:
         ranks.follow()
         return exit_codes.OUTCOME_RECORDED
     with get_sessionmaker(settings)() as session:
@@ -321,9 +321,9 @@ def serve_job(settings: Settings, job_id: str) -> int:
         import torch
 
         torch.set_num_threads(settings.train_threads)
-    log.info("tinker: hosting session %s (job %s, %d ranks)", session_id, job_id, world)
+    log.info("tinker: hosting session %s (job %s, %d ranks)", session_id, job_id, world.size)
     try:
-        return TinkerHost(settings, worker, session_id, world).serve(job_id)
+        return TinkerHost(settings, worker, session_id, world.size).serve(job_id)
     finally:
-        if world > 1:
+        if world.distributed:
             ranks.end()

@@ -18,7 +18,6 @@ Samplers, saves and exports are rank 0's alone (the replicas are equal). A rank 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -27,6 +26,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from trainer_core import distributed
+from trainer_core.distributed import World, launched_world
 from trainer_core.tinker_host.host import (
     Datum,
     Output,
@@ -41,20 +42,15 @@ WAIT = timedelta(hours=6)
 Spec = tuple[str, int, int, str, int]  # a model's source, rank, seed, optimizer, micro-batch
 
 
-def join() -> tuple[int, int]:
-    """This process's (rank, world size), the process group joined when there are several."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
-        return 0, 1
-    if not dist.is_initialized():
-        backend = "gloo"
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-            backend = "cpu:gloo,cuda:nccl"
-        # The other ranks wait for rank 0's next command as long as it answers a sampler or
-        # writes an export alone: no collective timeout shorter than a long call.
-        dist.init_process_group(backend, timeout=WAIT)
-    return dist.get_rank(), world
+def join() -> World:
+    """This process's place among the host job's ranks, the process group joined when there are
+    several. The other ranks wait for rank 0's next command as long as it answers a sampler or
+    writes an export alone: no collective timeout shorter than a long call (``WAIT``)."""
+    world = launched_world()
+    if world.distributed:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        distributed.join(world, device, timeout=WAIT)
+    return world
 
 
 def _tell(command: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -78,16 +74,16 @@ def _share(
     host: TrainingHost, data: Sequence[Datum], loss: str, config: Mapping[str, Any], only: bool
 ) -> Output | None:
     """This rank's share of a call; rank 0 gets the whole call's output, in its order."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    mine = host.forward_backward(list(data[rank::world]), loss, config, forward_only=only)
-    found: list[Any] | None = [None] * world if rank == 0 else None
+    rank, size = host.world.rank, host.world.size
+    mine = host.forward_backward(list(data[rank::size]), loss, config, forward_only=only)
+    found: list[Any] | None = [None] * size if host.world.is_main else None
     dist.gather_object(mine, found, dst=0)
     if found is None:
         return None
     logprobs: list[Any] = [None] * len(data)
     total = 0.0
     for r, output in enumerate(found):
-        logprobs[r::world] = output.logprobs
+        logprobs[r::size] = output.logprobs
         total += output.metrics["loss:sum"]
     return Output(logprobs, {"loss:sum": total})
 
